@@ -1,0 +1,150 @@
+//! The gateway's view of the tool catalogue that workers publish to Redis.
+//!
+//! Refreshed in the background, so `tools/list` costs no Redis round trip and returns the same
+//! bytes on every call and every replica (sorted by name; JSON keys sorted). A `tools/call` for
+//! a name not yet seen refreshes once (at most every [`MISS_REFRESH_GAP`]), so a freshly started
+//! worker's tools are callable at once.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use serde_json::Value;
+use taskgate_shared::store::{Store, StoreError};
+use taskgate_shared::tools::ToolSpec;
+use tokio::time::Instant;
+
+const MISS_REFRESH_GAP: Duration = Duration::from_millis(250);
+
+/// A callable tool: its spec and its compiled input schema.
+pub(crate) struct Tool {
+    pub(crate) spec: ToolSpec,
+    validator: jsonschema::Validator,
+}
+
+impl Tool {
+    /// The first reason the arguments do not satisfy the tool's `inputSchema`.
+    pub(crate) fn check_arguments(&self, arguments: &Value) -> Result<(), String> {
+        self.validator.validate(arguments).map_err(|err| {
+            let path = err.instance_path().to_string();
+            if path.is_empty() {
+                err.to_string()
+            } else {
+                format!("{path}: {err}")
+            }
+        })
+    }
+}
+
+/// One consistent catalogue.
+#[derive(Default)]
+pub(crate) struct Catalogue {
+    tools: BTreeMap<String, Arc<Tool>>,
+    /// The `tools` array of `tools/list`, built once per change.
+    listing: Value,
+}
+
+impl Catalogue {
+    fn build(specs: BTreeMap<String, ToolSpec>) -> Self {
+        let mut tools = BTreeMap::new();
+        for (name, spec) in specs {
+            match jsonschema::validator_for(&spec.descriptor.input_schema) {
+                Ok(validator)
+                    if spec.descriptor.input_schema.get("type") == Some(&Value::from("object")) =>
+                {
+                    tools.insert(name, Arc::new(Tool { spec, validator }));
+                }
+                _ => {
+                    tracing::error!(tool = %name, "published tool has an invalid inputSchema; not listed")
+                }
+            }
+        }
+        let listing = tools
+            .values()
+            .map(|t| serde_json::to_value(&t.spec.descriptor).unwrap_or(Value::Null))
+            .collect::<Vec<_>>()
+            .into();
+        Self { tools, listing }
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<Tool>> {
+        self.tools.get(name).cloned()
+    }
+
+    pub(crate) fn listing(&self) -> &Value {
+        &self.listing
+    }
+
+    fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
+        self.tools.values().map(|t| &t.spec)
+    }
+}
+
+/// The shared, refreshed catalogue.
+pub(crate) struct CatalogueCache {
+    store: Store,
+    current: RwLock<Arc<Catalogue>>,
+    last_miss_refresh: Mutex<Option<Instant>>,
+}
+
+impl CatalogueCache {
+    pub(crate) fn new(store: Store) -> Self {
+        Self {
+            store,
+            current: RwLock::new(Arc::new(Catalogue::default())),
+            last_miss_refresh: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn current(&self) -> Arc<Catalogue> {
+        self.current.read().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// Re-reads Redis; rebuilds only when a spec changed.
+    pub(crate) async fn refresh(&self) -> Result<(), StoreError> {
+        let (specs, bad) = self.store.read_tools().await?;
+        for name in bad {
+            tracing::error!(tool = %name, "unreadable tool spec in the catalogue");
+        }
+        let current = self.current();
+        if current.specs().eq(specs.values()) {
+            return Ok(());
+        }
+        let next = Arc::new(Catalogue::build(specs));
+        if let Ok(mut slot) = self.current.write() {
+            *slot = next;
+        }
+        Ok(())
+    }
+
+    /// A tool by name, refreshing once on a miss.
+    pub(crate) async fn lookup(&self, name: &str) -> Option<Arc<Tool>> {
+        if let Some(tool) = self.current().get(name) {
+            return Some(tool);
+        }
+        let due = {
+            let mut last = self.last_miss_refresh.lock().ok()?;
+            let due = last.is_none_or(|t| t.elapsed() >= MISS_REFRESH_GAP);
+            if due {
+                *last = Some(Instant::now());
+            }
+            due
+        };
+        if due && let Err(err) = self.refresh().await {
+            tracing::warn!(error = %err, "catalogue refresh failed");
+        }
+        self.current().get(name)
+    }
+
+    /// Refreshes every `period` until the process ends.
+    pub(crate) async fn refresh_forever(self: Arc<Self>, period: Duration) {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(err) = self.refresh().await {
+                tracing::warn!(error = %err, "catalogue refresh failed");
+            }
+        }
+    }
+}

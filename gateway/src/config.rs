@@ -1,0 +1,140 @@
+//! The gateway's command line. Every flag has a `TASKGATE_*` environment fallback, and every
+//! default is safe: loopback only, no authentication unless asked for, bounded bodies.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use taskgate_shared::telemetry::LogFormat;
+
+/// How requests are authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuthMode {
+    /// No authentication: every caller is principal `anonymous` of tenant `default`.
+    /// Refused on a non-loopback listen address.
+    None,
+}
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "taskgate-gateway",
+    version,
+    about = "Stateless MCP 2026-07-28 + Tasks gateway"
+)]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "TASKGATE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Redis URL (`redis://`, `rediss://`).
+    #[arg(
+        long,
+        env = "TASKGATE_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: String,
+
+    /// Prefix of every Redis key and channel, so deployments and test runs can share a Redis.
+    #[arg(long, env = "TASKGATE_NAMESPACE", default_value = "taskgate")]
+    pub namespace: String,
+
+    /// Authentication mode. There is no default: `none` must be asked for explicitly.
+    #[arg(long, env = "TASKGATE_AUTH", value_enum)]
+    pub auth: AuthMode,
+
+    /// Largest accepted request body, in bytes.
+    #[arg(long, env = "TASKGATE_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// How long a client may take to send its request body, in milliseconds.
+    #[arg(long, env = "TASKGATE_BODY_TIMEOUT_MS", default_value_t = 5_000)]
+    pub body_timeout_ms: u64,
+
+    /// Browser origins allowed to call `/mcp` (exact match, comma separated). Without it, only
+    /// loopback origins are accepted on a loopback listener and none on any other.
+    #[arg(long, env = "TASKGATE_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
+
+    /// `Host` names accepted on `/mcp` (comma separated, port ignored). Without it, a loopback
+    /// listener accepts only loopback names (DNS-rebinding protection) and any other accepts all.
+    #[arg(long, env = "TASKGATE_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+
+    /// Require `Mcp-Name` on `tasks/get|update|cancel` too (it is validated whenever present).
+    #[arg(long, env = "TASKGATE_STRICT_HEADERS")]
+    pub strict_headers: bool,
+
+    /// Timeout of each Redis command and connection attempt, in milliseconds.
+    #[arg(long, env = "TASKGATE_REDIS_TIMEOUT_MS", default_value_t = 2_000)]
+    pub redis_timeout_ms: u64,
+
+    /// Number of dispatch-queue shards (1..=256). Task ids carry their shard, so this may grow
+    /// later but must not shrink while tasks of the higher shards live. Workers must use the
+    /// same value.
+    #[arg(long, env = "TASKGATE_QUEUE_SHARDS", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub queue_shards: u16,
+
+    /// Replicas that must acknowledge a task's creation (`WAIT`) before its handle is returned.
+    #[arg(long, env = "TASKGATE_DURABILITY_REPLICAS", default_value_t = 0)]
+    pub durability_replicas: u32,
+
+    /// How long to wait for those acknowledgements, in milliseconds.
+    #[arg(long, env = "TASKGATE_DURABILITY_TIMEOUT_MS", default_value_t = 1_000)]
+    pub durability_timeout_ms: u64,
+
+    /// How often the tool catalogue is re-read from Redis, in milliseconds.
+    #[arg(long, env = "TASKGATE_CATALOGUE_REFRESH_MS", default_value_t = 2_000)]
+    pub catalogue_refresh_ms: u64,
+
+    /// Log format: auto (JSON unless on a terminal), json or text.
+    #[arg(long, env = "TASKGATE_LOG_FORMAT", default_value = "auto")]
+    pub log_format: LogFormat,
+}
+
+/// A configuration that cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "--auth none is refused on the non-loopback address {0}; bind 127.0.0.1 or configure authentication"
+    )]
+    AnonymousOnPublicAddress(SocketAddr),
+    #[error("--namespace must be non-empty and contain no '{{', '}}' or whitespace")]
+    BadNamespace,
+    #[error("--max-body-bytes must be at least 1")]
+    ZeroBodyLimit,
+}
+
+impl Config {
+    /// Checks what clap cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.auth == AuthMode::None && !self.listen.ip().is_loopback() {
+            return Err(ConfigError::AnonymousOnPublicAddress(self.listen));
+        }
+        if self.namespace.is_empty()
+            || self.namespace.contains(['{', '}'])
+            || self.namespace.contains(char::is_whitespace)
+        {
+            return Err(ConfigError::BadNamespace);
+        }
+        if self.max_body_bytes == 0 {
+            return Err(ConfigError::ZeroBodyLimit);
+        }
+        Ok(())
+    }
+
+    pub fn body_timeout(&self) -> Duration {
+        Duration::from_millis(self.body_timeout_ms)
+    }
+
+    pub fn durability_timeout(&self) -> Duration {
+        Duration::from_millis(self.durability_timeout_ms)
+    }
+
+    pub fn catalogue_refresh(&self) -> Duration {
+        Duration::from_millis(self.catalogue_refresh_ms.max(100))
+    }
+
+    pub fn redis_timeout(&self) -> Duration {
+        Duration::from_millis(self.redis_timeout_ms)
+    }
+}

@@ -1,0 +1,25 @@
+//! The HTTP surface: `POST /mcp`, probes, and nothing else.
+
+mod guard;
+mod mirror;
+mod probes;
+pub(crate) mod reply;
+mod transport;
+
+use axum::Router;
+use axum::routing::{get, post};
+
+pub(crate) use guard::OriginPolicy;
+pub(crate) use mirror::check as check_mirrored_headers;
+
+use crate::AppState;
+
+/// The gateway's router. `GET`/`DELETE /mcp` get axum's 405 with `Allow: POST`; any other path
+/// is 404.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/mcp", post(transport::handle))
+        .route("/healthz", get(probes::healthz))
+        .route("/readyz", get(probes::readyz))
+        .with_state(state)
+}

@@ -1,0 +1,80 @@
+//! The taskgate gateway: a stateless MCP 2026-07-28 + Tasks front end. It validates the wire,
+//! writes and reads task records in Redis, and never runs tool code.
+
+pub mod auth;
+mod catalogue;
+pub mod config;
+mod http;
+mod mcp;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use taskgate_shared::store::{Store, StoreError};
+use tokio::net::TcpListener;
+
+pub use config::Config;
+pub use http::router;
+
+/// Shared by every request. Holds no task state: that lives in Redis.
+#[derive(Clone)]
+pub struct AppState {
+    config: Arc<Config>,
+    store: Store,
+    catalogue: Arc<catalogue::CatalogueCache>,
+    origin_policy: Arc<http::OriginPolicy>,
+    shutting_down: Arc<AtomicBool>,
+}
+
+impl AppState {
+    pub fn new(config: Config) -> Result<Self, StoreError> {
+        let store =
+            Store::connect_lazy(&config.redis_url, &config.namespace, config.redis_timeout())?;
+        let catalogue = Arc::new(catalogue::CatalogueCache::new(store.clone()));
+        let origin_policy = http::OriginPolicy::new(
+            config.allowed_origins.clone(),
+            config.allowed_hosts.clone(),
+            config.listen.ip().is_loopback(),
+        );
+        Ok(Self {
+            config: Arc::new(config),
+            store,
+            catalogue,
+            origin_policy: Arc::new(origin_policy),
+            shutting_down: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    fn shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Relaxed)
+    }
+}
+
+/// Serves until `shutdown` resolves. Readiness turns off first, so load balancers stop sending
+/// new requests while in-flight ones finish.
+pub async fn run(
+    state: AppState,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    if let Err(err) = state.store.load_scripts().await {
+        // Not fatal: Redis may come up later, and EVALSHA falls back to EVAL.
+        tracing::warn!(error = %err, "could not load scripts at start-up");
+    }
+    let refresher = tokio::spawn(
+        state
+            .catalogue
+            .clone()
+            .refresh_forever(state.config.catalogue_refresh()),
+    );
+    let flag = state.shutting_down.clone();
+    let app = router(state);
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            flag.store(true, Ordering::Relaxed);
+        })
+        .await;
+    refresher.abort();
+    served
+}

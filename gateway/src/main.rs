@@ -1,0 +1,41 @@
+use anyhow::Context as _;
+use clap::Parser as _;
+use taskgate_gateway::config::AuthMode;
+use taskgate_gateway::{AppState, Config};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = Config::parse();
+    taskgate_shared::telemetry::init_logging(config.log_format);
+    config.validate()?;
+    if config.auth == AuthMode::None {
+        tracing::warn!(listen = %config.listen, "AUTHENTICATION IS OFF (--auth none): every caller is tenant 'default', principal 'anonymous'");
+    }
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    tracing::info!(listen = %listener.local_addr()?, namespace = %config.namespace, "gateway listening");
+    let state = AppState::new(config)?;
+    taskgate_gateway::run(state, listener, shutdown_signal()).await?;
+    tracing::info!("gateway stopped");
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut sig) => {
+                sig.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { () = ctrl_c => {}, () = term => {} }
+}

@@ -1,0 +1,27 @@
+//! `tasks/cancel`: an acknowledgement of intent, idempotent. Queued and parked tasks end at
+//! once; a running one is flagged and its worker signalled; a terminal one stays as it is.
+
+use serde_json::Value;
+use taskgate_shared::protocol::{RpcError, result};
+use taskgate_shared::store::CancelOutcome;
+
+use crate::mcp::{Call, storage_error, task_id, task_not_found};
+
+const CANCELLED_MESSAGE: &str = "The task was cancelled.";
+
+pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
+    let id = task_id(call.params)?;
+    let owner = call.principal.owner();
+    match call
+        .state
+        .store
+        .cancel_task(&id, &owner, CANCELLED_MESSAGE)
+        .await
+        .map_err(storage_error)?
+    {
+        CancelOutcome::NotFound => Err(task_not_found()),
+        CancelOutcome::AlreadyTerminal | CancelOutcome::Cancelled | CancelOutcome::Signalled => {
+            Ok(result::ack())
+        }
+    }
+}

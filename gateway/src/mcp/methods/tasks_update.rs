@@ -1,0 +1,62 @@
+//! `tasks/update`: answers to outstanding input requests. Always an empty acknowledgement for
+//! an owned task; answers to unknown, answered or superseded keys are ignored.
+
+use serde_json::{Map, Value};
+use taskgate_shared::protocol::{RpcError, result};
+use taskgate_shared::store::Answered;
+
+use crate::mcp::{Call, storage_error, task_id, task_not_found};
+
+/// More answers than any tool could have asked for at once is abuse, not a mistake.
+const MAX_ANSWERS: usize = 64;
+
+pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
+    let id = task_id(call.params)?;
+    let owner = call.principal.owner();
+    let Some(Value::Object(responses)) = call.params.get("inputResponses") else {
+        // The lookup comes first (lesson rule 48): a foreign id must not learn that its
+        // inputResponses were malformed.
+        let exists = call
+            .state
+            .store
+            .get_task(&id)
+            .await
+            .map_err(storage_error)?;
+        return Err(match exists {
+            Some(s) if s.owner == owner => {
+                RpcError::invalid_params("inputResponses must be an object")
+            }
+            _ => task_not_found(),
+        });
+    };
+    if responses.len() > MAX_ANSWERS {
+        return Err(RpcError::invalid_params(format!(
+            "at most {MAX_ANSWERS} inputResponses per update"
+        )));
+    }
+    let answers = usable_answers(responses);
+    match call
+        .state
+        .store
+        .answer_inputs(&id, &owner, &answers, None)
+        .await
+        .map_err(storage_error)?
+    {
+        Answered::NotFound => Err(task_not_found()),
+        Answered::Ignored | Answered::Applied { .. } => Ok(result::ack()),
+    }
+}
+
+/// Elicitation results with a known action. Anything else is not an answer and is ignored,
+/// so the key stays outstanding.
+fn usable_answers(responses: &Map<String, Value>) -> Vec<(String, String)> {
+    responses
+        .iter()
+        .filter(|(_, answer)| {
+            let action = answer.get("action").and_then(Value::as_str);
+            let content_ok = answer.get("content").is_none_or(Value::is_object);
+            matches!(action, Some("accept" | "decline" | "cancel")) && content_ok
+        })
+        .map(|(key, answer)| (key.clone(), answer.to_string()))
+        .collect()
+}

@@ -1,0 +1,138 @@
+//! MCP method dispatch: the validation ladder every request climbs, then one module per method.
+//!
+//! Order (each step's failure is answered before the next runs):
+//! 1. method known (`-32601`, 404; removed methods included) — `_meta` is not read first;
+//! 2. `params` is an object (`-32602`);
+//! 3. `_meta` present, version a string (`-32602`);
+//! 4. mirrored headers (`-32020`);
+//! 5. version supported (`-32022`); capabilities an object, `clientInfo` valid (`-32602`);
+//! 6. the Tasks extension, for methods that need it (`-32021`);
+//! 7. the method's own params (in-band errors).
+
+mod methods;
+
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde_json::{Map, Value};
+use taskgate_shared::protocol::{Incoming, RpcError, ValidMeta, meta};
+
+use taskgate_shared::store::StoreError;
+use taskgate_shared::task::TaskId;
+
+use crate::AppState;
+use crate::auth::Principal;
+use crate::http::reply::{self, Stage};
+
+/// The methods taskgate serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    Discover,
+    ToolsList,
+    ToolsCall,
+    TasksGet,
+    TasksUpdate,
+    TasksCancel,
+}
+
+impl Method {
+    fn route(name: &str) -> Result<Self, RpcError> {
+        Ok(match name {
+            "server/discover" => Self::Discover,
+            "tools/list" => Self::ToolsList,
+            "tools/call" => Self::ToolsCall,
+            "tasks/get" => Self::TasksGet,
+            "tasks/update" => Self::TasksUpdate,
+            "tasks/cancel" => Self::TasksCancel,
+            "initialize" => return Err(RpcError::initialize_removed()),
+            // Removed in 2026-07-28 (ping, logging/setLevel, resources/subscribe) or in the Tasks
+            // extension (tasks/status, tasks/result, tasks/list), and anything unknown.
+            _ => return Err(RpcError::method_not_found()),
+        })
+    }
+
+    /// Task methods need the extension on their own request. `tools/call` decides per tool.
+    fn requires_tasks_extension(self) -> bool {
+        matches!(self, Self::TasksGet | Self::TasksUpdate | Self::TasksCancel)
+    }
+}
+
+/// What a method sees of its request.
+pub(crate) struct Call<'a> {
+    pub(crate) state: &'a AppState,
+    pub(crate) principal: Principal,
+    pub(crate) meta: ValidMeta,
+    pub(crate) params: &'a Map<String, Value>,
+}
+
+/// Runs one request through the ladder and the method.
+pub(crate) async fn handle(state: &AppState, headers: &HeaderMap, message: Incoming) -> Response {
+    let id = message.id.clone().unwrap_or(Value::Null);
+    let (method, params, meta) = match admit(state, headers, &message) {
+        Ok(admitted) => admitted,
+        Err(err) => return reply::rpc_error(&id, &err, Stage::Envelope),
+    };
+    let call = Call {
+        state,
+        principal: Principal::anonymous(),
+        meta,
+        params,
+    };
+    let outcome = match method {
+        Method::Discover => Ok(methods::discover::run()),
+        Method::ToolsList => methods::tools_list::run(&call).await,
+        Method::ToolsCall => methods::tools_call::run(&call).await,
+        Method::TasksGet => methods::tasks_get::run(&call).await,
+        Method::TasksUpdate => methods::tasks_update::run(&call).await,
+        Method::TasksCancel => methods::tasks_cancel::run(&call).await,
+    };
+    match outcome {
+        Ok(result) => reply::json(
+            axum::http::StatusCode::OK,
+            &taskgate_shared::protocol::envelope::success(&id, result),
+        ),
+        Err(err) => reply::rpc_error(&id, &err, Stage::Method),
+    }
+}
+
+/// Steps 1–6 of the ladder.
+fn admit<'m>(
+    state: &AppState,
+    headers: &HeaderMap,
+    message: &'m Incoming,
+) -> Result<(Method, &'m Map<String, Value>, ValidMeta), RpcError> {
+    let method = Method::route(&message.method)?;
+    let params = message.params_object()?;
+    let meta = meta::validate(params, |version| {
+        crate::http::check_mirrored_headers(
+            headers,
+            version,
+            &message.method,
+            params,
+            state.config.strict_headers,
+        )
+    })?;
+    if method.requires_tasks_extension() && !meta.declares_tasks() {
+        return Err(RpcError::missing_tasks_extension());
+    }
+    Ok((method, params, meta))
+}
+
+/// The one answer for an unknown, foreign, expired or malformed task id.
+pub(crate) fn task_not_found() -> RpcError {
+    RpcError::invalid_params("task not found")
+}
+
+/// `params.taskId`, parsed. Anything that is not a well-formed id is simply not found.
+pub(crate) fn task_id(params: &Map<String, Value>) -> Result<TaskId, RpcError> {
+    params
+        .get("taskId")
+        .and_then(Value::as_str)
+        .and_then(TaskId::parse)
+        .ok_or_else(task_not_found)
+}
+
+/// Storage failures are logged here, once, and reach the client as a bare -32603.
+pub(crate) fn storage_error(err: StoreError) -> RpcError {
+    tracing::error!(error = %err, "storage operation failed");
+    RpcError::internal()
+}

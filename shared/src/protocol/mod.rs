@@ -1,0 +1,28 @@
+//! The MCP 2026-07-28 wire: JSON-RPC envelopes, per-request `_meta`, error codes and the
+//! mirrored-header value encoding. Pure functions over `serde_json` values: no I/O here.
+
+pub mod envelope;
+pub mod error;
+pub mod header_value;
+pub mod meta;
+pub mod result;
+
+pub use envelope::{Incoming, RequestId};
+pub use error::{ErrorKind, RpcError};
+pub use meta::ValidMeta;
+
+/// The one protocol revision taskgate speaks.
+pub const PROTOCOL_VERSION: &str = "2026-07-28";
+/// Every revision taskgate accepts, in the order it prefers them.
+pub const SUPPORTED_VERSIONS: &[&str] = &[PROTOCOL_VERSION];
+/// The official Tasks extension identifier.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// Reserved `_meta` keys of the 2026-07-28 revision.
+pub mod meta_keys {
+    pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+    pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+    pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+    pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+    pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+}

@@ -1,0 +1,118 @@
+//! Every Redis key and channel name, built in one place.
+//!
+//! **Hash-tag choice.** A task's keys carry the hash tag of its *queue shard* (`{sNN}`), not of
+//! the task itself. The record, its input hashes, the shard's dispatch stream and the shard's
+//! lease index therefore sit in one Cluster slot, so every transition (create + enqueue, claim +
+//! ack + lease index, finish + index cleanup) is a single script: one round trip, with no key
+//! name built inside Lua. The cost: one slot holds a 1/K share of all tasks, so K (the shard
+//! count, default 16, at most 256) must exceed the number of Cluster masters several times over
+//! to spread load. The shard is encoded in the task id, so K may grow later without moving
+//! existing tasks; shrinking it strands the tasks of removed shards.
+//!
+//! The namespace prefixes every key and channel, so several deployments can share a Redis.
+
+use crate::task::TaskId;
+
+/// The consumer group every worker reads the dispatch streams with.
+pub const WORKER_GROUP: &str = "workers";
+
+/// Key and channel names of one namespace.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    ns: String,
+}
+
+/// The keys one task's scripts touch. All share the shard's hash tag.
+#[derive(Debug, Clone)]
+pub struct TaskKeys {
+    /// HASH: the task record.
+    pub record: String,
+    /// HASH: outstanding input requests, key -> request JSON.
+    pub inputs: String,
+    /// HASH: received input responses, key -> response JSON.
+    pub answers: String,
+    /// SET: every input key ever issued (never reused).
+    pub issued: String,
+    /// STREAM: the shard's dispatch queue.
+    pub stream: String,
+    /// ZSET: the shard's lease index, task id -> lease expiry (ms).
+    pub leases: String,
+}
+
+/// The keys of one queue shard.
+#[derive(Debug, Clone)]
+pub struct ShardKeys {
+    pub stream: String,
+    pub leases: String,
+}
+
+impl Keys {
+    pub fn new(ns: impl Into<String>) -> Self {
+        Self { ns: ns.into() }
+    }
+
+    pub fn task(&self, id: &TaskId) -> TaskKeys {
+        let ns = &self.ns;
+        let tag = shard_tag(id.shard());
+        TaskKeys {
+            record: format!("{ns}:{tag}:task:{id}"),
+            inputs: format!("{ns}:{tag}:task:{id}:in"),
+            answers: format!("{ns}:{tag}:task:{id}:ans"),
+            issued: format!("{ns}:{tag}:task:{id}:issued"),
+            stream: format!("{ns}:{tag}:queue"),
+            leases: format!("{ns}:{tag}:leases"),
+        }
+    }
+
+    pub fn shard(&self, shard: u8) -> ShardKeys {
+        let ns = &self.ns;
+        let tag = shard_tag(shard);
+        ShardKeys {
+            stream: format!("{ns}:{tag}:queue"),
+            leases: format!("{ns}:{tag}:leases"),
+        }
+    }
+
+    /// HASH: tool name -> ToolSpec JSON, published by workers.
+    pub fn tools(&self) -> String {
+        format!("{}:tools", self.ns)
+    }
+
+    /// Channel of task change events: `"<taskId> <version> <status>"`. Wake-ups only: readers
+    /// re-read the record (invariant 1).
+    pub fn events_channel(&self) -> String {
+        format!("{}:events", self.ns)
+    }
+
+    /// Prefix of the per-worker signal channels; a script appends the lease holder's id.
+    pub fn signal_prefix(&self) -> String {
+        format!("{}:signal:", self.ns)
+    }
+
+    /// The signal channel of one worker.
+    pub fn signal_channel(&self, worker: &str) -> String {
+        format!("{}{worker}", self.signal_prefix())
+    }
+}
+
+fn shard_tag(shard: u8) -> String {
+    format!("{{s{shard:02x}}}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tasks_keys_share_its_shards_hash_tag() {
+        let keys = Keys::new("tg");
+        let id = TaskId::parse(&format!("tsk_0a{}", "1".repeat(32))).unwrap();
+        let k = keys.task(&id);
+        for key in [
+            &k.record, &k.inputs, &k.answers, &k.issued, &k.stream, &k.leases,
+        ] {
+            assert!(key.starts_with("tg:{s0a}:"), "{key}");
+        }
+        assert_eq!(keys.shard(10).stream, k.stream);
+    }
+}

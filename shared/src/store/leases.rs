@@ -1,0 +1,427 @@
+//! The worker's operations: read deliveries, claim with a fenced lease, renew, report status,
+//! park for input, finish, release, and reap expired leases.
+
+use std::time::Duration;
+
+use redis::Value;
+use redis::aio::MultiplexedConnection;
+use redis::streams::StreamReadReply;
+
+use super::reply::{Reply, code};
+use super::{Store, StoreError, WORKER_GROUP, scripts};
+use crate::task::{TaskId, TaskStatus};
+
+/// A stream entry naming a task to claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub entry_id: String,
+    pub task_id: TaskId,
+}
+
+/// A claimed task: what the tool runs with.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub task_id: TaskId,
+    pub fence: u64,
+    pub tool: String,
+    /// Arguments as JSON text.
+    pub arguments: String,
+    pub traceparent: Option<String>,
+    pub cancel_requested: bool,
+    /// Recorded input responses, key -> JSON text.
+    pub answers: Vec<(String, String)>,
+}
+
+/// The identity every fenced write carries.
+#[derive(Debug, Clone, Copy)]
+pub struct Lease<'a> {
+    pub task_id: &'a TaskId,
+    pub worker: &'a str,
+    pub fence: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    Held { cancel_requested: bool },
+    Lost,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parked {
+    Parked,
+    /// A cancel was requested meanwhile; the task ended cancelled.
+    CancelledInstead,
+    LeaseLost,
+    /// The tool asked for a key that was issued before (keys are lifetime-unique).
+    KeyReused(String),
+}
+
+/// A terminal outcome written by the lease holder.
+#[derive(Debug, Clone)]
+pub enum Finish<'a> {
+    /// The CallToolResult, as JSON text.
+    Completed {
+        result: &'a str,
+        message: Option<&'a str>,
+    },
+    /// The JSON-RPC error object, as JSON text.
+    Failed {
+        error: &'a str,
+        message: Option<&'a str>,
+    },
+    Cancelled {
+        message: &'a str,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reclaimed {
+    Nothing,
+    Requeued,
+    Failed,
+    Cancelled,
+}
+
+impl Store {
+    /// Creates the worker consumer group on each shard stream (from the start, so entries
+    /// written before the group existed are delivered too).
+    pub async fn ensure_groups(&self, shards: u16) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        for shard in 0..shards.min(256) {
+            let stream = self.keys().shard(shard as u8).stream;
+            let created: Result<(), _> = redis::cmd("XGROUP")
+                .arg("CREATE")
+                .arg(&stream)
+                .arg(WORKER_GROUP)
+                .arg("0")
+                .arg("MKSTREAM")
+                .query_async(&mut conn)
+                .await;
+            match created {
+                Ok(()) => {}
+                Err(err) if err.code() == Some("BUSYGROUP") => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Blocks up to `block` for at most `count` new deliveries on the given shards. Runs on a
+    /// dedicated connection (see [`Store::blocking_connection`]).
+    pub async fn read_deliveries(
+        &self,
+        conn: &mut MultiplexedConnection,
+        shards: &[u8],
+        consumer: &str,
+        count: usize,
+        block: Duration,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP")
+            .arg(WORKER_GROUP)
+            .arg(consumer)
+            .arg("COUNT")
+            .arg(count)
+            .arg("BLOCK")
+            .arg(u64::try_from(block.as_millis()).unwrap_or(u64::MAX))
+            .arg("STREAMS");
+        for shard in shards {
+            cmd.arg(self.keys().shard(*shard).stream);
+        }
+        for _ in shards {
+            cmd.arg(">");
+        }
+        let reply: Option<StreamReadReply> = cmd.query_async(conn).await?;
+        Ok(reply.map(deliveries).unwrap_or_default())
+    }
+
+    /// Takes over deliveries that a dead consumer read but never claimed (idle longer than
+    /// `min_idle`), so they are claimed by the normal path.
+    pub async fn take_stale_deliveries(
+        &self,
+        shard: u8,
+        consumer: &str,
+        min_idle: Duration,
+        count: usize,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let stream = self.keys().shard(shard).stream;
+        let reply: Value = redis::cmd("XAUTOCLAIM")
+            .arg(&stream)
+            .arg(WORKER_GROUP)
+            .arg(consumer)
+            .arg(u64::try_from(min_idle.as_millis()).unwrap_or(u64::MAX))
+            .arg("0-0")
+            .arg("COUNT")
+            .arg(count)
+            .query_async(&mut self.conn())
+            .await?;
+        // Reply: [next-cursor, [[id, [field, value…]] …], [deleted ids…]]
+        let Value::Array(parts) = reply else {
+            return Ok(Vec::new());
+        };
+        let Some(Value::Array(entries)) = parts.get(1) else {
+            return Ok(Vec::new());
+        };
+        Ok(entries.iter().filter_map(stream_entry).collect())
+    }
+
+    /// Claims a delivered task: fenced lease for `lease`, stream entry acked.
+    pub async fn claim(
+        &self,
+        delivery: &Delivery,
+        worker: &str,
+        lease: Duration,
+    ) -> Result<Option<Claim>, StoreError> {
+        let keys = self.keys().task(&delivery.task_id);
+        let reply: Vec<Value> = scripts::CLAIM_TASK
+            .key(&keys.record)
+            .key(&keys.stream)
+            .key(&keys.leases)
+            .key(&keys.answers)
+            .arg(&delivery.entry_id)
+            .arg(delivery.task_id.as_str())
+            .arg(worker)
+            .arg(millis(lease))
+            .arg(WORKER_GROUP)
+            .invoke_async(&mut self.conn())
+            .await?;
+        let reply = Reply::new(reply);
+        match reply.code()? {
+            code::NOTHING => Ok(None),
+            code::OK => {
+                let traceparent = reply.string(4)?;
+                Ok(Some(Claim {
+                    task_id: delivery.task_id.clone(),
+                    fence: reply.int(1)? as u64,
+                    tool: reply.string(2)?,
+                    arguments: reply.string(3)?,
+                    traceparent: (!traceparent.is_empty()).then_some(traceparent),
+                    cancel_requested: reply.int(5)? == 1,
+                    answers: reply.pairs(6)?,
+                }))
+            }
+            _ => Err(reply.unexpected_code()),
+        }
+    }
+
+    pub async fn renew(&self, lease: Lease<'_>, duration: Duration) -> Result<Renewal, StoreError> {
+        let keys = self.keys().task(lease.task_id);
+        let reply: Vec<Value> = scripts::EXTEND_LEASE
+            .key(&keys.record)
+            .key(&keys.leases)
+            .arg(lease.task_id.as_str())
+            .arg(lease.worker)
+            .arg(lease.fence)
+            .arg(millis(duration))
+            .invoke_async(&mut self.conn())
+            .await?;
+        let reply = Reply::new(reply);
+        Ok(match reply.code()? {
+            code::OK => Renewal::Held {
+                cancel_requested: reply.int(1)? == 1,
+            },
+            code::LEASE_LOST => Renewal::Lost,
+            _ => return Err(reply.unexpected_code()),
+        })
+    }
+
+    /// Sets the status message. `false` when the lease was lost.
+    pub async fn set_status(&self, lease: Lease<'_>, message: &str) -> Result<bool, StoreError> {
+        let keys = self.keys().task(lease.task_id);
+        let reply: Vec<Value> = scripts::SET_STATUS
+            .key(&keys.record)
+            .arg(lease.task_id.as_str())
+            .arg(lease.worker)
+            .arg(lease.fence)
+            .arg(message)
+            .arg(self.keys().events_channel())
+            .invoke_async(&mut self.conn())
+            .await?;
+        let reply = Reply::new(reply);
+        match reply.code()? {
+            code::OK => Ok(true),
+            code::LEASE_LOST => Ok(false),
+            _ => Err(reply.unexpected_code()),
+        }
+    }
+
+    /// Parks the task in `input_required` with these requests (key, request JSON) and
+    /// releases the lease.
+    pub async fn request_input(
+        &self,
+        lease: Lease<'_>,
+        message: Option<&str>,
+        requests: &[(String, String)],
+        cancelled_message: &str,
+    ) -> Result<Parked, StoreError> {
+        let keys = self.keys().task(lease.task_id);
+        let mut call = scripts::REQUEST_INPUT.key(&keys.record);
+        call.key(&keys.leases)
+            .key(&keys.inputs)
+            .key(&keys.issued)
+            .arg(lease.task_id.as_str())
+            .arg(lease.worker)
+            .arg(lease.fence)
+            .arg(message.unwrap_or(""))
+            .arg(self.keys().events_channel())
+            .arg(cancelled_message);
+        for (key, request) in requests {
+            call.arg(key).arg(request);
+        }
+        let reply = Reply::new(call.invoke_async(&mut self.conn()).await?);
+        Ok(match reply.code()? {
+            code::OK => Parked::Parked,
+            2 => Parked::CancelledInstead,
+            code::LEASE_LOST => Parked::LeaseLost,
+            code::KEY_REUSED => Parked::KeyReused(reply.string(1)?),
+            _ => return Err(reply.unexpected_code()),
+        })
+    }
+
+    /// Writes a terminal outcome. `false` when the lease was lost (the write was refused).
+    pub async fn finish(&self, lease: Lease<'_>, outcome: Finish<'_>) -> Result<bool, StoreError> {
+        let keys = self.keys().task(lease.task_id);
+        let (status, field, payload, message) = match outcome {
+            Finish::Completed { result, message } => {
+                (TaskStatus::Completed, "result", result, message)
+            }
+            Finish::Failed { error, message } => (TaskStatus::Failed, "error", error, message),
+            Finish::Cancelled { message } => (TaskStatus::Cancelled, "", "", Some(message)),
+        };
+        let reply: Vec<Value> = scripts::FINISH_TASK
+            .key(&keys.record)
+            .key(&keys.leases)
+            .key(&keys.inputs)
+            .arg(lease.task_id.as_str())
+            .arg(lease.worker)
+            .arg(lease.fence)
+            .arg(status.as_str())
+            .arg(field)
+            .arg(payload)
+            .arg(message.unwrap_or(""))
+            .arg(self.keys().events_channel())
+            .invoke_async(&mut self.conn())
+            .await?;
+        let reply = Reply::new(reply);
+        match reply.code()? {
+            code::OK => Ok(true),
+            code::LEASE_LOST => Ok(false),
+            _ => Err(reply.unexpected_code()),
+        }
+    }
+
+    /// Hands a held task back to the queue (draining). `false` when the lease was already lost.
+    pub async fn release(
+        &self,
+        lease: Lease<'_>,
+        cancelled_message: &str,
+    ) -> Result<bool, StoreError> {
+        let keys = self.keys().task(lease.task_id);
+        let reply: Vec<Value> = scripts::RELEASE_TASK
+            .key(&keys.record)
+            .key(&keys.leases)
+            .key(&keys.stream)
+            .arg(lease.task_id.as_str())
+            .arg(lease.worker)
+            .arg(lease.fence)
+            .arg(cancelled_message)
+            .arg(self.keys().events_channel())
+            .invoke_async(&mut self.conn())
+            .await?;
+        let reply = Reply::new(reply);
+        match reply.code()? {
+            code::OK | 3 => Ok(true),
+            code::LEASE_LOST => Ok(false),
+            _ => Err(reply.unexpected_code()),
+        }
+    }
+
+    /// Task ids in a shard's lease index whose lease is due by the caller's clock. A hint:
+    /// `reclaim` re-checks against Redis time.
+    pub async fn due_leases(
+        &self,
+        shard: u8,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<TaskId>, StoreError> {
+        let ids: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+            .arg(self.keys().shard(shard).leases)
+            .arg("-inf")
+            .arg(now_ms)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(ids.iter().filter_map(|id| TaskId::parse(id)).collect())
+    }
+
+    /// Requeues (or fails, past `max_reclaims`) a task whose lease expired.
+    pub async fn reclaim(
+        &self,
+        task_id: &TaskId,
+        max_reclaims: u32,
+        failure_error: &str,
+        failure_message: &str,
+        cancelled_message: &str,
+    ) -> Result<Reclaimed, StoreError> {
+        let keys = self.keys().task(task_id);
+        let reply: Vec<Value> = scripts::RECLAIM_TASK
+            .key(&keys.record)
+            .key(&keys.leases)
+            .key(&keys.stream)
+            .key(&keys.inputs)
+            .arg(task_id.as_str())
+            .arg(max_reclaims)
+            .arg(failure_error)
+            .arg(failure_message)
+            .arg(cancelled_message)
+            .arg(self.keys().events_channel())
+            .invoke_async(&mut self.conn())
+            .await?;
+        let reply = Reply::new(reply);
+        Ok(match reply.code()? {
+            code::NOTHING => Reclaimed::Nothing,
+            code::OK => Reclaimed::Requeued,
+            2 => Reclaimed::Failed,
+            3 => Reclaimed::Cancelled,
+            _ => return Err(reply.unexpected_code()),
+        })
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn deliveries(reply: StreamReadReply) -> Vec<Delivery> {
+    reply
+        .keys
+        .into_iter()
+        .flat_map(|key| key.ids)
+        .filter_map(|entry| {
+            let id = entry.get::<String>("id")?;
+            Some(Delivery {
+                task_id: TaskId::parse(&id)?,
+                entry_id: entry.id,
+            })
+        })
+        .collect()
+}
+
+fn stream_entry(v: &Value) -> Option<Delivery> {
+    let Value::Array(parts) = v else { return None };
+    let entry_id = super::reply::as_string(parts.first()?)?;
+    let Value::Array(fields) = parts.get(1)? else {
+        return None;
+    };
+    let fields: Vec<String> = fields.iter().filter_map(super::reply::as_string).collect();
+    let id = fields
+        .chunks_exact(2)
+        .find(|kv| kv[0] == "id")
+        .map(|kv| kv[1].clone())?;
+    Some(Delivery {
+        task_id: TaskId::parse(&id)?,
+        entry_id,
+    })
+}

@@ -1,0 +1,23 @@
+//! The Redis layer: connections, key names, and one Lua script per task state transition.
+//!
+//! Round trips per operation (the hot paths):
+//! - create: 1 script (`create_task`), plus `WAIT` when durability replicas are asked for;
+//! - get: 1 pipeline (`HMGET` record + `HGETALL` outstanding inputs);
+//! - update, cancel: 1 script each;
+//! - claim: 1 script per delivered task (the blocking `XREADGROUP` that delivers is the wait);
+//! - renew, status, park, finish, release: 1 script each.
+
+mod catalogue;
+mod connection;
+mod error;
+mod keys;
+mod leases;
+mod reply;
+mod scripts;
+mod tasks;
+
+pub use connection::Store;
+pub use error::StoreError;
+pub use keys::{Keys, ShardKeys, TaskKeys, WORKER_GROUP};
+pub use leases::{Claim, Delivery, Finish, Lease, Parked, Reclaimed, Renewal};
+pub use tasks::{Answered, CancelOutcome, NewTask};

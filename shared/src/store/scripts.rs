@@ -1,0 +1,40 @@
+//! The Lua scripts, loaded once per process. `invoke_async` sends EVALSHA and falls back to
+//! EVAL (then caches) when a server does not know the script yet.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+macro_rules! script {
+    ($name:ident, $file:literal) => {
+        pub(super) static $name: LazyLock<Script> =
+            LazyLock::new(|| Script::new(include_str!($file)));
+    };
+}
+
+script!(CREATE_TASK, "scripts/create_task.lua");
+script!(CLAIM_TASK, "scripts/claim_task.lua");
+script!(EXTEND_LEASE, "scripts/extend_lease.lua");
+script!(SET_STATUS, "scripts/set_status.lua");
+script!(REQUEST_INPUT, "scripts/request_input.lua");
+script!(ACCEPT_INPUT, "scripts/accept_input.lua");
+script!(FINISH_TASK, "scripts/finish_task.lua");
+script!(CANCEL_TASK, "scripts/cancel_task.lua");
+script!(RECLAIM_TASK, "scripts/reclaim_task.lua");
+script!(RELEASE_TASK, "scripts/release_task.lua");
+
+/// Every script, for loading at boot so a broken one fails start-up rather than a request.
+pub(super) fn all() -> [&'static Script; 10] {
+    [
+        &CREATE_TASK,
+        &CLAIM_TASK,
+        &EXTEND_LEASE,
+        &SET_STATUS,
+        &REQUEST_INPUT,
+        &ACCEPT_INPUT,
+        &FINISH_TASK,
+        &CANCEL_TASK,
+        &RECLAIM_TASK,
+        &RELEASE_TASK,
+    ]
+}

@@ -1,0 +1,27 @@
+-- cancel_task: tasks/cancel. Ownership is checked here. Terminal: nothing changes.
+-- Queued (working, no holder) or parked (input_required): cancelled at once; a queue entry
+-- left behind is skipped by claim_task. Running: the cancel flag is set and the lease holder
+-- is signalled; the worker ends the task at the tool's next checkpoint (invariant 8).
+-- KEYS[1] task record   KEYS[2] inputs hash
+-- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] status message
+-- ARGV[5] events channel   ARGV[6] signal channel prefix (the holder's id is appended)
+-- Returns {1, version} cancelled | {2} flagged, holder signalled | {0} already terminal
+--       | {-1} not found (or not the owner).
+local rcall = redis.call
+local record, inputs = KEYS[1], KEYS[2]
+local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'holder')
+if not f[1] or f[1] ~= ARGV[2] or f[2] ~= ARGV[3] then return {-1} end
+local status = f[3]
+if status ~= 'working' and status ~= 'input_required' then return {0} end
+if status == 'working' and f[4] then
+  rcall('HSET', record, 'cancel', 1)
+  rcall('PUBLISH', ARGV[6] .. f[4], ARGV[1])
+  return {2}
+end
+local t = rcall('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+rcall('DEL', inputs)
+rcall('HSET', record, 'status', 'cancelled', 'msg', ARGV[4], 'updated', now, 'cancel', 1)
+local ver = rcall('HINCRBY', record, 'ver', 1)
+rcall('PUBLISH', ARGV[5], ARGV[1] .. ' ' .. ver .. ' cancelled')
+return {1, ver}

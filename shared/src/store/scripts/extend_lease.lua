@@ -1,0 +1,16 @@
+-- extend_lease: renew a held lease. Refused unless the caller still holds it with the same
+-- fencing token and the task is still working.
+-- Renewal changes nothing a client sees: no version bump, no event.
+-- KEYS[1] task record   KEYS[2] shard lease index
+-- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] lease ms
+-- Returns {1, cancelRequested 0|1} | {-2} lease lost.
+local rcall = redis.call
+local record, leases = KEYS[1], KEYS[2]
+local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'cancel')
+if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
+local t = rcall('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease_until = now + tonumber(ARGV[4])
+rcall('HSET', record, 'lease', lease_until)
+rcall('ZADD', leases, lease_until, ARGV[1])
+return {1, f[4] and 1 or 0}

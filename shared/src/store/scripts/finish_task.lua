@@ -1,0 +1,24 @@
+-- finish_task: the lease holder writes the outcome: completed (result), failed (error) or
+-- cancelled. Fenced; a terminal record is never written again (invariant 4). A completion
+-- that lands before a requested cancel wins.
+-- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] inputs hash
+-- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] terminal status
+-- ARGV[5] outcome field ('result' | 'error' | '')   ARGV[6] outcome JSON
+-- ARGV[7] status message ('' = keep)   ARGV[8] events channel
+-- Returns {1, version} | {-2} lease lost.
+-- Publishes "<id> <version> <status>".
+local rcall = redis.call
+local record, leases, inputs = KEYS[1], KEYS[2], KEYS[3]
+local f = rcall('HMGET', record, 'status', 'holder', 'fence')
+if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
+local t = rcall('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+rcall('HDEL', record, 'holder', 'lease')
+rcall('ZREM', leases, ARGV[1])
+rcall('DEL', inputs)
+rcall('HSET', record, 'status', ARGV[4], 'updated', now)
+if ARGV[5] ~= '' then rcall('HSET', record, ARGV[5], ARGV[6]) end
+if ARGV[7] ~= '' then rcall('HSET', record, 'msg', ARGV[7]) end
+local ver = rcall('HINCRBY', record, 'ver', 1)
+rcall('PUBLISH', ARGV[8], ARGV[1] .. ' ' .. ver .. ' ' .. ARGV[4])
+return {1, ver}

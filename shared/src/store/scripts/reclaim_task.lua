@@ -1,0 +1,40 @@
+-- reclaim_task: the reaper's step for one lease-index entry whose score is due. Re-checks the
+-- record (the index is a hint): a live lease re-syncs the index; an expired one requeues the
+-- task and counts a reclaim; past the maximum the task fails; a requested cancel ends it
+-- cancelled. Safe when several reapers race.
+-- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] shard stream   KEYS[4] inputs hash
+-- ARGV[1] task id   ARGV[2] max reclaims   ARGV[3] failure error JSON   ARGV[4] failure message
+-- ARGV[5] cancelled message   ARGV[6] events channel
+-- Returns {1} requeued | {2, ver} failed | {3, ver} cancelled | {0} nothing to do.
+local rcall = redis.call
+local record, leases, stream, inputs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local f = rcall('HMGET', record, 'status', 'holder', 'lease', 'reclaims', 'cancel')
+if f[1] ~= 'working' or not f[2] then
+  rcall('ZREM', leases, ARGV[1])
+  return {0}
+end
+local t = rcall('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if tonumber(f[3]) > now then
+  rcall('ZADD', leases, f[3], ARGV[1])
+  return {0}
+end
+rcall('HDEL', record, 'holder', 'lease')
+rcall('ZREM', leases, ARGV[1])
+local reclaims = rcall('HINCRBY', record, 'reclaims', 1)
+local status
+if f[5] then
+  status = 'cancelled'
+  rcall('HSET', record, 'status', status, 'msg', ARGV[5], 'updated', now)
+elseif reclaims > tonumber(ARGV[2]) then
+  status = 'failed'
+  rcall('DEL', inputs)
+  rcall('HSET', record, 'status', status, 'error', ARGV[3], 'msg', ARGV[4], 'updated', now)
+else
+  rcall('XADD', stream, '*', 'id', ARGV[1])
+  return {1}
+end
+local ver = rcall('HINCRBY', record, 'ver', 1)
+rcall('PUBLISH', ARGV[6], ARGV[1] .. ' ' .. ver .. ' ' .. status)
+if status == 'failed' then return {2, ver} end
+return {3, ver}

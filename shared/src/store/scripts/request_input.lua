@@ -1,0 +1,40 @@
+-- request_input: park a working task in input_required (invariant 6: no worker, lease or
+-- connection is held while a human answers). The lease is released here.
+-- Every key must never have been issued before; all keys of the call are checked first, so a
+-- refusal writes nothing. A cancel requested meanwhile wins: the task ends cancelled.
+-- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] inputs hash   KEYS[4] issued set
+-- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] status message ('' = keep)
+-- ARGV[5] events channel   ARGV[6] cancelled status message   ARGV[7..] key, request JSON pairs
+-- Returns {1, version} parked | {2, version} cancelled instead | {-2} lease lost
+--       | {-5, key} key already issued.
+-- Publishes "<id> <version> input_required" (or cancelled).
+local rcall = redis.call
+local record, leases, inputs, issued = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'cancel', 'created', 'ttl')
+if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
+for i = 7, #ARGV, 2 do
+  if rcall('SISMEMBER', issued, ARGV[i]) == 1 then return {-5, ARGV[i]} end
+end
+local t = rcall('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expires = tonumber(f[5]) + tonumber(f[6])
+rcall('HDEL', record, 'holder', 'lease')
+rcall('ZREM', leases, ARGV[1])
+local status = 'input_required'
+if f[4] then
+  status = 'cancelled'
+  rcall('HSET', record, 'status', status, 'msg', ARGV[6], 'updated', now)
+else
+  for i = 7, #ARGV, 2 do
+    rcall('SADD', issued, ARGV[i])
+    rcall('HSET', inputs, ARGV[i], ARGV[i + 1])
+  end
+  rcall('PEXPIREAT', issued, expires)
+  rcall('PEXPIREAT', inputs, expires)
+  rcall('HSET', record, 'status', status, 'updated', now)
+  if ARGV[4] ~= '' then rcall('HSET', record, 'msg', ARGV[4]) end
+end
+local ver = rcall('HINCRBY', record, 'ver', 1)
+rcall('PUBLISH', ARGV[5], ARGV[1] .. ' ' .. ver .. ' ' .. status)
+if status == 'cancelled' then return {2, ver} end
+return {1, ver}

@@ -1,0 +1,16 @@
+-- set_status: the lease holder updates the status message of its working task.
+-- KEYS[1] task record
+-- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] status message
+-- ARGV[5] events channel
+-- Returns {1, version} | {-2} lease lost.
+-- Publishes "<id> <version> working".
+local rcall = redis.call
+local record = KEYS[1]
+local f = rcall('HMGET', record, 'status', 'holder', 'fence')
+if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
+local t = rcall('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+rcall('HSET', record, 'msg', ARGV[4], 'updated', now)
+local ver = rcall('HINCRBY', record, 'ver', 1)
+rcall('PUBLISH', ARGV[5], ARGV[1] .. ' ' .. ver .. ' working')
+return {1, ver}

@@ -1,0 +1,217 @@
+//! The gateway's task operations: create, read, answer input, cancel.
+
+use redis::Value;
+use serde_json::Map;
+
+use super::reply::{Reply, as_string, code};
+use super::{Store, StoreError, scripts};
+use crate::task::{Owner, Snapshot, SnapshotError, TaskId, TaskStatus};
+
+/// What `create_task` writes.
+#[derive(Debug, Clone)]
+pub struct NewTask<'a> {
+    pub id: &'a TaskId,
+    pub owner: &'a Owner,
+    pub tool: &'a str,
+    /// The arguments as JSON text.
+    pub arguments: &'a str,
+    pub ttl_ms: u64,
+    pub poll_interval_ms: u64,
+    pub status_message: Option<&'a str>,
+    pub traceparent: Option<&'a str>,
+}
+
+/// The outcome of `tasks/update`'s write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answered {
+    NotFound,
+    /// Nothing applied: the task was not waiting, or no answer matched an outstanding key.
+    Ignored,
+    Applied {
+        version: u64,
+        resumed: bool,
+    },
+}
+
+/// The outcome of `tasks/cancel`'s write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    NotFound,
+    AlreadyTerminal,
+    /// Queued or parked: cancelled at once.
+    Cancelled,
+    /// Running: flagged, and the lease holder signalled.
+    Signalled,
+}
+
+/// The record fields a snapshot needs, in `HMGET` order.
+const SNAPSHOT_FIELDS: [&str; 11] = [
+    "tenant",
+    "principal",
+    "status",
+    "msg",
+    "created",
+    "updated",
+    "ttl",
+    "poll",
+    "result",
+    "error",
+    "ver",
+];
+
+impl Store {
+    /// Writes the record and enqueues it, in one script. Returns `createdAt` (ms, Redis time).
+    pub async fn create_task(&self, task: NewTask<'_>) -> Result<i64, StoreError> {
+        let keys = self.keys().task(task.id);
+        let reply: Vec<Value> = scripts::CREATE_TASK
+            .key(&keys.record)
+            .key(&keys.stream)
+            .arg(task.id.as_str())
+            .arg(&task.owner.tenant)
+            .arg(&task.owner.principal)
+            .arg(task.tool)
+            .arg(task.arguments)
+            .arg(task.ttl_ms)
+            .arg(task.poll_interval_ms)
+            .arg(task.status_message.unwrap_or(""))
+            .arg(task.traceparent.unwrap_or(""))
+            .arg(self.keys().events_channel())
+            .invoke_async(&mut self.conn())
+            .await?;
+        let reply = Reply::new(reply);
+        match reply.code()? {
+            code::OK => reply.int(1),
+            // 128 random bits collided: report it rather than overwrite another task.
+            code::EXISTS => Err(StoreError::UnexpectedReply("task id already exists".into())),
+            _ => Err(reply.unexpected_code()),
+        }
+    }
+
+    /// Reads a task in one round trip. `None` when it does not exist (or expired). Ownership is
+    /// the caller's check.
+    pub async fn get_task(&self, id: &TaskId) -> Result<Option<Snapshot>, StoreError> {
+        let keys = self.keys().task(id);
+        let (fields, inputs): (Vec<Value>, Vec<(String, String)>) = redis::pipe()
+            .cmd("HMGET")
+            .arg(&keys.record)
+            .arg(&SNAPSHOT_FIELDS[..])
+            .hgetall(&keys.inputs)
+            .query_async(&mut self.conn())
+            .await?;
+        let fields: Vec<Option<String>> = fields.iter().map(as_string).collect();
+        if fields.iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        snapshot(id, &fields, inputs)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt(e.field))
+    }
+
+    /// Stores answers to outstanding input keys (each answer is JSON text). Ownership is
+    /// checked inside the script.
+    pub async fn answer_inputs(
+        &self,
+        id: &TaskId,
+        owner: &Owner,
+        answers: &[(String, String)],
+        resume_message: Option<&str>,
+    ) -> Result<Answered, StoreError> {
+        let keys = self.keys().task(id);
+        let mut call = scripts::ACCEPT_INPUT.key(&keys.record);
+        call.key(&keys.inputs)
+            .key(&keys.answers)
+            .key(&keys.stream)
+            .arg(id.as_str())
+            .arg(&owner.tenant)
+            .arg(&owner.principal)
+            .arg(self.keys().events_channel())
+            .arg(resume_message.unwrap_or(""));
+        for (key, answer) in answers {
+            call.arg(key).arg(answer);
+        }
+        let reply = Reply::new(call.invoke_async(&mut self.conn()).await?);
+        Ok(match reply.code()? {
+            code::OK => Answered::Applied {
+                version: reply.int(1)? as u64,
+                resumed: reply.int(2)? == 1,
+            },
+            code::NOTHING => Answered::Ignored,
+            code::NOT_FOUND => Answered::NotFound,
+            _ => return Err(reply.unexpected_code()),
+        })
+    }
+
+    /// Cancels a task, or flags it and signals its worker. Ownership is checked inside.
+    pub async fn cancel_task(
+        &self,
+        id: &TaskId,
+        owner: &Owner,
+        message: &str,
+    ) -> Result<CancelOutcome, StoreError> {
+        let keys = self.keys().task(id);
+        let reply: Vec<Value> = scripts::CANCEL_TASK
+            .key(&keys.record)
+            .key(&keys.inputs)
+            .arg(id.as_str())
+            .arg(&owner.tenant)
+            .arg(&owner.principal)
+            .arg(message)
+            .arg(self.keys().events_channel())
+            .arg(self.keys().signal_prefix())
+            .invoke_async(&mut self.conn())
+            .await?;
+        let reply = Reply::new(reply);
+        Ok(match reply.code()? {
+            code::OK => CancelOutcome::Cancelled,
+            2 => CancelOutcome::Signalled,
+            code::NOTHING => CancelOutcome::AlreadyTerminal,
+            code::NOT_FOUND => CancelOutcome::NotFound,
+            _ => return Err(reply.unexpected_code()),
+        })
+    }
+}
+
+fn snapshot(
+    id: &TaskId,
+    f: &[Option<String>],
+    inputs: Vec<(String, String)>,
+) -> Result<Snapshot, SnapshotError> {
+    let text = |i: usize, field: &'static str| f[i].clone().ok_or(SnapshotError { field });
+    let int = |i: usize, field: &'static str| -> Result<i64, SnapshotError> {
+        f[i].as_deref()
+            .and_then(|s| s.parse().ok())
+            .ok_or(SnapshotError { field })
+    };
+    let json =
+        |i: usize, field: &'static str| -> Result<Option<serde_json::Value>, SnapshotError> {
+            f[i].as_deref()
+                .map(|s| serde_json::from_str(s).map_err(|_| SnapshotError { field }))
+                .transpose()
+        };
+    let status = TaskStatus::parse(&text(2, "status")?).ok_or(SnapshotError { field: "status" })?;
+    let mut input_requests = Map::new();
+    if status == TaskStatus::InputRequired {
+        for (key, request) in inputs {
+            let request =
+                serde_json::from_str(&request).map_err(|_| SnapshotError { field: "inputs" })?;
+            input_requests.insert(key, request);
+        }
+    }
+    Ok(Snapshot {
+        task_id: id.as_str().to_owned(),
+        owner: Owner {
+            tenant: text(0, "tenant")?,
+            principal: text(1, "principal")?,
+        },
+        status,
+        status_message: f[3].clone(),
+        created_at_ms: int(4, "created")?,
+        updated_at_ms: int(5, "updated")?,
+        ttl_ms: int(6, "ttl")? as u64,
+        poll_interval_ms: int(7, "poll")? as u64,
+        input_requests,
+        result: json(8, "result")?,
+        error: json(9, "error")?,
+        version: int(10, "ver")? as u64,
+    })
+}

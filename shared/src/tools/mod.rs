@@ -1,0 +1,52 @@
+//! Tool descriptors and execution policy.
+//!
+//! A tool's code lives in the worker; its [`ToolSpec`] is data that workers publish to Redis and
+//! gateways read, so the gateway can list tools, validate arguments and decide whether a call
+//! becomes a task without running any tool code.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The wire `Tool` object of `tools/list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolDescriptor {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub input_schema: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Value>,
+}
+
+/// How a `tools/call` of this tool runs. 2026-07-28 has no wire field for this; the server
+/// decides per call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Execution {
+    /// Only as a task: a request without the Tasks extension gets -32021.
+    TaskRequired,
+    /// A task when the request declares the extension, else the result inline.
+    TaskOptional,
+    /// Always inline; the gateway waits for the worker's result.
+    SyncOnly,
+}
+
+/// Everything a gateway needs to know about a tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolSpec {
+    pub descriptor: ToolDescriptor,
+    pub execution: Execution,
+    /// Task lifetime from creation.
+    pub ttl_ms: u64,
+    /// Suggested minimum polling interval.
+    pub poll_interval_ms: u64,
+    /// The status message a new task starts with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_message: Option<String>,
+}

@@ -1,0 +1,101 @@
+//! The worker's command line, with `TASKGATE_*` environment fallbacks.
+
+use std::time::Duration;
+
+use clap::Parser;
+use taskgate_shared::telemetry::LogFormat;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "taskgate-worker",
+    version,
+    about = "taskgate worker: claims tasks through fenced leases and runs the tools"
+)]
+pub struct Config {
+    /// Redis URL.
+    #[arg(
+        long,
+        env = "TASKGATE_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: String,
+
+    /// Prefix of every Redis key and channel (must match the gateways').
+    #[arg(long, env = "TASKGATE_NAMESPACE", default_value = "taskgate")]
+    pub namespace: String,
+
+    /// Tool packs to serve, comma separated (`demo`).
+    #[arg(
+        long,
+        env = "TASKGATE_TOOLS",
+        value_delimiter = ',',
+        default_value = "demo"
+    )]
+    pub tools: Vec<String>,
+
+    /// Tools run at once by this worker.
+    #[arg(long, env = "TASKGATE_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub concurrency: u32,
+
+    /// Lease duration in milliseconds; renewed about every third of it.
+    #[arg(long, env = "TASKGATE_LEASE_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(300..))]
+    pub lease_ms: u64,
+
+    /// Number of dispatch-queue shards (must match the gateways').
+    #[arg(long, env = "TASKGATE_QUEUE_SHARDS", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub queue_shards: u16,
+
+    /// Lease expiries a task survives before it is failed.
+    #[arg(long, env = "TASKGATE_MAX_RECLAIMS", default_value_t = 3)]
+    pub max_reclaims: u32,
+
+    /// This worker's id (lease holder name). Defaults to host name, pid and a random suffix.
+    #[arg(long, env = "TASKGATE_WORKER_ID")]
+    pub worker_id: Option<String>,
+
+    /// On SIGTERM, how long running tools may take to finish before their leases are released.
+    #[arg(long, env = "TASKGATE_DRAIN_GRACE_MS", default_value_t = 20_000)]
+    pub drain_grace_ms: u64,
+
+    /// After a cancel is requested, how long a tool may take to reach a checkpoint before it is
+    /// stopped and the task ends cancelled.
+    #[arg(long, env = "TASKGATE_CANCEL_GRACE_MS", default_value_t = 2_000)]
+    pub cancel_grace_ms: u64,
+
+    /// Timeout of each Redis command and connection attempt, in milliseconds.
+    #[arg(long, env = "TASKGATE_REDIS_TIMEOUT_MS", default_value_t = 2_000)]
+    pub redis_timeout_ms: u64,
+
+    /// Log format: auto (JSON unless on a terminal), json or text.
+    #[arg(long, env = "TASKGATE_LOG_FORMAT", default_value = "auto")]
+    pub log_format: LogFormat,
+}
+
+impl Config {
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+
+    pub fn drain_grace(&self) -> Duration {
+        Duration::from_millis(self.drain_grace_ms)
+    }
+
+    pub fn cancel_grace(&self) -> Duration {
+        Duration::from_millis(self.cancel_grace_ms)
+    }
+
+    pub fn redis_timeout(&self) -> Duration {
+        Duration::from_millis(self.redis_timeout_ms)
+    }
+
+    pub fn worker_id(&self) -> String {
+        self.worker_id.clone().unwrap_or_else(|| {
+            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".into());
+            format!(
+                "{host}-{}-{:04x}",
+                std::process::id(),
+                rand::random::<u16>()
+            )
+        })
+    }
+}

@@ -1,0 +1,44 @@
+//! The taskgate worker: claims tasks through fenced leases, runs the tools, parks tasks for
+//! input, writes outcomes. Tool code runs only here.
+
+pub mod config;
+pub mod packs;
+mod runtime;
+pub mod tool;
+
+use std::sync::Arc;
+
+use taskgate_shared::store::{Store, StoreError};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use config::Config;
+
+/// A worker that cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Pack(#[from] packs::UnknownPack),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Runs the worker until `shutdown` resolves, then drains (see the README's operations notes).
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+    let tools = packs::registry(&config.tools)?;
+    let store = Store::connect_lazy(&config.redis_url, &config.namespace, config.redis_timeout())?;
+    let shared = Arc::new(runtime::Shared {
+        worker_id: config.worker_id(),
+        slots: Arc::new(Semaphore::new(config.concurrency as usize)),
+        config,
+        store,
+        tools,
+        held: runtime::Held::default(),
+        stop_claiming: CancellationToken::new(),
+        drain_over: CancellationToken::new(),
+        executions: TaskTracker::new(),
+    });
+    runtime::run(shared, shutdown).await;
+    Ok(())
+}

@@ -1,0 +1,182 @@
+//! The `demo` pack: the lesson's `generate_report`, a tool with two outstanding inputs, and a
+//! cancellable `sleep`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use taskgate_shared::tools::{Execution, ToolDescriptor, ToolSpec};
+
+use crate::tool::{
+    BoxFuture, Tool, ToolContext, ToolError, ToolOutput, answer_action, elicitation_form,
+};
+
+pub(super) fn tools() -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(GenerateReport),
+        Arc::new(DualApproval),
+        Arc::new(Sleep),
+    ]
+}
+
+fn spec(
+    name: &str,
+    description: &str,
+    input_schema: Value,
+    ttl_ms: u64,
+    poll_interval_ms: u64,
+    status: Option<&str>,
+) -> ToolSpec {
+    ToolSpec {
+        descriptor: ToolDescriptor {
+            name: name.into(),
+            title: None,
+            description: Some(description.into()),
+            input_schema,
+            output_schema: None,
+            annotations: None,
+        },
+        execution: Execution::TaskRequired,
+        ttl_ms,
+        poll_interval_ms,
+        status_message: status.map(str::to_owned),
+    }
+}
+
+/// The lesson's report generator: asks `approve_outline`, then completes or is cancelled.
+///
+/// An `accept` whose content is not `approved: true` is treated as a refusal (missing content
+/// is never consent), since the key cannot be asked again.
+struct GenerateReport;
+
+impl Tool for GenerateReport {
+    fn spec(&self) -> ToolSpec {
+        spec(
+            "generate_report",
+            "Generate a durable report that may require outline approval.",
+            json!({"type":"object","properties":{"size":{"type":"string","enum":["small","medium","large"],"default":"medium"}},"required":[]}),
+            900_000,
+            1_000,
+            Some("Preparing report outline."),
+        )
+    }
+
+    fn call<'a>(
+        &'a self,
+        arguments: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let size = arguments
+                .get("size")
+                .and_then(Value::as_str)
+                .unwrap_or("medium")
+                .to_owned();
+            let request = elicitation_form(
+                "Approve the generated report outline?",
+                json!({"type":"object","properties":{"approved":{"type":"boolean"}},"required":["approved"]}),
+            );
+            let answer = ctx.input("approve_outline", request, "Waiting for outline approval.")?;
+            let approved = answer_action(&answer) == Some("accept")
+                && answer.pointer("/content/approved") == Some(&Value::Bool(true));
+            if !approved {
+                return Err(ToolError::Cancelled(Some(
+                    "User did not approve the outline.".into(),
+                )));
+            }
+            ctx.set_status("Generating approved report.").await?;
+            Ok(
+                ToolOutput::text(format!("Generated {size} report with approved outline."))
+                    .structured(json!({ "size": size, "approved": true }))
+                    .with_status("Report completed."),
+            )
+        })
+    }
+}
+
+/// Two approvals asked at once, so two input keys are outstanding together.
+struct DualApproval;
+
+impl Tool for DualApproval {
+    fn spec(&self) -> ToolSpec {
+        spec(
+            "dual_approval",
+            "Ask legal and finance to approve a change; both requests are outstanding at once.",
+            json!({"type":"object","properties":{"change":{"type":"string","maxLength":200}},"required":["change"]}),
+            900_000,
+            1_000,
+            Some("Requesting approvals."),
+        )
+    }
+
+    fn call<'a>(
+        &'a self,
+        arguments: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let change = arguments
+                .get("change")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let schema = json!({"type":"object","properties":{"approved":{"type":"boolean"}},"required":["approved"]});
+            let answers = ctx.inputs(
+                vec![
+                    (
+                        "legal_approval".into(),
+                        elicitation_form(&format!("Legal: approve {change:?}?"), schema.clone()),
+                    ),
+                    (
+                        "finance_approval".into(),
+                        elicitation_form(&format!("Finance: approve {change:?}?"), schema),
+                    ),
+                ],
+                "Waiting for legal and finance approval.",
+            )?;
+            let approved = |a: &Value| {
+                answer_action(a) == Some("accept")
+                    && a.pointer("/content/approved") == Some(&Value::Bool(true))
+            };
+            let (legal, finance) = (approved(&answers[0]), approved(&answers[1]));
+            Ok(ToolOutput::text(format!(
+                "Change {change:?}: legal approved={legal}, finance approved={finance}."
+            ))
+            .structured(json!({ "change": change, "legal": legal, "finance": finance }))
+            .with_status("Approvals collected."))
+        })
+    }
+}
+
+/// Sleeps `ms` while watching for cancellation; reports the fencing token it ran under.
+struct Sleep;
+
+impl Tool for Sleep {
+    fn spec(&self) -> ToolSpec {
+        spec(
+            "sleep",
+            "Sleep for ms milliseconds (cancellable); returns the fencing token of the run.",
+            json!({"type":"object","properties":{"ms":{"type":"integer","minimum":0,"maximum":3_600_000}},"required":["ms"]}),
+            3_600_000,
+            500,
+            Some("Sleeping."),
+        )
+    }
+
+    fn call<'a>(
+        &'a self,
+        arguments: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let ms = arguments.get("ms").and_then(Value::as_u64).unwrap_or(0);
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                () = ctx.cancelled() => return Err(ToolError::Cancelled(Some("Sleep was cancelled.".into()))),
+            }
+            Ok(ToolOutput::text(format!("Slept {ms} ms."))
+                .structured(json!({ "sleptMs": ms, "fencingToken": ctx.fencing_token() }))
+                .with_status("Done."))
+        })
+    }
+}

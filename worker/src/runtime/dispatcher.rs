@@ -1,0 +1,79 @@
+//! Reads deliveries from the shard streams, as many as there are free slots, and claims them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use taskgate_shared::store::Delivery;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::{Shared, execution};
+
+/// How long one `XREADGROUP` blocks; also how quickly a drain is noticed.
+const BLOCK: Duration = Duration::from_millis(1_000);
+
+pub(super) async fn run(shared: Arc<Shared>) {
+    let shards: Vec<u8> = (0..shared.config.queue_shards.min(256))
+        .map(|s| s as u8)
+        .collect();
+    let mut conn = None;
+    let mut backoff = Duration::from_millis(100);
+    while !shared.stop_claiming.is_cancelled() {
+        let first = tokio::select! {
+            permit = shared.slots.clone().acquire_owned() => match permit { Ok(p) => p, Err(_) => return },
+            () = shared.stop_claiming.cancelled() => return,
+        };
+        let mut permits = vec![first];
+        while let Ok(p) = shared.slots.clone().try_acquire_owned() {
+            permits.push(p);
+        }
+        if conn.is_none() {
+            match shared.store.blocking_connection(BLOCK).await {
+                Ok(c) => conn = Some(c),
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot open the delivery connection");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        match shared
+            .store
+            .read_deliveries(c, &shards, &shared.worker_id, permits.len(), BLOCK)
+            .await
+        {
+            Ok(deliveries) => {
+                backoff = Duration::from_millis(100);
+                for delivery in deliveries {
+                    let Some(permit) = permits.pop() else { break };
+                    spawn_claim(&shared, delivery, permit);
+                }
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "reading deliveries failed");
+                conn = None;
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+/// Claims one delivery and, if the claim holds, runs it on `permit`'s slot.
+pub(super) fn spawn_claim(shared: &Arc<Shared>, delivery: Delivery, permit: OwnedSemaphorePermit) {
+    let shared2 = shared.clone();
+    shared.executions.spawn(async move {
+        match shared2
+            .store
+            .claim(&delivery, &shared2.worker_id, shared2.config.lease())
+            .await
+        {
+            Ok(Some(claim)) => execution::run(shared2, claim).await,
+            Ok(None) => {}
+            // The entry stays pending under this consumer; the reaper hands it on later.
+            Err(err) => tracing::warn!(task_id = %delivery.task_id, error = %err, "claim failed"),
+        }
+        drop(permit);
+    });
+}

@@ -1,0 +1,51 @@
+//! Renews every held lease about three times per lease period. The renewals of one round go
+//! out together and share the multiplexed connection, so they pipeline. A renewal also carries
+//! the cancel flag, which covers a missed cancel signal.
+
+use std::sync::Arc;
+
+use futures::future::join_all;
+use taskgate_shared::store::{Lease, Renewal};
+
+use super::Shared;
+
+pub(super) async fn run(shared: Arc<Shared>) {
+    let lease = shared.config.lease();
+    let mut tick = tokio::time::interval(lease / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let held = shared.held.snapshot();
+        let renewals = held.iter().map(|(id, task)| {
+            let store = &shared.store;
+            let worker = shared.worker_id.as_str();
+            async move {
+                store
+                    .renew(
+                        Lease {
+                            task_id: id,
+                            worker,
+                            fence: task.fence,
+                        },
+                        lease,
+                    )
+                    .await
+            }
+        });
+        for ((id, task), renewal) in held.iter().zip(join_all(renewals).await) {
+            match renewal {
+                Ok(Renewal::Held { cancel_requested }) => {
+                    if cancel_requested {
+                        task.cancel.cancel();
+                    }
+                }
+                Ok(Renewal::Lost) => {
+                    tracing::warn!(task_id = %id, fence = task.fence, "lease lost");
+                    task.lost.cancel();
+                }
+                // Transient: the lease may still be valid; the next round tries again.
+                Err(err) => tracing::warn!(task_id = %id, error = %err, "lease renewal failed"),
+            }
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! This worker's signal channel: the cancel script publishes a task id here when a task this
+//! worker holds is cancelled, so the tool sees it within milliseconds. Pub/sub is lossy; lease
+//! renewals carry the same flag as a backstop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use taskgate_shared::task::TaskId;
+
+use super::Shared;
+
+pub(super) async fn run(shared: Arc<Shared>) {
+    let channel = shared.store.keys().signal_channel(&shared.worker_id);
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match shared.store.pubsub().await {
+            Ok(mut pubsub) => {
+                if let Err(err) = pubsub.subscribe(&channel).await {
+                    tracing::warn!(error = %err, "cannot subscribe to the signal channel");
+                } else {
+                    backoff = Duration::from_millis(100);
+                    let mut messages = pubsub.on_message();
+                    while let Some(msg) = messages.next().await {
+                        let Ok(payload) = msg.get_payload::<String>() else {
+                            continue;
+                        };
+                        if let Some(task) =
+                            TaskId::parse(&payload).and_then(|id| shared.held.get(&id))
+                        {
+                            task.cancel.cancel();
+                        }
+                    }
+                    tracing::warn!("signal channel closed; resubscribing");
+                }
+            }
+            Err(err) => tracing::warn!(error = %err, "cannot open the signal connection"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}

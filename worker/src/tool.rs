@@ -1,0 +1,249 @@
+//! The tool runtime contract.
+//!
+//! # Replay contract
+//!
+//! Asking for input never holds a worker slot. When a tool asks for an answer it does not have,
+//! [`ToolContext::input`] returns [`ToolError::Suspend`]; the tool must propagate it (`?`). The
+//! worker then parks the task durably in `input_required` and moves on. When every outstanding
+//! key is answered, the task is queued again and the tool runs **again from the start**, with
+//! the recorded answers: `input` returns a recorded answer at once and suspends only on the
+//! first key that has none. Therefore:
+//!
+//! - for the same arguments and answers, a tool must ask the same keys in the same order;
+//! - keys are unique over the task's lifetime: a key once asked is never asked with a new
+//!   request (ask a new key instead);
+//! - side effects before a suspension must be idempotent, keyed by the task id (the fencing
+//!   token changes on every run), or checkpointed elsewhere.
+//!
+//! Cancellation is cooperative: watch [`ToolContext::cancelled`] or call
+//! [`ToolContext::checkpoint`]. A tool that ignores a cancel is stopped after the worker's cancel
+//! grace period.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Mutex;
+
+use serde_json::{Value, json};
+use taskgate_shared::protocol::{RpcError, result};
+use taskgate_shared::store::{Lease, Store};
+use taskgate_shared::task::TaskId;
+use taskgate_shared::tools::ToolSpec;
+use tokio_util::sync::CancellationToken;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A tool a worker can run.
+pub trait Tool: Send + Sync + 'static {
+    /// What gateways list and validate against.
+    fn spec(&self) -> ToolSpec;
+
+    /// Runs the tool. `arguments` already satisfy the spec's `inputSchema` (the gateway checked).
+    fn call<'a>(
+        &'a self,
+        arguments: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
+}
+
+/// A finished call: the CallToolResult and, optionally, the task's final status message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    pub result: Value,
+    pub status_message: Option<String>,
+}
+
+impl ToolOutput {
+    /// A CallToolResult with one text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            result: json!({ "content": [{ "type": "text", "text": text.into() }], "isError": false }),
+            status_message: None,
+        }
+    }
+
+    pub fn structured(mut self, content: Value) -> Self {
+        self.result["structuredContent"] = content;
+        self
+    }
+
+    /// A tool-level error: the task still ends `completed`, with `isError: true`.
+    pub fn error(mut self) -> Self {
+        self.result["isError"] = Value::Bool(true);
+        self
+    }
+
+    pub fn with_status(mut self, message: impl Into<String>) -> Self {
+        self.status_message = Some(message.into());
+        self
+    }
+
+    /// The result as stored: the nested `resultType` and serverInfo `_meta` are always set.
+    pub(crate) fn into_stored(self) -> (Value, Option<String>) {
+        let mut result = match self.result {
+            Value::Object(map) => map,
+            other => serde_json::Map::from_iter([(
+                "content".to_owned(),
+                json!([{ "type": "text", "text": other.to_string() }]),
+            )]),
+        };
+        result.insert("resultType".into(), result::COMPLETE.into());
+        result.insert("_meta".into(), result::server_meta());
+        (Value::Object(result), self.status_message)
+    }
+}
+
+/// Why a call did not produce a result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolError {
+    /// Input is needed: the task parks and the tool runs again once it is answered.
+    Suspend,
+    /// The tool honoured a cancellation (or a user refused): the task ends `cancelled`.
+    Cancelled(Option<String>),
+    /// A JSON-RPC error: the task ends `failed` with it.
+    Rpc(RpcError),
+    /// This worker lost the lease; nothing it writes will be accepted.
+    LeaseLost,
+}
+
+/// What a running tool may do with its task.
+pub struct ToolContext {
+    task_id: TaskId,
+    fence: u64,
+    worker: String,
+    store: Store,
+    answers: HashMap<String, Value>,
+    pending: Mutex<Vec<(String, Value)>>,
+    park_message: Mutex<Option<String>>,
+    cancel: CancellationToken,
+}
+
+impl ToolContext {
+    pub(crate) fn new(
+        task_id: TaskId,
+        fence: u64,
+        worker: String,
+        store: Store,
+        answers: HashMap<String, Value>,
+        cancel: CancellationToken,
+    ) -> Self {
+        Self {
+            task_id,
+            fence,
+            worker,
+            store,
+            answers,
+            pending: Mutex::default(),
+            park_message: Mutex::default(),
+            cancel,
+        }
+    }
+
+    pub fn task_id(&self) -> &str {
+        self.task_id.as_str()
+    }
+
+    /// The fencing token of this run: larger on every claim. Use `(task id, token)` as the
+    /// idempotency key of side effects that must happen once per run.
+    pub fn fencing_token(&self) -> u64 {
+        self.fence
+    }
+
+    /// Sets the task's status message (visible to `tasks/get`).
+    pub async fn set_status(&self, message: &str) -> Result<(), ToolError> {
+        let lease = Lease {
+            task_id: &self.task_id,
+            worker: &self.worker,
+            fence: self.fence,
+        };
+        match self.store.set_status(lease, message).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ToolError::LeaseLost),
+            Err(err) => {
+                tracing::warn!(task_id = %self.task_id, error = %err, "status message not written");
+                Ok(())
+            }
+        }
+    }
+
+    /// The answer to input request `key`, or [`ToolError::Suspend`] after recording the request
+    /// (`{method, params}`, e.g. from [`elicitation_form`]). `status_message` is shown while
+    /// the task waits.
+    pub fn input(
+        &self,
+        key: &str,
+        request: Value,
+        status_message: &str,
+    ) -> Result<Value, ToolError> {
+        self.inputs(vec![(key.to_owned(), request)], status_message)
+            .map(|mut answers| answers.remove(0))
+    }
+
+    /// Several answers at once: every unanswered key is asked in the same parking, so they are
+    /// outstanding together.
+    pub fn inputs(
+        &self,
+        requests: Vec<(String, Value)>,
+        status_message: &str,
+    ) -> Result<Vec<Value>, ToolError> {
+        let mut answers = Vec::with_capacity(requests.len());
+        let mut missing = Vec::new();
+        for (key, request) in requests {
+            match self.answers.get(&key) {
+                Some(answer) => answers.push(answer.clone()),
+                None => missing.push((key, request)),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(answers);
+        }
+        if let (Ok(mut pending), Ok(mut message)) = (self.pending.lock(), self.park_message.lock())
+        {
+            pending.extend(missing);
+            *message = Some(status_message.to_owned());
+        }
+        Err(ToolError::Suspend)
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Resolves when a cancel is requested.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await;
+    }
+
+    /// `Err(Cancelled)` once a cancel is requested.
+    pub fn checkpoint(&self) -> Result<(), ToolError> {
+        if self.is_cancelled() {
+            Err(ToolError::Cancelled(None))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The requests recorded by a suspended call.
+    pub(crate) fn take_pending(&self) -> (Vec<(String, Value)>, Option<String>) {
+        let pending = self
+            .pending
+            .lock()
+            .map(|mut p| std::mem::take(&mut *p))
+            .unwrap_or_default();
+        let message = self.park_message.lock().ok().and_then(|mut m| m.take());
+        (pending, message)
+    }
+}
+
+/// An `elicitation/create` form request.
+pub fn elicitation_form(message: &str, requested_schema: Value) -> Value {
+    json!({
+        "method": "elicitation/create",
+        "params": { "mode": "form", "message": message, "requestedSchema": requested_schema }
+    })
+}
+
+/// The action of an elicitation answer (`accept`, `decline` or `cancel`).
+pub fn answer_action(answer: &Value) -> Option<&str> {
+    answer.get("action").and_then(Value::as_str)
+}
