@@ -11,17 +11,11 @@ pub struct Principal {
 impl Principal {
     /// The caller under `--auth none`.
     pub fn anonymous() -> Self {
-        Self {
-            tenant: "default".into(),
-            subject: "anonymous".into(),
-        }
+        Self { tenant: "default".into(), subject: "anonymous".into() }
     }
 
     /// The owner recorded on the tasks this caller creates.
     pub fn owner(&self) -> taskgate_shared::task::Owner {
-        taskgate_shared::task::Owner {
-            tenant: self.tenant.clone(),
-            principal: self.subject.clone(),
-        }
+        taskgate_shared::task::Owner { tenant: self.tenant.clone(), principal: self.subject.clone() }
     }
 }

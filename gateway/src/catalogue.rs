@@ -27,11 +27,7 @@ impl Tool {
     pub(crate) fn check_arguments(&self, arguments: &Value) -> Result<(), String> {
         self.validator.validate(arguments).map_err(|err| {
             let path = err.instance_path().to_string();
-            if path.is_empty() {
-                err.to_string()
-            } else {
-                format!("{path}: {err}")
-            }
+            if path.is_empty() { err.to_string() } else { format!("{path}: {err}") }
         })
     }
 }
@@ -49,9 +45,7 @@ impl Catalogue {
         let mut tools = BTreeMap::new();
         for (name, spec) in specs {
             match jsonschema::validator_for(&spec.descriptor.input_schema) {
-                Ok(validator)
-                    if spec.descriptor.input_schema.get("type") == Some(&Value::from("object")) =>
-                {
+                Ok(validator) if spec.descriptor.input_schema.get("type") == Some(&Value::from("object")) => {
                     tools.insert(name, Arc::new(Tool { spec, validator }));
                 }
                 _ => {
@@ -89,11 +83,7 @@ pub(crate) struct CatalogueCache {
 
 impl CatalogueCache {
     pub(crate) fn new(store: Store) -> Self {
-        Self {
-            store,
-            current: RwLock::new(Arc::new(Catalogue::default())),
-            last_miss_refresh: Mutex::new(None),
-        }
+        Self { store, current: RwLock::new(Arc::new(Catalogue::default())), last_miss_refresh: Mutex::new(None) }
     }
 
     pub(crate) fn current(&self) -> Arc<Catalogue> {

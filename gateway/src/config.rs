@@ -16,22 +16,14 @@ pub enum AuthMode {
 }
 
 #[derive(Debug, Clone, Parser)]
-#[command(
-    name = "taskgate-gateway",
-    version,
-    about = "Stateless MCP 2026-07-28 + Tasks gateway"
-)]
+#[command(name = "taskgate-gateway", version, about = "Stateless MCP 2026-07-28 + Tasks gateway")]
 pub struct Config {
     /// Address to listen on.
     #[arg(long, env = "TASKGATE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
     /// Redis URL (`redis://`, `rediss://`).
-    #[arg(
-        long,
-        env = "TASKGATE_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379"
-    )]
+    #[arg(long, env = "TASKGATE_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
 
     /// Prefix of every Redis key and channel, so deployments and test runs can share a Redis.
@@ -94,9 +86,7 @@ pub struct Config {
 /// A configuration that cannot run.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error(
-        "--auth none is refused on the non-loopback address {0}; bind 127.0.0.1 or configure authentication"
-    )]
+    #[error("--auth none is refused on the non-loopback address {0}; bind 127.0.0.1 or configure authentication")]
     AnonymousOnPublicAddress(SocketAddr),
     #[error("--namespace must be non-empty and contain no '{{', '}}' or whitespace")]
     BadNamespace,

@@ -28,8 +28,7 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(config: Config) -> Result<Self, StoreError> {
-        let store =
-            Store::connect_lazy(&config.redis_url, &config.namespace, config.redis_timeout())?;
+        let store = Store::connect_lazy(&config.redis_url, &config.namespace, config.redis_timeout())?;
         let catalogue = Arc::new(catalogue::CatalogueCache::new(store.clone()));
         let origin_policy = http::OriginPolicy::new(
             config.allowed_origins.clone(),
@@ -61,12 +60,7 @@ pub async fn run(
         // Not fatal: Redis may come up later, and EVALSHA falls back to EVAL.
         tracing::warn!(error = %err, "could not load scripts at start-up");
     }
-    let refresher = tokio::spawn(
-        state
-            .catalogue
-            .clone()
-            .refresh_forever(state.config.catalogue_refresh()),
-    );
+    let refresher = tokio::spawn(state.catalogue.clone().refresh_forever(state.config.catalogue_refresh()));
     let flag = state.shutting_down.clone();
     let app = router(state);
     let served = axum::serve(listener, app)

@@ -11,9 +11,8 @@ async fn main() -> anyhow::Result<()> {
     if config.auth == AuthMode::None {
         tracing::warn!(listen = %config.listen, "AUTHENTICATION IS OFF (--auth none): every caller is tenant 'default', principal 'anonymous'");
     }
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("binding {}", config.listen))?;
+    let listener =
+        tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(listen = %listener.local_addr()?, namespace = %config.namespace, "gateway listening");
     let state = AppState::new(config)?;
     taskgate_gateway::run(state, listener, shutdown_signal()).await?;

@@ -35,15 +35,9 @@ pub fn init_logging(format: LogFormat) {
         LogFormat::Json => true,
         LogFormat::Text => false,
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if json {
-        builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .init();
+        builder.json().flatten_event(true).with_current_span(true).init();
     } else {
         builder.init();
     }

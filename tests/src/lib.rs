@@ -1,1 +1,50 @@
+//! The black-box harness: a private `redis-server` and the real gateway and worker binaries,
+//! started on free ports and killed when the test ends (also on panic), plus a small MCP client.
+//!
+//! The binaries are taken from the cargo target directory of the running test (override with
+//! `TASKGATE_BIN_DIR`). `cargo test --workspace` builds them first, because the gateway and
+//! worker packages have integration tests of their own.
 
+mod client;
+mod process;
+mod redis_server;
+mod stack;
+
+pub use client::{McpClient, Reply, meta, meta_without_tasks, standard_headers};
+pub use process::{Binary, Service};
+pub use redis_server::RedisServer;
+pub use stack::{Stack, StackBuilder};
+
+use std::future::Future;
+use std::time::Duration;
+
+/// Polls `check` until it returns `Some`, or panics with `what` after `patience`.
+pub async fn eventually<T, F, Fut>(patience: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {patience:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on 127.0.0.1")
+}
+
+/// A namespace no other test shares.
+pub fn unique_namespace() -> String {
+    format!("t{:08x}", rand::random::<u32>())
+}

@@ -13,11 +13,7 @@ use taskgate_shared::telemetry::LogFormat;
 )]
 pub struct Config {
     /// Redis URL.
-    #[arg(
-        long,
-        env = "TASKGATE_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379"
-    )]
+    #[arg(long, env = "TASKGATE_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
 
     /// Prefix of every Redis key and channel (must match the gateways').
@@ -25,13 +21,16 @@ pub struct Config {
     pub namespace: String,
 
     /// Tool packs to serve, comma separated (`demo`).
-    #[arg(
-        long,
-        env = "TASKGATE_TOOLS",
-        value_delimiter = ',',
-        default_value = "demo"
-    )]
+    #[arg(long, env = "TASKGATE_TOOLS", value_delimiter = ',', default_value = "demo")]
     pub tools: Vec<String>,
+
+    /// Per-tool task lifetime overrides, `name=ms` comma separated.
+    #[arg(long, env = "TASKGATE_TOOL_TTL_MS", value_delimiter = ',')]
+    pub tool_ttl_ms: Vec<String>,
+
+    /// Per-tool `pollIntervalMs` overrides, `name=ms` comma separated.
+    #[arg(long, env = "TASKGATE_TOOL_POLL_MS", value_delimiter = ',')]
+    pub tool_poll_ms: Vec<String>,
 
     /// Tools run at once by this worker.
     #[arg(long, env = "TASKGATE_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -71,7 +70,33 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
+/// A `name=ms` override that does not parse or names no served tool.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid tool override {0:?}: expected NAME=MS naming a served tool, with MS >= 1")]
+pub struct BadOverride(pub String);
+
 impl Config {
+    /// The specs this worker publishes: each tool's own, with the overrides applied.
+    pub fn specs(&self, tools: &crate::packs::Registry) -> Result<Vec<taskgate_shared::tools::ToolSpec>, BadOverride> {
+        let mut specs: std::collections::BTreeMap<String, _> =
+            tools.iter().map(|(name, tool)| (name.clone(), tool.spec())).collect();
+        for (overrides, is_ttl) in [(&self.tool_ttl_ms, true), (&self.tool_poll_ms, false)] {
+            for entry in overrides.iter().filter(|e| !e.is_empty()) {
+                let parsed = entry.split_once('=').and_then(|(n, ms)| Some((n.trim(), ms.trim().parse::<u64>().ok()?)));
+                let Some((name, ms)) = parsed.filter(|(_, ms)| *ms >= 1) else {
+                    return Err(BadOverride(entry.clone()));
+                };
+                let spec = specs.get_mut(name).ok_or_else(|| BadOverride(entry.clone()))?;
+                if is_ttl {
+                    spec.ttl_ms = ms;
+                } else {
+                    spec.poll_interval_ms = ms;
+                }
+            }
+        }
+        Ok(specs.into_values().collect())
+    }
+
     pub fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)
     }
@@ -91,11 +116,7 @@ impl Config {
     pub fn worker_id(&self) -> String {
         self.worker_id.clone().unwrap_or_else(|| {
             let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".into());
-            format!(
-                "{host}-{}-{:04x}",
-                std::process::id(),
-                rand::random::<u16>()
-            )
+            format!("{host}-{}-{:04x}", std::process::id(), rand::random::<u16>())
         })
     }
 }

@@ -21,12 +21,15 @@ pub enum StartError {
     #[error(transparent)]
     Pack(#[from] packs::UnknownPack),
     #[error(transparent)]
+    Override(#[from] config::BadOverride),
+    #[error(transparent)]
     Store(#[from] StoreError),
 }
 
 /// Runs the worker until `shutdown` resolves, then drains (see the README's operations notes).
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
     let tools = packs::registry(&config.tools)?;
+    let specs = config.specs(&tools)?;
     let store = Store::connect_lazy(&config.redis_url, &config.namespace, config.redis_timeout())?;
     let shared = Arc::new(runtime::Shared {
         worker_id: config.worker_id(),
@@ -34,6 +37,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         config,
         store,
         tools,
+        specs,
         held: runtime::Held::default(),
         stop_claiming: CancellationToken::new(),
         drain_over: CancellationToken::new(),

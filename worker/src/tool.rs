@@ -39,11 +39,7 @@ pub trait Tool: Send + Sync + 'static {
     fn spec(&self) -> ToolSpec;
 
     /// Runs the tool. `arguments` already satisfy the spec's `inputSchema` (the gateway checked).
-    fn call<'a>(
-        &'a self,
-        arguments: Value,
-        ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
+    fn call<'a>(&'a self, arguments: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
 }
 
 /// A finished call: the CallToolResult and, optionally, the task's final status message.
@@ -151,11 +147,7 @@ impl ToolContext {
 
     /// Sets the task's status message (visible to `tasks/get`).
     pub async fn set_status(&self, message: &str) -> Result<(), ToolError> {
-        let lease = Lease {
-            task_id: &self.task_id,
-            worker: &self.worker,
-            fence: self.fence,
-        };
+        let lease = Lease { task_id: &self.task_id, worker: &self.worker, fence: self.fence };
         match self.store.set_status(lease, message).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(ToolError::LeaseLost),
@@ -169,23 +161,13 @@ impl ToolContext {
     /// The answer to input request `key`, or [`ToolError::Suspend`] after recording the request
     /// (`{method, params}`, e.g. from [`elicitation_form`]). `status_message` is shown while
     /// the task waits.
-    pub fn input(
-        &self,
-        key: &str,
-        request: Value,
-        status_message: &str,
-    ) -> Result<Value, ToolError> {
-        self.inputs(vec![(key.to_owned(), request)], status_message)
-            .map(|mut answers| answers.remove(0))
+    pub fn input(&self, key: &str, request: Value, status_message: &str) -> Result<Value, ToolError> {
+        self.inputs(vec![(key.to_owned(), request)], status_message).map(|mut answers| answers.remove(0))
     }
 
     /// Several answers at once: every unanswered key is asked in the same parking, so they are
     /// outstanding together.
-    pub fn inputs(
-        &self,
-        requests: Vec<(String, Value)>,
-        status_message: &str,
-    ) -> Result<Vec<Value>, ToolError> {
+    pub fn inputs(&self, requests: Vec<(String, Value)>, status_message: &str) -> Result<Vec<Value>, ToolError> {
         let mut answers = Vec::with_capacity(requests.len());
         let mut missing = Vec::new();
         for (key, request) in requests {
@@ -197,8 +179,7 @@ impl ToolContext {
         if missing.is_empty() {
             return Ok(answers);
         }
-        if let (Ok(mut pending), Ok(mut message)) = (self.pending.lock(), self.park_message.lock())
-        {
+        if let (Ok(mut pending), Ok(mut message)) = (self.pending.lock(), self.park_message.lock()) {
             pending.extend(missing);
             *message = Some(status_message.to_owned());
         }
@@ -216,20 +197,12 @@ impl ToolContext {
 
     /// `Err(Cancelled)` once a cancel is requested.
     pub fn checkpoint(&self) -> Result<(), ToolError> {
-        if self.is_cancelled() {
-            Err(ToolError::Cancelled(None))
-        } else {
-            Ok(())
-        }
+        if self.is_cancelled() { Err(ToolError::Cancelled(None)) } else { Ok(()) }
     }
 
     /// The requests recorded by a suspended call.
     pub(crate) fn take_pending(&self) -> (Vec<(String, Value)>, Option<String>) {
-        let pending = self
-            .pending
-            .lock()
-            .map(|mut p| std::mem::take(&mut *p))
-            .unwrap_or_default();
+        let pending = self.pending.lock().map(|mut p| std::mem::take(&mut *p)).unwrap_or_default();
         let message = self.park_message.lock().ok().and_then(|mut m| m.take());
         (pending, message)
     }

@@ -24,46 +24,26 @@ impl OriginPolicy {
         } else {
             None
         };
-        Self {
-            origins,
-            hosts,
-            loopback,
-        }
+        Self { origins, hosts, loopback }
     }
 
     /// `Err((status, error))` when the request must be refused before its body is read.
-    pub(crate) fn check(
-        &self,
-        headers: &HeaderMap,
-        authority: Option<&str>,
-    ) -> Result<(), (StatusCode, RpcError)> {
+    pub(crate) fn check(&self, headers: &HeaderMap, authority: Option<&str>) -> Result<(), (StatusCode, RpcError)> {
         let mut origins = headers.get_all(header::ORIGIN).iter();
         if let Some(origin) = origins.next() {
             if origins.next().is_some() {
-                return Err((
-                    StatusCode::BAD_REQUEST,
-                    RpcError::header_mismatch("Origin", "Duplicate Origin header"),
-                ));
+                return Err((StatusCode::BAD_REQUEST, RpcError::header_mismatch("Origin", "Duplicate Origin header")));
             }
             let allowed = origin.to_str().is_ok_and(|o| self.origin_allowed(o));
             if !allowed {
-                return Err((
-                    StatusCode::FORBIDDEN,
-                    RpcError::invalid_request("Origin not allowed"),
-                ));
+                return Err((StatusCode::FORBIDDEN, RpcError::invalid_request("Origin not allowed")));
             }
         }
         if let Some(hosts) = &self.hosts {
-            let host = headers
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .or(authority);
+            let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).or(authority);
             let allowed = host.is_some_and(|h| hosts.iter().any(|a| *a == host_name(h)));
             if !allowed {
-                return Err((
-                    StatusCode::FORBIDDEN,
-                    RpcError::invalid_request("Host not allowed"),
-                ));
+                return Err((StatusCode::FORBIDDEN, RpcError::invalid_request("Host not allowed")));
             }
         }
         Ok(())

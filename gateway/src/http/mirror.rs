@@ -24,17 +24,11 @@ pub(crate) fn check(
 ) -> Result<(), RpcError> {
     let version = single(headers, PROTOCOL_VERSION)?.ok_or_else(|| missing(PROTOCOL_VERSION))?;
     if version != body_version {
-        return Err(RpcError::header_mismatch(
-            PROTOCOL_VERSION,
-            "does not match _meta protocolVersion",
-        ));
+        return Err(RpcError::header_mismatch(PROTOCOL_VERSION, "does not match _meta protocolVersion"));
     }
     let header_method = single(headers, METHOD)?.ok_or_else(|| missing(METHOD))?;
     if header_method != method {
-        return Err(RpcError::header_mismatch(
-            METHOD,
-            "does not match the body's method",
-        ));
+        return Err(RpcError::header_mismatch(METHOD, "does not match the body's method"));
     }
     let (field, required) = match method {
         "tools/call" => ("name", true),
@@ -46,10 +40,9 @@ pub(crate) fn check(
         None => Ok(()),
         // A body value of the wrong type is reported by the method as -32602.
         Some(name) => match params.get(field).and_then(Value::as_str) {
-            Some(body) if body != name => Err(RpcError::header_mismatch(
-                NAME,
-                format!("does not match params.{field}"),
-            )),
+            Some(body) if body != name => {
+                Err(RpcError::header_mismatch(NAME, format!("does not match params.{field}")))
+            }
             _ => Ok(()),
         },
     }
@@ -68,7 +61,5 @@ fn single(headers: &HeaderMap, name: &'static str) -> Result<Option<String>, Rpc
     if values.next().is_some() {
         return Err(RpcError::header_mismatch(name, "duplicate header"));
     }
-    header_value::decode(value.as_bytes())
-        .map(Some)
-        .map_err(|err| RpcError::header_mismatch(name, err.to_string()))
+    header_value::decode(value.as_bytes()).map(Some).map_err(|err| RpcError::header_mismatch(name, err.to_string()))
 }

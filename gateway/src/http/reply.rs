@@ -38,10 +38,7 @@ pub(crate) fn json(status: StatusCode, body: &Value) -> Response {
     // Serialising a `Value` cannot fail: every map key is a string.
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     let mut response = (status, bytes).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 

@@ -71,12 +71,7 @@ pub(crate) async fn handle(state: &AppState, headers: &HeaderMap, message: Incom
         Ok(admitted) => admitted,
         Err(err) => return reply::rpc_error(&id, &err, Stage::Envelope),
     };
-    let call = Call {
-        state,
-        principal: Principal::anonymous(),
-        meta,
-        params,
-    };
+    let call = Call { state, principal: Principal::anonymous(), meta, params };
     let outcome = match method {
         Method::Discover => Ok(methods::discover::run()),
         Method::ToolsList => methods::tools_list::run(&call).await,
@@ -86,10 +81,9 @@ pub(crate) async fn handle(state: &AppState, headers: &HeaderMap, message: Incom
         Method::TasksCancel => methods::tasks_cancel::run(&call).await,
     };
     match outcome {
-        Ok(result) => reply::json(
-            axum::http::StatusCode::OK,
-            &taskgate_shared::protocol::envelope::success(&id, result),
-        ),
+        Ok(result) => {
+            reply::json(axum::http::StatusCode::OK, &taskgate_shared::protocol::envelope::success(&id, result))
+        }
         Err(err) => reply::rpc_error(&id, &err, Stage::Method),
     }
 }
@@ -103,13 +97,7 @@ fn admit<'m>(
     let method = Method::route(&message.method)?;
     let params = message.params_object()?;
     let meta = meta::validate(params, |version| {
-        crate::http::check_mirrored_headers(
-            headers,
-            version,
-            &message.method,
-            params,
-            state.config.strict_headers,
-        )
+        crate::http::check_mirrored_headers(headers, version, &message.method, params, state.config.strict_headers)
     })?;
     if method.requires_tasks_extension() && !meta.declares_tasks() {
         return Err(RpcError::missing_tasks_extension());
@@ -124,11 +112,7 @@ pub(crate) fn task_not_found() -> RpcError {
 
 /// `params.taskId`, parsed. Anything that is not a well-formed id is simply not found.
 pub(crate) fn task_id(params: &Map<String, Value>) -> Result<TaskId, RpcError> {
-    params
-        .get("taskId")
-        .and_then(Value::as_str)
-        .and_then(TaskId::parse)
-        .ok_or_else(task_not_found)
+    params.get("taskId").and_then(Value::as_str).and_then(TaskId::parse).ok_or_else(task_not_found)
 }
 
 /// Storage failures are logged here, once, and reach the client as a bare -32603.

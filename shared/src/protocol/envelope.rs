@@ -44,10 +44,8 @@ pub struct Malformed {
 /// Parses one message. Batches (JSON arrays) are refused: 2026-07-28 carries one message per
 /// POST.
 pub fn parse(body: &[u8]) -> Result<Incoming, Malformed> {
-    let value: Value = serde_json::from_slice(body).map_err(|err| Malformed {
-        id: Value::Null,
-        error: RpcError::parse_error(format!("invalid JSON: {err}")),
-    })?;
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|err| Malformed { id: Value::Null, error: RpcError::parse_error(format!("invalid JSON: {err}")) })?;
     let mut obj = match value {
         Value::Object(obj) => obj,
         Value::Array(_) => return Err(invalid(Value::Null, "batch requests are not supported")),
@@ -57,10 +55,7 @@ pub fn parse(body: &[u8]) -> Result<Incoming, Malformed> {
         None => None,
         Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => Some(id),
         Some(_) => {
-            return Err(invalid(
-                Value::Null,
-                "id must be a string, a number or null",
-            ));
+            return Err(invalid(Value::Null, "id must be a string, a number or null"));
         }
     };
     let reply_id = id.clone().unwrap_or(Value::Null);
@@ -71,24 +66,14 @@ pub fn parse(body: &[u8]) -> Result<Incoming, Malformed> {
         Some(Value::String(method)) => method,
         Some(_) => return Err(invalid(reply_id, "method must be a string")),
         None => {
-            return Err(invalid(
-                reply_id,
-                "method is required; clients send no responses",
-            ));
+            return Err(invalid(reply_id, "method is required; clients send no responses"));
         }
     };
-    Ok(Incoming {
-        id,
-        method,
-        params: obj.remove("params"),
-    })
+    Ok(Incoming { id, method, params: obj.remove("params") })
 }
 
 fn invalid(id: RequestId, message: &'static str) -> Malformed {
-    Malformed {
-        id,
-        error: RpcError::invalid_request(message),
-    }
+    Malformed { id, error: RpcError::invalid_request(message) }
 }
 
 /// `{"jsonrpc":"2.0","id":…,"result":…}`

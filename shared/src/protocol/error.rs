@@ -46,11 +46,7 @@ pub struct RpcError {
 
 impl RpcError {
     pub fn new(kind: ErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
-            data: None,
-        }
+        Self { kind, message: message.into(), data: None }
     }
 
     pub fn with_data(mut self, data: Value) -> Self {
@@ -63,8 +59,7 @@ impl RpcError {
     }
 
     pub fn parse_error(detail: impl Into<String>) -> Self {
-        Self::new(ErrorKind::ParseError, "Parse error")
-            .with_data(json!({ "detail": detail.into() }))
+        Self::new(ErrorKind::ParseError, "Parse error").with_data(json!({ "detail": detail.into() }))
     }
 
     pub fn invalid_request(message: impl Into<Cow<'static, str>>) -> Self {
@@ -99,20 +94,14 @@ impl RpcError {
 
     pub fn header_mismatch(header: &'static str, reason: impl Into<String>) -> Self {
         let reason = reason.into();
-        Self::new(
-            ErrorKind::HeaderMismatch,
-            format!("header mismatch: {header}: {reason}"),
-        )
-        .with_data(json!({ "header": header, "reason": reason }))
+        Self::new(ErrorKind::HeaderMismatch, format!("header mismatch: {header}: {reason}"))
+            .with_data(json!({ "header": header, "reason": reason }))
     }
 
     /// `-32021` with `data.requiredCapabilities` as a ClientCapabilities object.
     pub fn missing_capability(required: Value) -> Self {
-        Self::new(
-            ErrorKind::MissingRequiredClientCapability,
-            "missing required client capability",
-        )
-        .with_data(json!({ "requiredCapabilities": required }))
+        Self::new(ErrorKind::MissingRequiredClientCapability, "missing required client capability")
+            .with_data(json!({ "requiredCapabilities": required }))
     }
 
     pub fn missing_tasks_extension() -> Self {
@@ -120,11 +109,8 @@ impl RpcError {
     }
 
     pub fn unsupported_version(requested: &str) -> Self {
-        Self::new(
-            ErrorKind::UnsupportedProtocolVersion,
-            "unsupported protocol version",
-        )
-        .with_data(json!({ "supported": SUPPORTED_VERSIONS, "requested": requested }))
+        Self::new(ErrorKind::UnsupportedProtocolVersion, "unsupported protocol version")
+            .with_data(json!({ "supported": SUPPORTED_VERSIONS, "requested": requested }))
     }
 
     /// The JSON-RPC `error` member.

@@ -21,24 +21,14 @@ pub enum HeaderValueError {
 /// Decodes a raw header value: trims surrounding whitespace, then strictly decodes the base64
 /// sentinel when the whole value is wrapped in it. A partly wrapped value is literal.
 pub fn decode(raw: &[u8]) -> Result<String, HeaderValueError> {
-    if raw
-        .iter()
-        .any(|b| !(0x20..=0x7e).contains(b) && *b != b'\t')
-    {
+    if raw.iter().any(|b| !(0x20..=0x7e).contains(b) && *b != b'\t') {
         return Err(HeaderValueError::NotPrintable);
     }
     // Checked above: every byte is ASCII.
-    let text = std::str::from_utf8(raw)
-        .map_err(|_| HeaderValueError::NotPrintable)?
-        .trim_matches([' ', '\t']);
-    match text
-        .strip_prefix(PREFIX)
-        .and_then(|rest| rest.strip_suffix(SUFFIX))
-    {
+    let text = std::str::from_utf8(raw).map_err(|_| HeaderValueError::NotPrintable)?.trim_matches([' ', '\t']);
+    match text.strip_prefix(PREFIX).and_then(|rest| rest.strip_suffix(SUFFIX)) {
         Some(b64) if text.len() >= PREFIX.len() + SUFFIX.len() => {
-            let bytes = STANDARD
-                .decode(b64)
-                .map_err(|_| HeaderValueError::BadBase64)?;
+            let bytes = STANDARD.decode(b64).map_err(|_| HeaderValueError::BadBase64)?;
             String::from_utf8(bytes).map_err(|_| HeaderValueError::NotUtf8)
         }
         _ => Ok(text.to_owned()),
@@ -51,11 +41,7 @@ pub fn encode(value: &str) -> String {
     let plain = value.bytes().all(|b| (0x20..=0x7e).contains(&b))
         && value.trim() == value
         && !(value.starts_with(PREFIX) && value.ends_with(SUFFIX));
-    if plain {
-        value.to_owned()
-    } else {
-        format!("{PREFIX}{}{SUFFIX}", STANDARD.encode(value))
-    }
+    if plain { value.to_owned() } else { format!("{PREFIX}{}{SUFFIX}", STANDARD.encode(value)) }
 }
 
 #[cfg(test)]

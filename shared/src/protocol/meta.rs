@@ -27,11 +27,7 @@ impl ValidMeta {
     /// `elicitation: {}` and `elicitation: {form: {}}` both mean form support; `{url: {}}` alone
     /// does not.
     pub fn supports_form_elicitation(&self) -> bool {
-        match self
-            .capabilities
-            .get("elicitation")
-            .and_then(Value::as_object)
-        {
+        match self.capabilities.get("elicitation").and_then(Value::as_object) {
             Some(e) => e.is_empty() || e.contains_key("form"),
             None => false,
         }
@@ -39,9 +35,7 @@ impl ValidMeta {
 
     /// Whether the client declared a top-level capability (`sampling`, `roots`, ...).
     pub fn declares(&self, capability: &str) -> bool {
-        self.capabilities
-            .get(capability)
-            .is_some_and(Value::is_object)
+        self.capabilities.get(capability).is_some_and(Value::is_object)
     }
 }
 
@@ -74,15 +68,8 @@ pub fn validate(
     if let Some(info) = meta.get(meta_keys::CLIENT_INFO) {
         validate_client_info(info)?;
     }
-    let traceparent = meta
-        .get("traceparent")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    Ok(ValidMeta {
-        protocol_version: version.to_owned(),
-        capabilities: capabilities.clone(),
-        traceparent,
-    })
+    let traceparent = meta.get("traceparent").and_then(Value::as_str).map(str::to_owned);
+    Ok(ValidMeta { protocol_version: version.to_owned(), capabilities: capabilities.clone(), traceparent })
 }
 
 /// `clientInfo` is an `Implementation`: string `name` and `version` are required, and the

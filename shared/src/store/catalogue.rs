@@ -18,8 +18,7 @@ impl Store {
         let mut cmd = redis::cmd("HSET");
         cmd.arg(self.keys().tools());
         for spec in specs {
-            let json = serde_json::to_string(spec)
-                .map_err(|e| StoreError::UnexpectedReply(e.to_string()))?;
+            let json = serde_json::to_string(spec).map_err(|e| StoreError::UnexpectedReply(e.to_string()))?;
             cmd.arg(&spec.descriptor.name).arg(json);
         }
         cmd.query_async::<()>(&mut self.conn()).await?;
@@ -28,13 +27,9 @@ impl Store {
 
     /// Reads every published spec, sorted by name. Entries that do not parse are skipped and
     /// reported by name, so one bad publisher cannot hide every tool.
-    pub async fn read_tools(
-        &self,
-    ) -> Result<(BTreeMap<String, ToolSpec>, Vec<String>), StoreError> {
-        let raw: BTreeMap<String, String> = redis::cmd("HGETALL")
-            .arg(self.keys().tools())
-            .query_async(&mut self.conn())
-            .await?;
+    pub async fn read_tools(&self) -> Result<(BTreeMap<String, ToolSpec>, Vec<String>), StoreError> {
+        let raw: BTreeMap<String, String> =
+            redis::cmd("HGETALL").arg(self.keys().tools()).query_async(&mut self.conn()).await?;
         let mut specs = BTreeMap::new();
         let mut bad = Vec::new();
         for (name, json) in raw {

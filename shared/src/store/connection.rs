@@ -29,12 +29,7 @@ impl Store {
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
-        Ok(Self {
-            client,
-            conn,
-            timeout,
-            keys: Keys::new(namespace),
-        })
+        Ok(Self { client, conn, timeout, keys: Keys::new(namespace) })
     }
 
     /// A connection for one operation. Clones share the underlying socket.
@@ -53,26 +48,18 @@ impl Store {
     /// A dedicated connection for blocking commands (`XREADGROUP BLOCK`), which would stall
     /// every other caller of a shared multiplexed connection. Its response timeout covers
     /// `block` plus the usual command timeout.
-    pub async fn blocking_connection(
-        &self,
-        block: Duration,
-    ) -> Result<MultiplexedConnection, StoreError> {
+    pub async fn blocking_connection(&self, block: Duration) -> Result<MultiplexedConnection, StoreError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(block + self.timeout));
-        Ok(self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?)
+        Ok(self.client.get_multiplexed_async_connection_with_config(&config).await?)
     }
 
     /// A pub/sub connection of its own.
     pub async fn pubsub(&self) -> Result<redis::aio::PubSub, StoreError> {
-        Ok(
-            tokio::time::timeout(self.timeout, self.client.get_async_pubsub())
-                .await
-                .map_err(|_| StoreError::Timeout(self.timeout))??,
-        )
+        Ok(tokio::time::timeout(self.timeout, self.client.get_async_pubsub())
+            .await
+            .map_err(|_| StoreError::Timeout(self.timeout))??)
     }
 
     /// `PING`, bounded by the command timeout.
@@ -96,11 +83,7 @@ impl Store {
     }
 
     /// `WAIT replicas timeout`: how many replicas acknowledged this connection's writes.
-    pub async fn wait_for_replicas(
-        &self,
-        replicas: u32,
-        timeout: Duration,
-    ) -> Result<u32, StoreError> {
+    pub async fn wait_for_replicas(&self, replicas: u32, timeout: Duration) -> Result<u32, StoreError> {
         let mut conn = self.conn();
         let acked: u32 = redis::cmd("WAIT")
             .arg(replicas)

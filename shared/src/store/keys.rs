@@ -67,10 +67,7 @@ impl Keys {
     pub fn shard(&self, shard: u8) -> ShardKeys {
         let ns = &self.ns;
         let tag = shard_tag(shard);
-        ShardKeys {
-            stream: format!("{ns}:{tag}:queue"),
-            leases: format!("{ns}:{tag}:leases"),
-        }
+        ShardKeys { stream: format!("{ns}:{tag}:queue"), leases: format!("{ns}:{tag}:leases") }
     }
 
     /// HASH: tool name -> ToolSpec JSON, published by workers.
@@ -108,9 +105,7 @@ mod tests {
         let keys = Keys::new("tg");
         let id = TaskId::parse(&format!("tsk_0a{}", "1".repeat(32))).unwrap();
         let k = keys.task(&id);
-        for key in [
-            &k.record, &k.inputs, &k.answers, &k.issued, &k.stream, &k.leases,
-        ] {
+        for key in [&k.record, &k.inputs, &k.answers, &k.issued, &k.stream, &k.leases] {
             assert!(key.starts_with("tg:{s0a}:"), "{key}");
         }
         assert_eq!(keys.shard(10).stream, k.stream);

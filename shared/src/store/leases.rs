@@ -166,12 +166,7 @@ impl Store {
     }
 
     /// Claims a delivered task: fenced lease for `lease`, stream entry acked.
-    pub async fn claim(
-        &self,
-        delivery: &Delivery,
-        worker: &str,
-        lease: Duration,
-    ) -> Result<Option<Claim>, StoreError> {
+    pub async fn claim(&self, delivery: &Delivery, worker: &str, lease: Duration) -> Result<Option<Claim>, StoreError> {
         let keys = self.keys().task(&delivery.task_id);
         let reply: Vec<Value> = scripts::CLAIM_TASK
             .key(&keys.record)
@@ -217,9 +212,7 @@ impl Store {
             .await?;
         let reply = Reply::new(reply);
         Ok(match reply.code()? {
-            code::OK => Renewal::Held {
-                cancel_requested: reply.int(1)? == 1,
-            },
+            code::OK => Renewal::Held { cancel_requested: reply.int(1)? == 1 },
             code::LEASE_LOST => Renewal::Lost,
             _ => return Err(reply.unexpected_code()),
         })
@@ -282,9 +275,7 @@ impl Store {
     pub async fn finish(&self, lease: Lease<'_>, outcome: Finish<'_>) -> Result<bool, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let (status, field, payload, message) = match outcome {
-            Finish::Completed { result, message } => {
-                (TaskStatus::Completed, "result", result, message)
-            }
+            Finish::Completed { result, message } => (TaskStatus::Completed, "result", result, message),
             Finish::Failed { error, message } => (TaskStatus::Failed, "error", error, message),
             Finish::Cancelled { message } => (TaskStatus::Cancelled, "", "", Some(message)),
         };
@@ -311,11 +302,7 @@ impl Store {
     }
 
     /// Hands a held task back to the queue (draining). `false` when the lease was already lost.
-    pub async fn release(
-        &self,
-        lease: Lease<'_>,
-        cancelled_message: &str,
-    ) -> Result<bool, StoreError> {
+    pub async fn release(&self, lease: Lease<'_>, cancelled_message: &str) -> Result<bool, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let reply: Vec<Value> = scripts::RELEASE_TASK
             .key(&keys.record)
@@ -338,12 +325,7 @@ impl Store {
 
     /// Task ids in a shard's lease index whose lease is due by the caller's clock. A hint:
     /// `reclaim` re-checks against Redis time.
-    pub async fn due_leases(
-        &self,
-        shard: u8,
-        now_ms: u64,
-        limit: usize,
-    ) -> Result<Vec<TaskId>, StoreError> {
+    pub async fn due_leases(&self, shard: u8, now_ms: u64, limit: usize) -> Result<Vec<TaskId>, StoreError> {
         let ids: Vec<String> = redis::cmd("ZRANGEBYSCORE")
             .arg(self.keys().shard(shard).leases)
             .arg("-inf")
@@ -401,10 +383,7 @@ fn deliveries(reply: StreamReadReply) -> Vec<Delivery> {
         .flat_map(|key| key.ids)
         .filter_map(|entry| {
             let id = entry.get::<String>("id")?;
-            Some(Delivery {
-                task_id: TaskId::parse(&id)?,
-                entry_id: entry.id,
-            })
+            Some(Delivery { task_id: TaskId::parse(&id)?, entry_id: entry.id })
         })
         .collect()
 }
@@ -416,12 +395,6 @@ fn stream_entry(v: &Value) -> Option<Delivery> {
         return None;
     };
     let fields: Vec<String> = fields.iter().filter_map(super::reply::as_string).collect();
-    let id = fields
-        .chunks_exact(2)
-        .find(|kv| kv[0] == "id")
-        .map(|kv| kv[1].clone())?;
-    Some(Delivery {
-        task_id: TaskId::parse(&id)?,
-        entry_id,
-    })
+    let id = fields.chunks_exact(2).find(|kv| kv[0] == "id").map(|kv| kv[1].clone())?;
+    Some(Delivery { task_id: TaskId::parse(&id)?, entry_id })
 }

@@ -36,9 +36,7 @@ impl Reply {
 
     pub(super) fn string(&self, i: usize) -> Result<String, StoreError> {
         match self.0.get(i) {
-            Some(Value::BulkString(b)) => {
-                String::from_utf8(b.clone()).map_err(|_| unexpected(i, None))
-            }
+            Some(Value::BulkString(b)) => String::from_utf8(b.clone()).map_err(|_| unexpected(i, None)),
             Some(Value::SimpleString(s)) => Ok(s.clone()),
             other => Err(unexpected(i, other)),
         }
@@ -48,15 +46,9 @@ impl Reply {
     pub(super) fn pairs(&self, i: usize) -> Result<Vec<(String, String)>, StoreError> {
         match self.0.get(i) {
             Some(Value::Array(items)) => {
-                let strings = items
-                    .iter()
-                    .map(as_string)
-                    .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| unexpected(i, None))?;
-                Ok(strings
-                    .chunks_exact(2)
-                    .map(|kv| (kv[0].clone(), kv[1].clone()))
-                    .collect())
+                let strings =
+                    items.iter().map(as_string).collect::<Option<Vec<_>>>().ok_or_else(|| unexpected(i, None))?;
+                Ok(strings.chunks_exact(2).map(|kv| (kv[0].clone(), kv[1].clone())).collect())
             }
             Some(Value::Map(items)) => items
                 .iter()

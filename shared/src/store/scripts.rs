@@ -7,8 +7,7 @@ use redis::Script;
 
 macro_rules! script {
     ($name:ident, $file:literal) => {
-        pub(super) static $name: LazyLock<Script> =
-            LazyLock::new(|| Script::new(include_str!($file)));
+        pub(super) static $name: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!($file)));
     };
 }
 

@@ -45,19 +45,8 @@ pub enum CancelOutcome {
 }
 
 /// The record fields a snapshot needs, in `HMGET` order.
-const SNAPSHOT_FIELDS: [&str; 11] = [
-    "tenant",
-    "principal",
-    "status",
-    "msg",
-    "created",
-    "updated",
-    "ttl",
-    "poll",
-    "result",
-    "error",
-    "ver",
-];
+const SNAPSHOT_FIELDS: [&str; 11] =
+    ["tenant", "principal", "status", "msg", "created", "updated", "ttl", "poll", "result", "error", "ver"];
 
 impl Store {
     /// Writes the record and enqueues it, in one script. Returns `createdAt` (ms, Redis time).
@@ -102,9 +91,7 @@ impl Store {
         if fields.iter().all(Option::is_none) {
             return Ok(None);
         }
-        snapshot(id, &fields, inputs)
-            .map(Some)
-            .map_err(|e| StoreError::Corrupt(e.field))
+        snapshot(id, &fields, inputs).map(Some).map_err(|e| StoreError::Corrupt(e.field))
     }
 
     /// Stores answers to outstanding input keys (each answer is JSON text). Ownership is
@@ -131,10 +118,7 @@ impl Store {
         }
         let reply = Reply::new(call.invoke_async(&mut self.conn()).await?);
         Ok(match reply.code()? {
-            code::OK => Answered::Applied {
-                version: reply.int(1)? as u64,
-                resumed: reply.int(2)? == 1,
-            },
+            code::OK => Answered::Applied { version: reply.int(1)? as u64, resumed: reply.int(2)? == 1 },
             code::NOTHING => Answered::Ignored,
             code::NOT_FOUND => Answered::NotFound,
             _ => return Err(reply.unexpected_code()),
@@ -142,12 +126,7 @@ impl Store {
     }
 
     /// Cancels a task, or flags it and signals its worker. Ownership is checked inside.
-    pub async fn cancel_task(
-        &self,
-        id: &TaskId,
-        owner: &Owner,
-        message: &str,
-    ) -> Result<CancelOutcome, StoreError> {
+    pub async fn cancel_task(&self, id: &TaskId, owner: &Owner, message: &str) -> Result<CancelOutcome, StoreError> {
         let keys = self.keys().task(id);
         let reply: Vec<Value> = scripts::CANCEL_TASK
             .key(&keys.record)
@@ -171,38 +150,25 @@ impl Store {
     }
 }
 
-fn snapshot(
-    id: &TaskId,
-    f: &[Option<String>],
-    inputs: Vec<(String, String)>,
-) -> Result<Snapshot, SnapshotError> {
+fn snapshot(id: &TaskId, f: &[Option<String>], inputs: Vec<(String, String)>) -> Result<Snapshot, SnapshotError> {
     let text = |i: usize, field: &'static str| f[i].clone().ok_or(SnapshotError { field });
     let int = |i: usize, field: &'static str| -> Result<i64, SnapshotError> {
-        f[i].as_deref()
-            .and_then(|s| s.parse().ok())
-            .ok_or(SnapshotError { field })
+        f[i].as_deref().and_then(|s| s.parse().ok()).ok_or(SnapshotError { field })
     };
-    let json =
-        |i: usize, field: &'static str| -> Result<Option<serde_json::Value>, SnapshotError> {
-            f[i].as_deref()
-                .map(|s| serde_json::from_str(s).map_err(|_| SnapshotError { field }))
-                .transpose()
-        };
+    let json = |i: usize, field: &'static str| -> Result<Option<serde_json::Value>, SnapshotError> {
+        f[i].as_deref().map(|s| serde_json::from_str(s).map_err(|_| SnapshotError { field })).transpose()
+    };
     let status = TaskStatus::parse(&text(2, "status")?).ok_or(SnapshotError { field: "status" })?;
     let mut input_requests = Map::new();
     if status == TaskStatus::InputRequired {
         for (key, request) in inputs {
-            let request =
-                serde_json::from_str(&request).map_err(|_| SnapshotError { field: "inputs" })?;
+            let request = serde_json::from_str(&request).map_err(|_| SnapshotError { field: "inputs" })?;
             input_requests.insert(key, request);
         }
     }
     Ok(Snapshot {
         task_id: id.as_str().to_owned(),
-        owner: Owner {
-            tenant: text(0, "tenant")?,
-            principal: text(1, "principal")?,
-        },
+        owner: Owner { tenant: text(0, "tenant")?, principal: text(1, "principal")? },
         status,
         status_message: f[3].clone(),
         created_at_ms: int(4, "created")?,

@@ -25,10 +25,7 @@ impl TaskId {
     /// exactly like an unknown one.
     pub fn parse(s: &str) -> Option<Self> {
         let hex = s.strip_prefix(PREFIX)?;
-        let ok = s.len() == LEN
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        let ok = s.len() == LEN && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         ok.then(|| Self(s.to_owned()))
     }
 
@@ -63,13 +60,9 @@ mod tests {
 
     #[test]
     fn malformed_ids_are_refused() {
-        for bad in [
-            "",
-            "tsk_",
-            "tsk_00",
-            "TSK_0000000000000000000000000000000000",
-            "tsk_0g000000000000000000000000000000000",
-        ] {
+        for bad in
+            ["", "tsk_", "tsk_00", "TSK_0000000000000000000000000000000000", "tsk_0g000000000000000000000000000000000"]
+        {
             assert_eq!(TaskId::parse(bad), None, "{bad}");
         }
         assert_eq!(TaskId::parse(&format!("tsk_0A{}", "0".repeat(32))), None);

@@ -42,10 +42,7 @@ impl Snapshot {
             m.insert("statusMessage".into(), msg.clone().into());
         }
         m.insert("createdAt".into(), iso8601_ms(self.created_at_ms).into());
-        m.insert(
-            "lastUpdatedAt".into(),
-            iso8601_ms(self.updated_at_ms).into(),
-        );
+        m.insert("lastUpdatedAt".into(), iso8601_ms(self.updated_at_ms).into());
         m.insert("ttlMs".into(), self.ttl_ms.into());
         m.insert("pollIntervalMs".into(), self.poll_interval_ms.into());
         m
@@ -56,10 +53,7 @@ impl Snapshot {
         let mut m = self.task_fields();
         match self.status {
             TaskStatus::InputRequired => {
-                m.insert(
-                    "inputRequests".into(),
-                    Value::Object(self.input_requests.clone()),
-                );
+                m.insert("inputRequests".into(), Value::Object(self.input_requests.clone()));
             }
             TaskStatus::Completed => {
                 m.insert("result".into(), self.result.clone().unwrap_or(Value::Null));

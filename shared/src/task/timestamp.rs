@@ -22,10 +22,7 @@ pub fn iso8601_ms(unix_ms: i64) -> String {
 mod tests {
     #[test]
     fn formats_utc_with_milliseconds() {
-        assert_eq!(
-            super::iso8601_ms(1_755_772_200_123),
-            "2025-08-21T10:30:00.123Z"
-        );
+        assert_eq!(super::iso8601_ms(1_755_772_200_123), "2025-08-21T10:30:00.123Z");
         assert_eq!(super::iso8601_ms(0), "1970-01-01T00:00:00.000Z");
     }
 }

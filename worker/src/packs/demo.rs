@@ -7,16 +7,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use taskgate_shared::tools::{Execution, ToolDescriptor, ToolSpec};
 
-use crate::tool::{
-    BoxFuture, Tool, ToolContext, ToolError, ToolOutput, answer_action, elicitation_form,
-};
+use crate::tool::{BoxFuture, Tool, ToolContext, ToolError, ToolOutput, answer_action, elicitation_form};
 
 pub(super) fn tools() -> Vec<Arc<dyn Tool>> {
-    vec![
-        Arc::new(GenerateReport),
-        Arc::new(DualApproval),
-        Arc::new(Sleep),
-    ]
+    vec![Arc::new(GenerateReport), Arc::new(DualApproval), Arc::new(Sleep)]
 }
 
 fn spec(
@@ -61,17 +55,9 @@ impl Tool for GenerateReport {
         )
     }
 
-    fn call<'a>(
-        &'a self,
-        arguments: Value,
-        ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(&'a self, arguments: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            let size = arguments
-                .get("size")
-                .and_then(Value::as_str)
-                .unwrap_or("medium")
-                .to_owned();
+            let size = arguments.get("size").and_then(Value::as_str).unwrap_or("medium").to_owned();
             let request = elicitation_form(
                 "Approve the generated report outline?",
                 json!({"type":"object","properties":{"approved":{"type":"boolean"}},"required":["approved"]}),
@@ -80,16 +66,12 @@ impl Tool for GenerateReport {
             let approved = answer_action(&answer) == Some("accept")
                 && answer.pointer("/content/approved") == Some(&Value::Bool(true));
             if !approved {
-                return Err(ToolError::Cancelled(Some(
-                    "User did not approve the outline.".into(),
-                )));
+                return Err(ToolError::Cancelled(Some("User did not approve the outline.".into())));
             }
             ctx.set_status("Generating approved report.").await?;
-            Ok(
-                ToolOutput::text(format!("Generated {size} report with approved outline."))
-                    .structured(json!({ "size": size, "approved": true }))
-                    .with_status("Report completed."),
-            )
+            Ok(ToolOutput::text(format!("Generated {size} report with approved outline."))
+                .structured(json!({ "size": size, "approved": true }))
+                .with_status("Report completed."))
         })
     }
 }
@@ -109,41 +91,24 @@ impl Tool for DualApproval {
         )
     }
 
-    fn call<'a>(
-        &'a self,
-        arguments: Value,
-        ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(&'a self, arguments: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
-            let change = arguments
-                .get("change")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
+            let change = arguments.get("change").and_then(Value::as_str).unwrap_or_default().to_owned();
             let schema = json!({"type":"object","properties":{"approved":{"type":"boolean"}},"required":["approved"]});
             let answers = ctx.inputs(
                 vec![
-                    (
-                        "legal_approval".into(),
-                        elicitation_form(&format!("Legal: approve {change:?}?"), schema.clone()),
-                    ),
-                    (
-                        "finance_approval".into(),
-                        elicitation_form(&format!("Finance: approve {change:?}?"), schema),
-                    ),
+                    ("legal_approval".into(), elicitation_form(&format!("Legal: approve {change:?}?"), schema.clone())),
+                    ("finance_approval".into(), elicitation_form(&format!("Finance: approve {change:?}?"), schema)),
                 ],
                 "Waiting for legal and finance approval.",
             )?;
             let approved = |a: &Value| {
-                answer_action(a) == Some("accept")
-                    && a.pointer("/content/approved") == Some(&Value::Bool(true))
+                answer_action(a) == Some("accept") && a.pointer("/content/approved") == Some(&Value::Bool(true))
             };
             let (legal, finance) = (approved(&answers[0]), approved(&answers[1]));
-            Ok(ToolOutput::text(format!(
-                "Change {change:?}: legal approved={legal}, finance approved={finance}."
-            ))
-            .structured(json!({ "change": change, "legal": legal, "finance": finance }))
-            .with_status("Approvals collected."))
+            Ok(ToolOutput::text(format!("Change {change:?}: legal approved={legal}, finance approved={finance}."))
+                .structured(json!({ "change": change, "legal": legal, "finance": finance }))
+                .with_status("Approvals collected."))
         })
     }
 }
@@ -163,11 +128,7 @@ impl Tool for Sleep {
         )
     }
 
-    fn call<'a>(
-        &'a self,
-        arguments: Value,
-        ctx: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call<'a>(&'a self, arguments: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
             let ms = arguments.get("ms").and_then(Value::as_u64).unwrap_or(0);
             tokio::select! {

@@ -12,9 +12,7 @@ use super::{Shared, execution};
 const BLOCK: Duration = Duration::from_millis(1_000);
 
 pub(super) async fn run(shared: Arc<Shared>) {
-    let shards: Vec<u8> = (0..shared.config.queue_shards.min(256))
-        .map(|s| s as u8)
-        .collect();
+    let shards: Vec<u8> = (0..shared.config.queue_shards.min(256)).map(|s| s as u8).collect();
     let mut conn = None;
     let mut backoff = Duration::from_millis(100);
     while !shared.stop_claiming.is_cancelled() {
@@ -38,11 +36,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
             }
         }
         let Some(c) = conn.as_mut() else { continue };
-        match shared
-            .store
-            .read_deliveries(c, &shards, &shared.worker_id, permits.len(), BLOCK)
-            .await
-        {
+        match shared.store.read_deliveries(c, &shards, &shared.worker_id, permits.len(), BLOCK).await {
             Ok(deliveries) => {
                 backoff = Duration::from_millis(100);
                 for delivery in deliveries {
@@ -64,11 +58,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
 pub(super) fn spawn_claim(shared: &Arc<Shared>, delivery: Delivery, permit: OwnedSemaphorePermit) {
     let shared2 = shared.clone();
     shared.executions.spawn(async move {
-        match shared2
-            .store
-            .claim(&delivery, &shared2.worker_id, shared2.config.lease())
-            .await
-        {
+        match shared2.store.claim(&delivery, &shared2.worker_id, shared2.config.lease()).await {
             Ok(Some(claim)) => execution::run(shared2, claim).await,
             Ok(None) => {}
             // The entry stays pending under this consumer; the reaper hands it on later.

@@ -38,11 +38,8 @@ pub(super) async fn run(shared: Arc<Shared>, claim: Claim) {
         )))),
         Some(tool) => {
             let arguments: Value = serde_json::from_str(&claim.arguments).unwrap_or(Value::Null);
-            let answers: HashMap<String, Value> = claim
-                .answers
-                .iter()
-                .filter_map(|(k, v)| Some((k.clone(), serde_json::from_str(v).ok()?)))
-                .collect();
+            let answers: HashMap<String, Value> =
+                claim.answers.iter().filter_map(|(k, v)| Some((k.clone(), serde_json::from_str(v).ok()?))).collect();
             let ctx = Arc::new(ToolContext::new(
                 task_id.clone(),
                 claim.fence,
@@ -79,20 +76,9 @@ pub(super) async fn run(shared: Arc<Shared>, claim: Claim) {
 
 async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) {
     let (pending, message) = ctx.take_pending();
-    let requests: Vec<(String, String)> = pending
-        .into_iter()
-        .map(|(k, r)| (k, r.to_string()))
-        .collect();
-    let lease = Lease {
-        task_id,
-        worker: &shared.worker_id,
-        fence,
-    };
-    match shared
-        .store
-        .request_input(lease, message.as_deref(), &requests, CANCELLED)
-        .await
-    {
+    let requests: Vec<(String, String)> = pending.into_iter().map(|(k, r)| (k, r.to_string())).collect();
+    let lease = Lease { task_id, worker: &shared.worker_id, fence };
+    match shared.store.request_input(lease, message.as_deref(), &requests, CANCELLED).await {
         Ok(Parked::Parked) => {
             tracing::info!(task_id = %task_id, keys = requests.len(), "parked for input")
         }
@@ -108,13 +94,7 @@ async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) 
                 taskgate_shared::protocol::ErrorKind::Internal,
                 format!("tool reused input key {key:?}; keys are unique over a task's lifetime"),
             );
-            write(
-                shared,
-                task_id,
-                fence,
-                Outcome::Done(Err(ToolError::Rpc(err))),
-            )
-            .await;
+            write(shared, task_id, fence, Outcome::Done(Err(ToolError::Rpc(err)))).await;
         }
         Err(err) => {
             tracing::error!(task_id = %task_id, error = %err, "parking failed; the lease will expire and the task rerun")
@@ -123,66 +103,30 @@ async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) 
 }
 
 async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) {
-    let lease = Lease {
-        task_id,
-        worker: &shared.worker_id,
-        fence,
-    };
+    let lease = Lease { task_id, worker: &shared.worker_id, fence };
     let store = &shared.store;
     let written = match outcome {
         Outcome::Done(Ok(output)) => {
             let (result, message) = output.into_stored();
             let result = result.to_string();
-            store
-                .finish(
-                    lease,
-                    Finish::Completed {
-                        result: &result,
-                        message: message.as_deref(),
-                    },
-                )
-                .await
+            store.finish(lease, Finish::Completed { result: &result, message: message.as_deref() }).await
         }
         Outcome::Done(Err(ToolError::Rpc(err))) => {
             let error = err.to_value().to_string();
-            store
-                .finish(
-                    lease,
-                    Finish::Failed {
-                        error: &error,
-                        message: Some(&err.message),
-                    },
-                )
-                .await
+            store.finish(lease, Finish::Failed { error: &error, message: Some(&err.message) }).await
         }
         Outcome::Panicked => {
             tracing::error!(task_id = %task_id, "tool panicked");
-            let error = RpcError::new(
-                taskgate_shared::protocol::ErrorKind::Internal,
-                "internal error: the tool panicked",
-            );
+            let error =
+                RpcError::new(taskgate_shared::protocol::ErrorKind::Internal, "internal error: the tool panicked");
             let error_json = error.to_value().to_string();
-            store
-                .finish(
-                    lease,
-                    Finish::Failed {
-                        error: &error_json,
-                        message: Some("The tool failed."),
-                    },
-                )
-                .await
+            store.finish(lease, Finish::Failed { error: &error_json, message: Some("The tool failed.") }).await
         }
         Outcome::Done(Err(ToolError::Cancelled(message))) => {
             let message = message.unwrap_or_else(|| CANCELLED.to_owned());
-            store
-                .finish(lease, Finish::Cancelled { message: &message })
-                .await
+            store.finish(lease, Finish::Cancelled { message: &message }).await
         }
-        Outcome::CancelIgnored => {
-            store
-                .finish(lease, Finish::Cancelled { message: CANCELLED })
-                .await
-        }
+        Outcome::CancelIgnored => store.finish(lease, Finish::Cancelled { message: CANCELLED }).await,
         Outcome::Release => store.release(lease, CANCELLED).await,
         Outcome::Done(Err(ToolError::LeaseLost)) | Outcome::LeaseLost => {
             tracing::warn!(task_id = %task_id, fence, "lease lost; result dropped");

@@ -21,11 +21,7 @@ pub(crate) struct Held(Mutex<HashMap<TaskId, HeldTask>>);
 
 impl Held {
     pub(crate) fn insert(&self, id: TaskId, fence: u64) -> HeldTask {
-        let task = HeldTask {
-            fence,
-            cancel: CancellationToken::new(),
-            lost: CancellationToken::new(),
-        };
+        let task = HeldTask { fence, cancel: CancellationToken::new(), lost: CancellationToken::new() };
         if let Ok(mut map) = self.0.lock() {
             map.insert(id, task.clone());
         }
@@ -43,10 +39,7 @@ impl Held {
     }
 
     pub(crate) fn snapshot(&self) -> Vec<(TaskId, HeldTask)> {
-        self.0
-            .lock()
-            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-            .unwrap_or_default()
+        self.0.lock().map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default()
     }
 
     pub(crate) fn len(&self) -> usize {

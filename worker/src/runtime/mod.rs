@@ -27,6 +27,8 @@ pub(crate) struct Shared {
     pub(crate) worker_id: String,
     pub(crate) store: Store,
     pub(crate) tools: Registry,
+    /// What this worker publishes (the tools' specs with configured overrides).
+    pub(crate) specs: Vec<taskgate_shared::tools::ToolSpec>,
     pub(crate) held: Held,
     pub(crate) slots: Arc<Semaphore>,
     /// Fired on SIGTERM: claim nothing more.
@@ -39,6 +41,9 @@ pub(crate) struct Shared {
 /// Runs until `shutdown` resolves, then drains.
 pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>) {
     wait_for_redis(&shared).await;
+    if let Err(err) = shared.store.publish_tools(&shared.specs).await {
+        tracing::warn!(error = %err, "could not publish tools; retrying in the background");
+    }
     let background = CancellationToken::new();
     let tasks = [
         tokio::spawn(publish_tools(shared.clone())),
@@ -54,14 +59,8 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
     shared.stop_claiming.cancel();
     let _ = dispatcher.await;
     shared.executions.close();
-    if tokio::time::timeout(shared.config.drain_grace(), shared.executions.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            running = shared.held.len(),
-            "drain grace over: releasing leases"
-        );
+    if tokio::time::timeout(shared.config.drain_grace(), shared.executions.wait()).await.is_err() {
+        tracing::warn!(running = shared.held.len(), "drain grace over: releasing leases");
         shared.drain_over.cancel();
         shared.executions.wait().await;
     }
@@ -93,11 +92,11 @@ async fn wait_for_redis(shared: &Shared) {
 /// Publishes this worker's tool specs now and then again periodically, so a catalogue that
 /// was wiped comes back.
 async fn publish_tools(shared: Arc<Shared>) {
-    let specs: Vec<_> = shared.tools.values().map(|t| t.spec()).collect();
     let mut tick = tokio::time::interval(Duration::from_secs(30));
+    tick.tick().await;
     loop {
         tick.tick().await;
-        if let Err(err) = shared.store.publish_tools(&specs).await {
+        if let Err(err) = shared.store.publish_tools(&shared.specs).await {
             tracing::warn!(error = %err, "could not publish tools");
         }
     }
@@ -105,8 +104,5 @@ async fn publish_tools(shared: Arc<Shared>) {
 
 /// Unix time in milliseconds, by this host's clock (only ever used as a hint).
 pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }

@@ -79,11 +79,7 @@ async fn take_stale(shared: &Arc<Shared>, shard: u8, min_idle: Duration) {
     if permits.is_empty() {
         return;
     }
-    match shared
-        .store
-        .take_stale_deliveries(shard, &shared.worker_id, min_idle, permits.len())
-        .await
-    {
+    match shared.store.take_stale_deliveries(shard, &shared.worker_id, min_idle, permits.len()).await {
         Ok(stale) => {
             for delivery in stale {
                 let Some(permit) = permits.pop() else { break };

@@ -25,9 +25,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
                         let Ok(payload) = msg.get_payload::<String>() else {
                             continue;
                         };
-                        if let Some(task) =
-                            TaskId::parse(&payload).and_then(|id| shared.held.get(&id))
-                        {
+                        if let Some(task) = TaskId::parse(&payload).and_then(|id| shared.held.get(&id)) {
                             task.cancel.cancel();
                         }
                     }

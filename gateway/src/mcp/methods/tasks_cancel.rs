@@ -12,16 +12,8 @@ const CANCELLED_MESSAGE: &str = "The task was cancelled.";
 pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
     let id = task_id(call.params)?;
     let owner = call.principal.owner();
-    match call
-        .state
-        .store
-        .cancel_task(&id, &owner, CANCELLED_MESSAGE)
-        .await
-        .map_err(storage_error)?
-    {
+    match call.state.store.cancel_task(&id, &owner, CANCELLED_MESSAGE).await.map_err(storage_error)? {
         CancelOutcome::NotFound => Err(task_not_found()),
-        CancelOutcome::AlreadyTerminal | CancelOutcome::Cancelled | CancelOutcome::Signalled => {
-            Ok(result::ack())
-        }
+        CancelOutcome::AlreadyTerminal | CancelOutcome::Cancelled | CancelOutcome::Signalled => Ok(result::ack()),
     }
 }

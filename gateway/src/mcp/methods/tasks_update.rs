@@ -16,32 +16,17 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
     let Some(Value::Object(responses)) = call.params.get("inputResponses") else {
         // The lookup comes first (lesson rule 48): a foreign id must not learn that its
         // inputResponses were malformed.
-        let exists = call
-            .state
-            .store
-            .get_task(&id)
-            .await
-            .map_err(storage_error)?;
+        let exists = call.state.store.get_task(&id).await.map_err(storage_error)?;
         return Err(match exists {
-            Some(s) if s.owner == owner => {
-                RpcError::invalid_params("inputResponses must be an object")
-            }
+            Some(s) if s.owner == owner => RpcError::invalid_params("inputResponses must be an object"),
             _ => task_not_found(),
         });
     };
     if responses.len() > MAX_ANSWERS {
-        return Err(RpcError::invalid_params(format!(
-            "at most {MAX_ANSWERS} inputResponses per update"
-        )));
+        return Err(RpcError::invalid_params(format!("at most {MAX_ANSWERS} inputResponses per update")));
     }
     let answers = usable_answers(responses);
-    match call
-        .state
-        .store
-        .answer_inputs(&id, &owner, &answers, None)
-        .await
-        .map_err(storage_error)?
-    {
+    match call.state.store.answer_inputs(&id, &owner, &answers, None).await.map_err(storage_error)? {
         Answered::NotFound => Err(task_not_found()),
         Answered::Ignored | Answered::Applied { .. } => Ok(result::ack()),
     }

@@ -13,17 +13,8 @@ use crate::mcp::{Call, storage_error};
 
 pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
     let unknown = || RpcError::invalid_params("unknown tool");
-    let name = call
-        .params
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or_else(unknown)?;
-    let tool = call
-        .state
-        .catalogue
-        .lookup(name)
-        .await
-        .ok_or_else(unknown)?;
+    let name = call.params.get("name").and_then(Value::as_str).ok_or_else(unknown)?;
+    let tool = call.state.catalogue.lookup(name).await.ok_or_else(unknown)?;
     let arguments = match call.params.get("arguments") {
         None => Value::Object(Map::new()),
         Some(Value::Object(args)) => Value::Object(args.clone()),
@@ -71,18 +62,12 @@ async fn create(
         .map_err(storage_error)?;
     let replicas = state.config.durability_replicas;
     if replicas > 0 {
-        let acked = state
-            .store
-            .wait_for_replicas(replicas, state.config.durability_timeout())
-            .await;
+        let acked = state.store.wait_for_replicas(replicas, state.config.durability_timeout()).await;
         if !matches!(acked, Ok(n) if n >= replicas) {
             tracing::error!(task_id = %id, wanted = replicas, acked = ?acked.as_ref().ok(), "create not acknowledged by replicas; cancelling it");
             // Nobody holds the handle: cancel it so no work runs for it (best effort; it
             // expires by TTL otherwise).
-            let _ = state
-                .store
-                .cancel_task(&id, &owner, "The task could not be made durable.")
-                .await;
+            let _ = state.store.cancel_task(&id, &owner, "The task could not be made durable.").await;
             return Err(RpcError::new(
                 taskgate_shared::protocol::ErrorKind::Internal,
                 "the task could not be made durable; it was not created",

@@ -13,18 +13,9 @@ fn absent_id_is_a_notification_but_null_id_is_a_request() {
 
 #[test]
 fn batches_and_garbage_are_refused() {
-    assert_eq!(
-        parse(b"[]").unwrap_err().error.kind,
-        ErrorKind::InvalidRequest
-    );
-    assert_eq!(
-        parse(b"{nope").unwrap_err().error.kind,
-        ErrorKind::ParseError
-    );
-    assert_eq!(
-        parse(b"42").unwrap_err().error.kind,
-        ErrorKind::InvalidRequest
-    );
+    assert_eq!(parse(b"[]").unwrap_err().error.kind, ErrorKind::InvalidRequest);
+    assert_eq!(parse(b"{nope").unwrap_err().error.kind, ErrorKind::ParseError);
+    assert_eq!(parse(b"42").unwrap_err().error.kind, ErrorKind::InvalidRequest);
 }
 
 #[test]
@@ -39,10 +30,7 @@ fn bad_shape_keeps_a_readable_id() {
 #[test]
 fn non_object_params_are_invalid_params() {
     let msg = parse(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#).unwrap();
-    assert_eq!(
-        msg.params_object().unwrap_err().message,
-        "params must be an object"
-    );
+    assert_eq!(msg.params_object().unwrap_err().message, "params must be an object");
     let msg = parse(br#"{"jsonrpc":"2.0","id":1,"method":"x"}"#).unwrap();
     assert!(msg.params_object().unwrap().is_empty());
 }

@@ -22,10 +22,5 @@ fn missing_extension_data_is_exact() {
 
 #[test]
 fn data_member_is_absent_when_empty() {
-    assert!(
-        RpcError::method_not_found()
-            .to_value()
-            .get("data")
-            .is_none()
-    );
+    assert!(RpcError::method_not_found().to_value().get("data").is_none());
 }

@@ -10,30 +10,15 @@ fn plain_values_are_trimmed_and_literal() {
 fn sentinel_is_decoded_strictly() {
     assert_eq!(decode(encode("héllo").as_bytes()).unwrap(), "héllo");
     assert_eq!(decode(b"=?base64?aGk=?=").unwrap(), "hi");
-    assert_eq!(
-        decode(b"=?base64?aGk?=").unwrap_err(),
-        HeaderValueError::BadBase64
-    );
-    assert_eq!(
-        decode(b"=?base64?!!!!?=").unwrap_err(),
-        HeaderValueError::BadBase64
-    );
-    assert_eq!(
-        decode(b"=?base64?/w==?=").unwrap_err(),
-        HeaderValueError::NotUtf8
-    );
+    assert_eq!(decode(b"=?base64?aGk?=").unwrap_err(), HeaderValueError::BadBase64);
+    assert_eq!(decode(b"=?base64?!!!!?=").unwrap_err(), HeaderValueError::BadBase64);
+    assert_eq!(decode(b"=?base64?/w==?=").unwrap_err(), HeaderValueError::NotUtf8);
 }
 
 #[test]
 fn raw_non_ascii_is_refused() {
-    assert_eq!(
-        decode("héllo".as_bytes()).unwrap_err(),
-        HeaderValueError::NotPrintable
-    );
-    assert_eq!(
-        decode(b"a\x01b").unwrap_err(),
-        HeaderValueError::NotPrintable
-    );
+    assert_eq!(decode("héllo".as_bytes()).unwrap_err(), HeaderValueError::NotPrintable);
+    assert_eq!(decode(b"a\x01b").unwrap_err(), HeaderValueError::NotPrintable);
 }
 
 #[test]

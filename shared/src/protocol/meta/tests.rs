@@ -16,18 +16,9 @@ fn lesson_order_and_messages() {
     let cases = [
         (json!(null), "missing request _meta"),
         (json!({}), "missing protocol version"),
-        (
-            json!({"io.modelcontextprotocol/protocolVersion": null}),
-            "missing protocol version",
-        ),
-        (
-            json!({"io.modelcontextprotocol/protocolVersion": 7}),
-            "missing protocol version",
-        ),
-        (
-            json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"}),
-            "missing client capabilities",
-        ),
+        (json!({"io.modelcontextprotocol/protocolVersion": null}), "missing protocol version"),
+        (json!({"io.modelcontextprotocol/protocolVersion": 7}), "missing protocol version"),
+        (json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"}), "missing client capabilities"),
         (
             json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                    "io.modelcontextprotocol/clientCapabilities": []}),
@@ -49,20 +40,16 @@ fn lesson_order_and_messages() {
 
 #[test]
 fn unsupported_version_comes_before_capabilities() {
-    let err = validate(
-        &params(json!({"io.modelcontextprotocol/protocolVersion": "2025-11-25"})),
-        ok_headers,
-    )
-    .unwrap_err();
+    let err =
+        validate(&params(json!({"io.modelcontextprotocol/protocolVersion": "2025-11-25"})), ok_headers).unwrap_err();
     assert_eq!(err.kind, ErrorKind::UnsupportedProtocolVersion);
 }
 
 #[test]
 fn header_check_runs_before_version_support() {
-    let err = validate(
-        &params(json!({"io.modelcontextprotocol/protocolVersion": "1999-01-01"})),
-        |_| Err(RpcError::header_mismatch("MCP-Protocol-Version", "x")),
-    )
+    let err = validate(&params(json!({"io.modelcontextprotocol/protocolVersion": "1999-01-01"})), |_| {
+        Err(RpcError::header_mismatch("MCP-Protocol-Version", "x"))
+    })
     .unwrap_err();
     assert_eq!(err.kind, ErrorKind::HeaderMismatch);
 }
@@ -70,12 +57,10 @@ fn header_check_runs_before_version_support() {
 #[test]
 fn capabilities_are_read_from_this_request() {
     let m = validate(
-        &params(
-            json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        &params(json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                        "io.modelcontextprotocol/clientCapabilities":
                            {"extensions": {"io.modelcontextprotocol/tasks": {}}, "elicitation": {}},
-                       "io.modelcontextprotocol/clientInfo": {"name": "x", "version": "1"}}),
-        ),
+                       "io.modelcontextprotocol/clientInfo": {"name": "x", "version": "1"}})),
         ok_headers,
     )
     .unwrap();

@@ -1,0 +1,131 @@
+//! A small MCP 2026-07-28 client: the right headers, `_meta` on every request, raw access for
+//! tests that break the rules on purpose.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::{Value, json};
+use taskgate_shared::protocol::header_value;
+
+/// `_meta` declaring the Tasks extension.
+pub fn meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": { "extensions": { "io.modelcontextprotocol/tasks": {} }, "elicitation": {} },
+        "io.modelcontextprotocol/clientInfo": { "name": "taskgate-tests", "version": "1.0.0" }
+    })
+}
+
+/// `_meta` without the Tasks extension.
+pub fn meta_without_tasks() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": { "extensions": {} }
+    })
+}
+
+/// An HTTP reply.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    /// The raw body.
+    pub text: String,
+    /// The body as JSON (`Null` when empty or not JSON).
+    pub body: Value,
+}
+
+impl Reply {
+    pub fn result(&self) -> &Value {
+        &self.body["result"]
+    }
+
+    pub fn error(&self) -> &Value {
+        &self.body["error"]
+    }
+
+    pub fn error_code(&self) -> Option<i64> {
+        self.body["error"]["code"].as_i64()
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+pub struct McpClient {
+    http: reqwest::Client,
+    url: String,
+    next_id: AtomicU64,
+}
+
+impl McpClient {
+    pub fn new(base: &str) -> Self {
+        let http = reqwest::Client::builder().no_proxy().build().expect("http client");
+        Self { http, url: format!("{base}/mcp"), next_id: AtomicU64::new(1) }
+    }
+
+    pub fn base(&self) -> &str {
+        self.url.trim_end_matches("/mcp")
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// A request with the standard headers, `_meta` (with the Tasks extension) added to
+    /// `params` unless it has one.
+    pub async fn call(&self, method: &str, params: Value) -> Reply {
+        let body = self.envelope(method, params);
+        let headers = standard_headers(&body);
+        self.send(&headers, body.to_string().into_bytes()).await
+    }
+
+    /// The JSON-RPC envelope `call` would send (with a fresh id).
+    pub fn envelope(&self, method: &str, mut params: Value) -> Value {
+        if params.get("_meta").is_none() {
+            params["_meta"] = meta();
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+    }
+
+    /// POSTs `body` with exactly these headers.
+    pub async fn send(&self, headers: &[(String, String)], body: Vec<u8>) -> Reply {
+        let mut request = self.http.post(&self.url).body(body);
+        for (name, value) in headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        let response = request.send().await.expect("the gateway answers");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap_or_default();
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Reply { status, headers, text, body }
+    }
+}
+
+/// The headers a conforming client sends for `body`.
+pub fn standard_headers(body: &Value) -> Vec<(String, String)> {
+    let method = body["method"].as_str().unwrap_or_default();
+    let params = &body["params"];
+    let version = params["_meta"]["io.modelcontextprotocol/protocolVersion"].as_str().unwrap_or("2026-07-28");
+    let mut headers = vec![
+        ("Content-Type".to_owned(), "application/json".to_owned()),
+        ("Accept".to_owned(), "application/json, text/event-stream".to_owned()),
+        ("MCP-Protocol-Version".to_owned(), version.to_owned()),
+        ("Mcp-Method".to_owned(), method.to_owned()),
+    ];
+    let name = match method {
+        "tools/call" => params["name"].as_str(),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => params["taskId"].as_str(),
+        _ => None,
+    };
+    if let Some(name) = name {
+        headers.push(("Mcp-Name".to_owned(), header_value::encode(name)));
+    }
+    headers
+}

@@ -1,0 +1,127 @@
+//! A gateway or worker binary run as a child process, its log captured to a file.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+/// Which binary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binary {
+    Gateway,
+    Worker,
+}
+
+impl Binary {
+    fn file_name(self) -> &'static str {
+        match self {
+            Self::Gateway => "taskgate-gateway",
+            Self::Worker => "taskgate-worker",
+        }
+    }
+
+    /// The binary next to this test's cargo target directory.
+    pub fn path(self) -> PathBuf {
+        let dir = std::env::var_os("TASKGATE_BIN_DIR").map(PathBuf::from).unwrap_or_else(|| {
+            // target/<profile>/deps/<test-binary>
+            let exe = std::env::current_exe().expect("current exe");
+            exe.parent().and_then(|deps| deps.parent()).expect("target dir").to_path_buf()
+        });
+        let path = dir.join(self.file_name());
+        assert!(path.is_file(), "{} is not built; run the suite with `cargo test --workspace`", path.display());
+        path
+    }
+}
+
+/// A running service. Killed when dropped.
+pub struct Service {
+    binary: Binary,
+    args: Vec<String>,
+    child: Option<Child>,
+    log: PathBuf,
+    /// For a gateway: its base URL.
+    pub url: Option<String>,
+}
+
+impl Service {
+    pub(crate) async fn spawn(binary: Binary, args: Vec<String>, log: PathBuf, url: Option<String>) -> Self {
+        let mut service = Self { binary, args, child: None, log, url };
+        service.start().await;
+        service
+    }
+
+    async fn start(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file");
+        let child = Command::new(self.binary.path())
+            .args(&self.args)
+            .env("RUST_LOG", "info")
+            .env_remove("TASKGATE_AUTH")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("binary starts");
+        self.child = Some(child);
+        match (&self.url, self.binary) {
+            (Some(url), _) => wait_ready(url).await,
+            (None, Binary::Worker) => {
+                // A worker logs this once its consumer groups exist and its tools are published.
+                let started = self.log().matches("worker running").count();
+                crate::eventually(Duration::from_secs(20), "the worker to start", || {
+                    let running = self.log().matches("worker running").count() > started;
+                    async move { running.then_some(()) }
+                })
+                .await;
+            }
+            (None, Binary::Gateway) => {}
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().and_then(Child::id).expect("running")
+    }
+
+    /// `kill -9`, and reap.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    /// Starts the same command again (same port, same arguments).
+    pub async fn restart(&mut self) {
+        self.kill().await;
+        self.start().await;
+    }
+
+    /// Sends a signal by name (`TERM`, `STOP`, `CONT`).
+    pub fn signal(&self, name: &str) {
+        let status = std::process::Command::new("kill").arg(format!("-{name}")).arg(self.pid().to_string()).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{name} failed");
+    }
+
+    /// Waits for the process to exit on its own and returns its exit code.
+    pub async fn wait_exit(&mut self, patience: Duration) -> Option<i32> {
+        let child = self.child.as_mut().expect("running");
+        let status = tokio::time::timeout(patience, child.wait()).await.expect("process exits in time").expect("wait");
+        self.child = None;
+        status.code()
+    }
+
+    /// The captured log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+async fn wait_ready(url: &str) {
+    let client = reqwest::Client::builder().no_proxy().build().expect("http client");
+    let probe = format!("{url}/readyz");
+    crate::eventually(Duration::from_secs(20), "the gateway's /readyz to answer 200", || {
+        let request = client.get(&probe).send();
+        async move { request.await.ok().filter(|r| r.status() == 200).map(drop) }
+    })
+    .await;
+}

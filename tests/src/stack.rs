@@ -1,0 +1,140 @@
+//! A whole taskgate deployment for one test: Redis, N gateways, M workers, one namespace.
+
+use taskgate_shared::store::Store;
+
+use crate::{Binary, McpClient, RedisServer, Service, free_port, unique_namespace};
+
+/// Builds a [`Stack`]. Defaults: one gateway, one worker serving `demo`.
+pub struct StackBuilder {
+    gateways: usize,
+    workers: usize,
+    gateway_args: Vec<String>,
+    worker_args: Vec<String>,
+    redis_args: Vec<String>,
+}
+
+impl StackBuilder {
+    pub fn gateways(mut self, n: usize) -> Self {
+        self.gateways = n;
+        self
+    }
+
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = n;
+        self
+    }
+
+    pub fn gateway_args(mut self, args: &[&str]) -> Self {
+        self.gateway_args.extend(args.iter().map(|s| (*s).to_owned()));
+        self
+    }
+
+    pub fn worker_args(mut self, args: &[&str]) -> Self {
+        self.worker_args.extend(args.iter().map(|s| (*s).to_owned()));
+        self
+    }
+
+    pub fn redis_args(mut self, args: &[&str]) -> Self {
+        self.redis_args.extend(args.iter().map(|s| (*s).to_owned()));
+        self
+    }
+
+    pub async fn spawn(self) -> Stack {
+        let redis_args: Vec<&str> = self.redis_args.iter().map(String::as_str).collect();
+        let redis = RedisServer::start_with(&redis_args).await;
+        let logs = tempfile::Builder::new().prefix("taskgate-logs-").tempdir().expect("a temp dir");
+        let mut stack = Stack {
+            redis,
+            namespace: unique_namespace(),
+            gateways: Vec::new(),
+            workers: Vec::new(),
+            gateway_args: self.gateway_args,
+            worker_args: self.worker_args,
+            logs,
+        };
+        for _ in 0..self.gateways {
+            stack.add_gateway(&[]).await;
+        }
+        for _ in 0..self.workers {
+            stack.add_worker(&[]).await;
+        }
+        stack
+    }
+}
+
+/// A running deployment. Everything is killed when it is dropped.
+pub struct Stack {
+    pub redis: RedisServer,
+    pub namespace: String,
+    pub gateways: Vec<Service>,
+    pub workers: Vec<Service>,
+    gateway_args: Vec<String>,
+    worker_args: Vec<String>,
+    logs: tempfile::TempDir,
+}
+
+impl Stack {
+    pub fn builder() -> StackBuilder {
+        StackBuilder {
+            gateways: 1,
+            workers: 1,
+            gateway_args: Vec::new(),
+            worker_args: Vec::new(),
+            redis_args: Vec::new(),
+        }
+    }
+
+    /// Starts another gateway and waits until it is ready. Returns its index.
+    pub async fn add_gateway(&mut self, extra: &[&str]) -> usize {
+        let i = self.gateways.len();
+        let port = free_port();
+        let mut args = vec![
+            "--auth".into(),
+            "none".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--redis-url".into(),
+            self.redis.url(),
+            "--namespace".into(),
+            self.namespace.clone(),
+            "--log-format".into(),
+            "json".into(),
+        ];
+        args.extend(self.gateway_args.iter().cloned());
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let log = self.logs.path().join(format!("gateway-{i}.log"));
+        let service = Service::spawn(Binary::Gateway, args, log, Some(format!("http://127.0.0.1:{port}"))).await;
+        self.gateways.push(service);
+        i
+    }
+
+    /// Starts another worker. Returns its index.
+    pub async fn add_worker(&mut self, extra: &[&str]) -> usize {
+        let i = self.workers.len();
+        let mut args = vec![
+            "--redis-url".into(),
+            self.redis.url(),
+            "--namespace".into(),
+            self.namespace.clone(),
+            "--worker-id".into(),
+            format!("w{i}-{:04x}", rand::random::<u16>()),
+            "--log-format".into(),
+            "json".into(),
+        ];
+        args.extend(self.worker_args.iter().cloned());
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let log = self.logs.path().join(format!("worker-{i}.log"));
+        self.workers.push(Service::spawn(Binary::Worker, args, log, None).await);
+        i
+    }
+
+    /// A client of gateway `i`.
+    pub fn client(&self, i: usize) -> McpClient {
+        McpClient::new(self.gateways[i].url.as_deref().expect("a gateway"))
+    }
+
+    /// The shared crate's store on this stack's Redis and namespace, for white-box checks.
+    pub fn store(&self) -> Store {
+        Store::connect_lazy(&self.redis.url(), &self.namespace, std::time::Duration::from_secs(2)).expect("store")
+    }
+}
