@@ -129,3 +129,40 @@ pub fn standard_headers(body: &Value) -> Vec<(String, String)> {
     }
     headers
 }
+
+/// Task conveniences.
+impl McpClient {
+    /// `tools/call` that must create a task; returns its id.
+    pub async fn create_task(&self, tool: &str, arguments: Value) -> String {
+        let r = self.call("tools/call", json!({ "name": tool, "arguments": arguments })).await;
+        assert_eq!(r.result()["resultType"], "task", "expected a task: {}", r.text);
+        r.result()["taskId"].as_str().expect("taskId").to_owned()
+    }
+
+    /// The `tasks/get` reply.
+    pub async fn get_task(&self, task_id: &str) -> Reply {
+        self.call("tasks/get", json!({ "taskId": task_id })).await
+    }
+
+    /// Polls `tasks/get` until the task has `status`; returns that result.
+    pub async fn wait_for_status(&self, task_id: &str, status: &str, patience: std::time::Duration) -> Value {
+        crate::eventually(patience, &format!("task {task_id} to be {status}"), || async {
+            let r = self.get_task(task_id).await;
+            (r.result()["status"] == status).then(|| r.result().clone())
+        })
+        .await
+    }
+
+    pub async fn update_task(&self, task_id: &str, responses: Value) -> Reply {
+        self.call("tasks/update", json!({ "taskId": task_id, "inputResponses": responses })).await
+    }
+
+    pub async fn cancel_task(&self, task_id: &str) -> Reply {
+        self.call("tasks/cancel", json!({ "taskId": task_id })).await
+    }
+}
+
+/// The empty acknowledgement every `tasks/update` and `tasks/cancel` returns.
+pub fn ack() -> Value {
+    json!({ "resultType": "complete", "_meta": { "io.modelcontextprotocol/serverInfo": { "name": "taskgate", "version": env!("CARGO_PKG_VERSION") } } })
+}

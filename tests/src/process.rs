@@ -21,8 +21,13 @@ impl Binary {
         }
     }
 
-    /// The binary next to this test's cargo target directory.
+    /// The binary next to this test's cargo target directory, rebuilt first (once per test
+    /// process) so that running one test file never runs stale binaries.
     pub fn path(self) -> PathBuf {
+        static BUILT: std::sync::Once = std::sync::Once::new();
+        if std::env::var_os("TASKGATE_BIN_DIR").is_none() {
+            BUILT.call_once(build_binaries);
+        }
         let dir = std::env::var_os("TASKGATE_BIN_DIR").map(PathBuf::from).unwrap_or_else(|| {
             // target/<profile>/deps/<test-binary>
             let exe = std::env::current_exe().expect("current exe");
@@ -32,6 +37,17 @@ impl Binary {
         assert!(path.is_file(), "{} is not built; run the suite with `cargo test --workspace`", path.display());
         path
     }
+}
+
+/// `cargo build --bins` for the workspace, with the cargo that built this test.
+fn build_binaries() {
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+    let status = std::process::Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "--bins", "-p", "taskgate-gateway", "-p", "taskgate-worker"])
+        .current_dir(workspace)
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building the binaries failed");
 }
 
 /// A running service. Killed when dropped.

@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use taskgate_shared::protocol::{ErrorKind, RpcError};
 use taskgate_shared::tools::{Execution, ToolDescriptor, ToolSpec};
 
 use crate::tool::{BoxFuture, Tool, ToolContext, ToolError, ToolOutput, answer_action, elicitation_form};
 
 pub(super) fn tools() -> Vec<Arc<dyn Tool>> {
-    vec![Arc::new(GenerateReport), Arc::new(DualApproval), Arc::new(Sleep)]
+    vec![Arc::new(GenerateReport), Arc::new(DualApproval), Arc::new(Sleep), Arc::new(Faulty)]
 }
 
 fn spec(
@@ -138,6 +139,36 @@ impl Tool for Sleep {
             Ok(ToolOutput::text(format!("Slept {ms} ms."))
                 .structured(json!({ "sleptMs": ms, "fencingToken": ctx.fencing_token() }))
                 .with_status("Done."))
+        })
+    }
+}
+
+/// Ends in the way asked for, to exercise each outcome: a tool-level error (`completed` with
+/// `isError: true`), a JSON-RPC error (`failed`), or a panic (`failed`, -32603).
+struct Faulty;
+
+impl Tool for Faulty {
+    fn spec(&self) -> ToolSpec {
+        spec(
+            "faulty",
+            "Fails on purpose: mode tool_error, rpc_error or panic.",
+            json!({"type":"object","properties":{"mode":{"type":"string","enum":["tool_error","rpc_error","panic"]}},"required":["mode"]}),
+            600_000,
+            500,
+            None,
+        )
+    }
+
+    fn call<'a>(&'a self, arguments: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            match arguments.get("mode").and_then(Value::as_str) {
+                Some("tool_error") => Ok(ToolOutput::text("The tool reported an error.").error()),
+                Some("rpc_error") => Err(ToolError::Rpc(
+                    RpcError::new(ErrorKind::InvalidParams, "the job could not run")
+                        .with_data(json!({"reason": "demo"})),
+                )),
+                _ => panic!("faulty tool panicked on purpose"),
+            }
         })
     }
 }
