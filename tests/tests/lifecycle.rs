@@ -428,3 +428,16 @@ async fn durability_replicas_that_do_not_acknowledge_refuse_the_create() {
     assert_eq!(r.body["error"]["message"], "the task could not be made durable; it was not created");
     let _: Value = r.body;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_loses_too_many_workers_fails() {
+    let mut stack = Stack::builder().worker_args(&["--lease-ms", "500", "--max-reclaims", "0"]).spawn().await;
+    let client = stack.client(0);
+    let task_id = client.create_task("sleep", json!({"ms": 30_000})).await;
+    holder_index(&stack, &task_id).await;
+    stack.workers[0].kill().await;
+    stack.add_worker(&[]).await;
+    let failed = client.wait_for_status(&task_id, "failed", PATIENCE).await;
+    assert_eq!(failed["error"]["code"], -32603);
+    assert_eq!(failed["error"]["message"], "the task was abandoned: its worker lease expired more than 0 times");
+}
