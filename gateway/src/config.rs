@@ -78,6 +78,24 @@ pub struct Config {
     #[arg(long, env = "TASKGATE_CATALOGUE_REFRESH_MS", default_value_t = 2_000)]
     pub catalogue_refresh_ms: u64,
 
+    /// How long an inline `tools/call` waits for the worker's result, in milliseconds.
+    #[arg(long, env = "TASKGATE_INLINE_TIMEOUT_MS", default_value_t = 60_000)]
+    pub inline_timeout_ms: u64,
+
+    /// Keys that sign MRTR `requestState` tokens: `ID:BASE64` (at least 32 bytes), comma
+    /// separated; the first signs, all verify. Every replica must share them. Without any, each
+    /// process makes its own, so a retry must reach the same replica.
+    #[arg(long, env = "TASKGATE_REQUEST_STATE_KEYS", value_delimiter = ',', hide_env_values = true)]
+    pub request_state_keys: Vec<String>,
+
+    /// How long a `requestState` stays valid, in milliseconds.
+    #[arg(long, env = "TASKGATE_REQUEST_STATE_TTL_MS", default_value_t = 300_000)]
+    pub request_state_ttl_ms: u64,
+
+    /// Interval of SSE keep-alive comments, in milliseconds.
+    #[arg(long, env = "TASKGATE_SSE_KEEPALIVE_MS", default_value_t = 15_000)]
+    pub sse_keepalive_ms: u64,
+
     /// Log format: auto (JSON unless on a terminal), json or text.
     #[arg(long, env = "TASKGATE_LOG_FORMAT", default_value = "auto")]
     pub log_format: LogFormat,
@@ -118,6 +136,14 @@ impl Config {
 
     pub fn durability_timeout(&self) -> Duration {
         Duration::from_millis(self.durability_timeout_ms)
+    }
+
+    pub fn inline_timeout(&self) -> Duration {
+        Duration::from_millis(self.inline_timeout_ms.max(1))
+    }
+
+    pub fn sse_keep_alive(&self) -> Duration {
+        Duration::from_millis(self.sse_keepalive_ms.max(100))
     }
 
     pub fn catalogue_refresh(&self) -> Duration {

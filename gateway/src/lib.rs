@@ -4,8 +4,10 @@
 pub mod auth;
 mod catalogue;
 pub mod config;
+mod events;
 mod http;
 mod mcp;
+mod mrtr;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,18 +18,33 @@ use tokio::net::TcpListener;
 pub use config::Config;
 pub use http::router;
 
+/// A gateway that cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    StateKey(#[from] mrtr::BadStateKey),
+}
+
 /// Shared by every request. Holds no task state: that lives in Redis.
 #[derive(Clone)]
 pub struct AppState {
     config: Arc<Config>,
     store: Store,
     catalogue: Arc<catalogue::CatalogueCache>,
+    events: Arc<events::EventHub>,
+    request_state_keys: mrtr::StateKeys,
     origin_policy: Arc<http::OriginPolicy>,
     shutting_down: Arc<AtomicBool>,
 }
 
 impl AppState {
-    pub fn new(config: Config) -> Result<Self, StoreError> {
+    pub fn new(config: Config) -> Result<Self, StartError> {
+        let request_state_keys = mrtr::StateKeys::parse(&config.request_state_keys)?;
+        if request_state_keys.is_ephemeral() {
+            tracing::warn!("no --request-state-keys: MRTR retries must reach this replica");
+        }
         let store = Store::connect_lazy(&config.redis_url, &config.namespace, config.redis_timeout())?;
         let catalogue = Arc::new(catalogue::CatalogueCache::new(store.clone()));
         let origin_policy = http::OriginPolicy::new(
@@ -39,6 +56,8 @@ impl AppState {
             config: Arc::new(config),
             store,
             catalogue,
+            events: Arc::default(),
+            request_state_keys,
             origin_policy: Arc::new(origin_policy),
             shutting_down: Arc::new(AtomicBool::new(false)),
         })
@@ -60,6 +79,7 @@ pub async fn run(
         // Not fatal: Redis may come up later, and EVALSHA falls back to EVAL.
         tracing::warn!(error = %err, "could not load scripts at start-up");
     }
+    let hub = tokio::spawn(state.events.clone().run(state.store.clone()));
     let refresher = tokio::spawn(state.catalogue.clone().refresh_forever(state.config.catalogue_refresh()));
     let flag = state.shutting_down.clone();
     let app = router(state);
@@ -70,5 +90,6 @@ pub async fn run(
         })
         .await;
     refresher.abort();
+    hub.abort();
     served
 }

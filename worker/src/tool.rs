@@ -186,6 +186,26 @@ impl ToolContext {
         Err(ToolError::Suspend)
     }
 
+    /// Reports progress. Forwarded as `notifications/progress` to an inline caller that sent a
+    /// `progressToken`; values must increase. Best effort: never stored.
+    pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        self.notice(json!({ "kind": "progress", "progress": progress, "total": total, "message": message })).await;
+    }
+
+    /// Logs to the caller. Forwarded as `notifications/message` to an inline caller whose
+    /// request set `io.modelcontextprotocol/logLevel` at or below `level`. Never put secrets or
+    /// user content here. Best effort: never stored.
+    pub async fn log(&self, level: &str, data: Value) {
+        self.notice(json!({ "kind": "log", "level": level, "data": data })).await;
+    }
+
+    async fn notice(&self, mut notice: Value) {
+        notice["taskId"] = Value::String(self.task_id.to_string());
+        if let Err(err) = self.store.notify(&notice).await {
+            tracing::debug!(task_id = %self.task_id, error = %err, "notice not published");
+        }
+    }
+
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
     }

@@ -48,6 +48,56 @@ pub(crate) fn check(
     }
 }
 
+/// `Mcp-Param-{Name}` headers of a `tools/call` whose tool declares `x-mcp-header: Name` on a
+/// top-level argument: present exactly when the argument is, and equal to it (integers compared
+/// numerically, booleans as `true`/`false`).
+pub(crate) fn check_params(headers: &HeaderMap, input_schema: &Value, arguments: &Value) -> Result<(), RpcError> {
+    let Some(properties) = input_schema.get("properties").and_then(Value::as_object) else { return Ok(()) };
+    for (property, schema) in properties {
+        let Some(name) = schema.get("x-mcp-header").and_then(Value::as_str) else { continue };
+        let header = format!("Mcp-Param-{name}");
+        let label: &'static str = "Mcp-Param-*";
+        let value = arguments.get(property).filter(|v| !v.is_null());
+        let mut values = headers.get_all(header.as_str()).iter();
+        let sent = values.next();
+        if values.next().is_some() {
+            return Err(RpcError::header_mismatch(label, format!("duplicate {header} header")));
+        }
+        let sent = sent
+            .map(|raw| header_value::decode(raw.as_bytes()))
+            .transpose()
+            .map_err(|err| RpcError::header_mismatch(label, format!("{header}: {err}")))?;
+        match (value, sent) {
+            (None, None) => {}
+            (Some(_), None) => return Err(RpcError::header_mismatch(label, format!("{header} is required"))),
+            (None, Some(_)) => {
+                return Err(RpcError::header_mismatch(label, format!("{header} sent without the argument")));
+            }
+            (Some(value), Some(sent)) => {
+                if !same_value(value, &sent) {
+                    return Err(RpcError::header_mismatch(
+                        label,
+                        format!("{header} does not match arguments.{property}"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn same_value(value: &Value, header: &str) -> bool {
+    match value {
+        Value::String(s) => s == header,
+        Value::Bool(b) => header == if *b { "true" } else { "false" },
+        Value::Number(n) => match (n.as_i64(), header.parse::<i64>()) {
+            (Some(a), Ok(b)) => a == b,
+            _ => n.as_f64().zip(header.parse::<f64>().ok()).is_some_and(|(a, b)| a == b),
+        },
+        _ => false,
+    }
+}
+
 fn missing(header: &'static str) -> RpcError {
     RpcError::header_mismatch(header, "required header is missing")
 }

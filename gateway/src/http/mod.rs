@@ -10,7 +10,7 @@ use axum::Router;
 use axum::routing::{get, post};
 
 pub(crate) use guard::OriginPolicy;
-pub(crate) use mirror::check as check_mirrored_headers;
+pub(crate) use mirror::{check as check_mirrored_headers, check_params as check_param_headers};
 
 use crate::AppState;
 

@@ -30,6 +30,8 @@ pub(crate) fn status_of(error: &RpcError, stage: Stage) -> StatusCode {
             Stage::Method => StatusCode::OK,
         },
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        // A tool's own error, carried in-band.
+        ErrorKind::Application(_) => StatusCode::OK,
     }
 }
 

@@ -9,6 +9,7 @@
 //! 6. the Tasks extension, for methods that need it (`-32021`);
 //! 7. the method's own params (in-band errors).
 
+mod inline;
 mod methods;
 
 use axum::http::HeaderMap;
@@ -59,6 +60,7 @@ impl Method {
 /// What a method sees of its request.
 pub(crate) struct Call<'a> {
     pub(crate) state: &'a AppState,
+    pub(crate) headers: &'a HeaderMap,
     pub(crate) principal: Principal,
     pub(crate) meta: ValidMeta,
     pub(crate) params: &'a Map<String, Value>,
@@ -71,11 +73,15 @@ pub(crate) async fn handle(state: &AppState, headers: &HeaderMap, message: Incom
         Ok(admitted) => admitted,
         Err(err) => return reply::rpc_error(&id, &err, Stage::Envelope),
     };
-    let call = Call { state, principal: Principal::anonymous(), meta, params };
+    let call = Call { state, headers, principal: Principal::anonymous(), meta, params };
     let outcome = match method {
         Method::Discover => Ok(methods::discover::run()),
         Method::ToolsList => methods::tools_list::run(&call).await,
-        Method::ToolsCall => methods::tools_call::run(&call).await,
+        Method::ToolsCall => match methods::tools_call::run(&call, &id).await {
+            Ok(methods::tools_call::CallOutcome::Json(result)) => Ok(result),
+            Ok(methods::tools_call::CallOutcome::Stream(response)) => return response,
+            Err(err) => Err(err),
+        },
         Method::TasksGet => methods::tasks_get::run(&call).await,
         Method::TasksUpdate => methods::tasks_update::run(&call).await,
         Method::TasksCancel => methods::tasks_cancel::run(&call).await,

@@ -18,9 +18,27 @@ pub enum ErrorKind {
     HeaderMismatch,
     MissingRequiredClientCapability,
     UnsupportedProtocolVersion,
+    /// A code defined by a tool (outside the ranges the spec reserves), passed through.
+    Application(i64),
 }
 
 impl ErrorKind {
+    /// The kind of a code read back from storage or a tool.
+    pub const fn from_code(code: i64) -> Self {
+        match code {
+            -32700 => Self::ParseError,
+            -32600 => Self::InvalidRequest,
+            -32601 => Self::MethodNotFound,
+            -32602 => Self::InvalidParams,
+            -32020 => Self::HeaderMismatch,
+            -32021 => Self::MissingRequiredClientCapability,
+            -32022 => Self::UnsupportedProtocolVersion,
+            // Reserved ranges a tool may not use become internal errors.
+            -32768..=-32000 => Self::Internal,
+            other => Self::Application(other),
+        }
+    }
+
     pub const fn code(self) -> i64 {
         match self {
             Self::ParseError => -32700,
@@ -31,6 +49,7 @@ impl ErrorKind {
             Self::HeaderMismatch => -32020,
             Self::MissingRequiredClientCapability => -32021,
             Self::UnsupportedProtocolVersion => -32022,
+            Self::Application(code) => code,
         }
     }
 }

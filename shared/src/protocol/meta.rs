@@ -12,6 +12,11 @@ pub struct ValidMeta {
     pub capabilities: Map<String, Value>,
     /// W3C trace context, when the client sent one in `_meta`.
     pub traceparent: Option<String>,
+    /// `_meta.progressToken` (a string or an integer), when the client wants progress.
+    pub progress_token: Option<Value>,
+    /// `_meta["io.modelcontextprotocol/logLevel"]`: the least severe log level the client wants
+    /// as `notifications/message` (deprecated, but honoured).
+    pub log_level: Option<String>,
 }
 
 impl ValidMeta {
@@ -69,7 +74,15 @@ pub fn validate(
         validate_client_info(info)?;
     }
     let traceparent = meta.get("traceparent").and_then(Value::as_str).map(str::to_owned);
-    Ok(ValidMeta { protocol_version: version.to_owned(), capabilities: capabilities.clone(), traceparent })
+    let progress_token = meta.get("progressToken").filter(|t| t.is_string() || t.is_i64() || t.is_u64()).cloned();
+    let log_level = meta.get(meta_keys::LOG_LEVEL).and_then(Value::as_str).map(str::to_owned);
+    Ok(ValidMeta {
+        protocol_version: version.to_owned(),
+        capabilities: capabilities.clone(),
+        traceparent,
+        progress_token,
+        log_level,
+    })
 }
 
 /// `clientInfo` is an `Implementation`: string `name` and `version` are required, and the

@@ -25,4 +25,5 @@ pub mod meta_keys {
     pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
     pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
     pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+    pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 }

@@ -81,6 +81,12 @@ impl Keys {
         format!("{}:events", self.ns)
     }
 
+    /// Channel of ephemeral notifications from running tools (progress, log), JSON with a
+    /// `taskId`. Only inline calls forward them; they are never stored.
+    pub fn notify_channel(&self) -> String {
+        format!("{}:notify", self.ns)
+    }
+
     /// Prefix of the per-worker signal channels; a script appends the lease holder's id.
     pub fn signal_prefix(&self) -> String {
         format!("{}:signal:", self.ns)

@@ -19,6 +19,8 @@ pub struct NewTask<'a> {
     pub poll_interval_ms: u64,
     pub status_message: Option<&'a str>,
     pub traceparent: Option<&'a str>,
+    /// Answers gathered before the task existed (key, answer JSON).
+    pub answers: &'a [(String, String)],
 }
 
 /// The outcome of `tasks/update`'s write.
@@ -52,9 +54,9 @@ impl Store {
     /// Writes the record and enqueues it, in one script. Returns `createdAt` (ms, Redis time).
     pub async fn create_task(&self, task: NewTask<'_>) -> Result<i64, StoreError> {
         let keys = self.keys().task(task.id);
-        let reply: Vec<Value> = scripts::CREATE_TASK
-            .key(&keys.record)
-            .key(&keys.stream)
+        let mut call = scripts::CREATE_TASK.key(&keys.record);
+        call.key(&keys.stream)
+            .key(&keys.answers)
             .arg(task.id.as_str())
             .arg(&task.owner.tenant)
             .arg(&task.owner.principal)
@@ -64,10 +66,11 @@ impl Store {
             .arg(task.poll_interval_ms)
             .arg(task.status_message.unwrap_or(""))
             .arg(task.traceparent.unwrap_or(""))
-            .arg(self.keys().events_channel())
-            .invoke_async(&mut self.conn())
-            .await?;
-        let reply = Reply::new(reply);
+            .arg(self.keys().events_channel());
+        for (key, answer) in task.answers {
+            call.arg(key).arg(answer);
+        }
+        let reply = Reply::new(call.invoke_async(&mut self.conn()).await?);
         match reply.code()? {
             code::OK => reply.int(1),
             // 128 random bits collided: report it rather than overwrite another task.
@@ -123,6 +126,16 @@ impl Store {
             code::NOT_FOUND => Answered::NotFound,
             _ => return Err(reply.unexpected_code()),
         })
+    }
+
+    /// Publishes an ephemeral notification about a task (see `Keys::notify_channel`).
+    pub async fn notify(&self, payload: &serde_json::Value) -> Result<(), StoreError> {
+        redis::cmd("PUBLISH")
+            .arg(self.keys().notify_channel())
+            .arg(payload.to_string())
+            .query_async::<()>(&mut self.conn())
+            .await?;
+        Ok(())
     }
 
     /// Cancels a task, or flags it and signals its worker. Ownership is checked inside.

@@ -4,6 +4,8 @@
 //! gateways read, so the gateway can list tools, validate arguments and decide whether a call
 //! becomes a task without running any tool code.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -49,4 +51,9 @@ pub struct ToolSpec {
     /// The status message a new task starts with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_message: Option<String>,
+    /// Input the tool needs *before* its task exists, key -> `{method, params}`. The gateway
+    /// gathers it with MRTR rounds, then creates the task with the answers recorded, so the
+    /// path a call takes follows from this declaration, never from timing.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pre_task_inputs: BTreeMap<String, Value>,
 }

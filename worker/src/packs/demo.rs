@@ -35,6 +35,7 @@ fn spec(
         ttl_ms,
         poll_interval_ms,
         status_message: status.map(str::to_owned),
+        pre_task_inputs: Default::default(),
     }
 }
 

@@ -1,38 +1,151 @@
-//! `tools/call`: validate against the tool's schema, then create a durable task.
+//! `tools/call`: validate, then either create a durable task or run the tool inline.
 //!
-//! Creation is server-directed: the tool's execution policy decides, and a CreateTaskResult is
-//! only ever sent to a request that declared the Tasks extension itself.
+//! The path follows the tool's declaration and this request's capabilities, never timing:
+//! - task-required: a task; without the Tasks extension, -32021;
+//! - task-optional: a task when the request declares the extension, else inline;
+//! - sync-only: inline.
+//!
+//! Input a tool declares it needs before its task exists is gathered with MRTR rounds first.
+//! An inline tool that asks for input mid-run turns the reply into an InputRequiredResult.
 
+use std::collections::BTreeMap;
+
+use axum::response::Response;
 use serde_json::{Map, Value};
-use taskgate_shared::protocol::{RpcError, result};
+use taskgate_shared::protocol::{ErrorKind, RpcError, result};
 use taskgate_shared::store::NewTask;
 use taskgate_shared::task::{Owner, Snapshot, TaskId, TaskStatus};
-use taskgate_shared::tools::Execution;
+use taskgate_shared::tools::{Execution, ToolSpec};
 
+use crate::mcp::inline::{self, Done, Forwarding, InlineRun};
 use crate::mcp::{Call, storage_error};
+use crate::mrtr::{self, Expected, StatePayload};
 
-pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
+/// Either a JSON result or an SSE response already under way.
+pub(crate) enum CallOutcome {
+    Json(Value),
+    Stream(Response),
+}
+
+pub(crate) async fn run(call: &Call<'_>, request_id: &Value) -> Result<CallOutcome, RpcError> {
     let unknown = || RpcError::invalid_params("unknown tool");
     let name = call.params.get("name").and_then(Value::as_str).ok_or_else(unknown)?;
     let tool = call.state.catalogue.lookup(name).await.ok_or_else(unknown)?;
+    let spec = &tool.spec;
+    let as_task = match spec.execution {
+        Execution::TaskRequired if !call.meta.declares_tasks() => return Err(RpcError::missing_tasks_extension()),
+        Execution::TaskRequired => true,
+        Execution::TaskOptional => call.meta.declares_tasks(),
+        Execution::SyncOnly => false,
+    };
     let arguments = match call.params.get("arguments") {
-        None => Value::Object(Map::new()),
+        None | Some(Value::Null) => Value::Object(Map::new()),
         Some(Value::Object(args)) => Value::Object(args.clone()),
         Some(_) => return Err(RpcError::invalid_params("arguments must be an object")),
     };
-    match tool.spec.execution {
-        // Inline execution (sync-only tools, optional ones without the extension) is not
-        // served yet: every tool runs as a task.
-        Execution::TaskRequired | Execution::TaskOptional | Execution::SyncOnly => {
-            if !call.meta.declares_tasks() {
-                return Err(RpcError::missing_tasks_extension());
+    tool.check_arguments(&arguments)
+        .map_err(|reason| RpcError::invalid_params(format!("invalid arguments: {reason}")))?;
+    crate::http::check_param_headers(call.headers, &spec.descriptor.input_schema, &arguments)?;
+
+    let binding = Binding::new(call, name, &arguments);
+    let answers = mrtr::gather(&call.state.request_state_keys, call.params, &binding.expected(), now_ms())?;
+
+    // Input declared as needed before the task exists: ask for what is still missing.
+    let missing: Map<String, Value> = spec
+        .pre_task_inputs
+        .iter()
+        .filter(|(k, _)| !answers.contains_key(*k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if !missing.is_empty() {
+        mrtr::check_capabilities(&call.meta, &missing)?;
+        return Ok(CallOutcome::Json(mrtr::input_required(missing, binding.sign(call, answers))));
+    }
+
+    if as_task {
+        let snapshot = create(call, name, &arguments, spec, &answers).await?;
+        return Ok(CallOutcome::Json(result::with_type(result::TASK, snapshot.task_fields())));
+    }
+
+    let run = InlineRun::start(call, name, &arguments, spec.poll_interval_ms, &answers).await?;
+    let forwarding = Forwarding::new(
+        call.meta.progress_token.clone(),
+        call.meta.log_level.as_deref(),
+        call.state.config.sse_keep_alive(),
+    );
+    let finisher = Finisher { meta: call.meta.clone(), binding, answers, keys: call.state.request_state_keys.clone() };
+    let streamed = finisher.clone();
+    match inline::drive(run, forwarding, request_id.clone(), move |done| streamed.finish(done)).await {
+        Ok(done) => finisher.finish(done).map(CallOutcome::Json),
+        Err(stream) => Ok(CallOutcome::Stream(stream)),
+    }
+}
+
+/// Turns an inline outcome into the `tools/call` result.
+#[derive(Clone)]
+struct Finisher {
+    meta: taskgate_shared::protocol::ValidMeta,
+    binding: Binding,
+    answers: BTreeMap<String, Value>,
+    keys: crate::mrtr::StateKeys,
+}
+
+impl Finisher {
+    fn finish(&self, done: Done) -> Result<Value, RpcError> {
+        match done {
+            Done::Result(result) => Ok(result),
+            Done::Error(err) => Err(err),
+            Done::InputRequired(requests) => {
+                mrtr::check_capabilities(&self.meta, &requests)?;
+                let state = self.keys.sign(&self.binding.payload(self.answers.clone()));
+                Ok(mrtr::input_required(requests, state))
             }
         }
     }
-    tool.check_arguments(&arguments)
-        .map_err(|reason| RpcError::invalid_params(format!("invalid arguments: {reason}")))?;
-    let snapshot = create(call, name, &arguments, &tool.spec).await?;
-    Ok(result::with_type(result::TASK, snapshot.task_fields()))
+}
+
+/// What a `requestState` is bound to for this call.
+#[derive(Clone)]
+struct Binding {
+    subject: String,
+    tool: String,
+    args_digest: String,
+    ttl_ms: u64,
+}
+
+impl Binding {
+    fn new(call: &Call<'_>, tool: &str, arguments: &Value) -> Self {
+        let principal = &call.principal;
+        Self {
+            subject: format!("{}/{}", principal.tenant, principal.subject),
+            tool: tool.to_owned(),
+            args_digest: mrtr::digest(arguments),
+            ttl_ms: call.state.config.request_state_ttl_ms,
+        }
+    }
+
+    fn expected(&self) -> Expected<'_> {
+        Expected { subject: &self.subject, method: "tools/call", tool: &self.tool, args_digest: &self.args_digest }
+    }
+
+    fn payload(&self, answers: BTreeMap<String, Value>) -> StatePayload {
+        StatePayload {
+            sub: self.subject.clone(),
+            method: "tools/call".into(),
+            tool: self.tool.clone(),
+            args: self.args_digest.clone(),
+            exp: now_ms() + self.ttl_ms,
+            answers,
+        }
+    }
+
+    fn sign(&self, call: &Call<'_>, answers: BTreeMap<String, Value>) -> String {
+        call.state.request_state_keys.sign(&self.payload(answers))
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// Writes the task and confirms it is durable before any handle leaves (invariant 5).
@@ -40,12 +153,14 @@ async fn create(
     call: &Call<'_>,
     tool: &str,
     arguments: &Value,
-    spec: &taskgate_shared::tools::ToolSpec,
+    spec: &ToolSpec,
+    answers: &BTreeMap<String, Value>,
 ) -> Result<Snapshot, RpcError> {
     let state = call.state;
     let id = TaskId::generate(state.config.queue_shards);
     let owner: Owner = call.principal.owner();
     let arguments = arguments.to_string();
+    let answers: Vec<(String, String)> = answers.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
     let created = state
         .store
         .create_task(NewTask {
@@ -57,6 +172,7 @@ async fn create(
             poll_interval_ms: spec.poll_interval_ms,
             status_message: spec.status_message.as_deref(),
             traceparent: call.meta.traceparent.as_deref(),
+            answers: &answers,
         })
         .await
         .map_err(storage_error)?;
@@ -68,10 +184,7 @@ async fn create(
             // Nobody holds the handle: cancel it so no work runs for it (best effort; it
             // expires by TTL otherwise).
             let _ = state.store.cancel_task(&id, &owner, "The task could not be made durable.").await;
-            return Err(RpcError::new(
-                taskgate_shared::protocol::ErrorKind::Internal,
-                "the task could not be made durable; it was not created",
-            ));
+            return Err(RpcError::new(ErrorKind::Internal, "the task could not be made durable; it was not created"));
         }
     }
     Ok(Snapshot {

@@ -1,14 +1,15 @@
 -- create_task: write a new task record and enqueue it on its shard, atomically.
 -- Invariants: the record and its queue entry appear together or not at all; the record
 -- expires at createdAt + ttl (PEXPIREAT), which nothing extends.
--- KEYS[1] task record (hash)      KEYS[2] shard dispatch stream
+-- KEYS[1] task record (hash)      KEYS[2] shard dispatch stream   KEYS[3] answers hash
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] tool   ARGV[5] arguments JSON
 -- ARGV[6] ttl ms    ARGV[7] poll interval ms   ARGV[8] status message ('' = none)
 -- ARGV[9] traceparent ('' = none)   ARGV[10] events channel
+-- ARGV[11..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
 -- Returns {1, createdAtMs} | {-6} the id exists.
 -- Publishes "<id> 1 working" on ARGV[10].
 local rcall = redis.call
-local record, stream = KEYS[1], KEYS[2]
+local record, stream, answers = KEYS[1], KEYS[2], KEYS[3]
 if rcall('EXISTS', record) == 1 then return {-6} end
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -18,6 +19,10 @@ rcall('HSET', record, 'tenant', ARGV[2], 'principal', ARGV[3], 'tool', ARGV[4], 
 if ARGV[8] ~= '' then rcall('HSET', record, 'msg', ARGV[8]) end
 if ARGV[9] ~= '' then rcall('HSET', record, 'tp', ARGV[9]) end
 rcall('PEXPIREAT', record, now + tonumber(ARGV[6]))
+if #ARGV > 10 then
+  for i = 11, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
+  rcall('PEXPIREAT', answers, now + tonumber(ARGV[6]))
+end
 rcall('XADD', stream, '*', 'id', ARGV[1])
 rcall('PUBLISH', ARGV[10], ARGV[1] .. ' 1 working')
 return {1, now}

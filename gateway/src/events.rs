@@ -1,0 +1,125 @@
+//! One Redis pub/sub connection per gateway process, fanned out in process to whoever watches a
+//! task: inline calls waiting for their result now, listen streams later.
+//!
+//! Messages are wake-ups only (invariant 1): a watcher re-reads the record. Channels are bounded
+//! and a full one drops the wake-up, which is harmless because the next read sees the latest
+//! state. After a reconnect every watcher is told to re-read.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use serde_json::Value;
+use taskgate_shared::store::Store;
+use tokio::sync::mpsc;
+
+/// What a watcher is told.
+#[derive(Debug, Clone)]
+pub(crate) enum Wake {
+    /// The task changed: re-read it.
+    Changed,
+    /// An ephemeral notification from the running tool (progress, log).
+    Notice(Value),
+    /// The subscription was re-established: anything may have been missed.
+    Resync,
+}
+
+type Senders = Vec<(u64, mpsc::Sender<Wake>)>;
+
+#[derive(Default)]
+pub(crate) struct EventHub {
+    watchers: Mutex<HashMap<String, Senders>>,
+    next_id: AtomicU64,
+}
+
+/// A registration; dropping it unregisters.
+pub(crate) struct Watch {
+    hub: Arc<EventHub>,
+    id: u64,
+    tasks: Vec<String>,
+    pub(crate) wakes: mpsc::Receiver<Wake>,
+}
+
+impl EventHub {
+    /// Watches these tasks. Register before acting, so that no change is missed.
+    pub(crate) fn watch(self: &Arc<Self>, tasks: &[&str], capacity: usize) -> Watch {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut map) = self.watchers.lock() {
+            for task in tasks {
+                map.entry((*task).to_owned()).or_default().push((id, tx.clone()));
+            }
+        }
+        Watch { hub: self.clone(), id, tasks: tasks.iter().map(|t| (*t).to_owned()).collect(), wakes: rx }
+    }
+
+    fn dispatch(&self, task: &str, wake: &Wake) {
+        if let Ok(map) = self.watchers.lock()
+            && let Some(senders) = map.get(task)
+        {
+            for (_, tx) in senders {
+                let _ = tx.try_send(wake.clone());
+            }
+        }
+    }
+
+    fn resync_all(&self) {
+        if let Ok(map) = self.watchers.lock() {
+            for (_, tx) in map.values().flatten() {
+                let _ = tx.try_send(Wake::Resync);
+            }
+        }
+    }
+
+    /// Subscribes and dispatches until the process ends, reconnecting with backoff.
+    pub(crate) async fn run(self: Arc<Self>, store: Store) {
+        let events = store.keys().events_channel();
+        let notices = store.keys().notify_channel();
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match store.pubsub().await {
+                Ok(mut pubsub) => match pubsub.subscribe(&[&events, &notices]).await {
+                    Ok(()) => {
+                        backoff = Duration::from_millis(100);
+                        self.resync_all();
+                        let mut messages = pubsub.on_message();
+                        while let Some(msg) = messages.next().await {
+                            let Ok(payload) = msg.get_payload::<String>() else { continue };
+                            if msg.get_channel_name() == events {
+                                if let Some(task) = payload.split(' ').next() {
+                                    self.dispatch(task, &Wake::Changed);
+                                }
+                            } else if let Ok(notice) = serde_json::from_str::<Value>(&payload)
+                                && let Some(task) = notice.get("taskId").and_then(Value::as_str)
+                            {
+                                self.dispatch(task, &Wake::Notice(notice.clone()));
+                            }
+                        }
+                        tracing::warn!("event subscription closed; resubscribing");
+                    }
+                    Err(err) => tracing::warn!(error = %err, "cannot subscribe to task events"),
+                },
+                Err(err) => tracing::warn!(error = %err, "cannot open the event connection"),
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if let Ok(mut map) = self.hub.watchers.lock() {
+            for task in &self.tasks {
+                if let Some(senders) = map.get_mut(task) {
+                    senders.retain(|(id, _)| *id != self.id);
+                    if senders.is_empty() {
+                        map.remove(task);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! Inline execution: a `tools/call` answered with the tool's result rather than a task handle.
+//!
+//! Tool code still runs only in workers. The gateway creates a hidden task, owned like any
+//! other, and waits for it through the event hub with a deadline. The reply is JSON when the
+//! outcome is known before anything needs streaming, so error statuses stay exact; the first
+//! forwarded notification (progress or log) upgrades the reply to a request-scoped SSE stream.
+//! A client that goes away cancels the hidden task.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+use taskgate_shared::protocol::{ErrorKind, RequestId, RpcError, envelope};
+use taskgate_shared::store::{NewTask, Store};
+use taskgate_shared::task::{Owner, TaskId, TaskStatus};
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::{Call, storage_error};
+use crate::events::{Wake, Watch};
+
+/// Hidden tasks outlive the inline deadline by this much, then expire.
+const HIDDEN_TTL_MARGIN: Duration = Duration::from_secs(60);
+/// Re-read at least this often even without a wake-up (pub/sub is lossy).
+const REREAD: Duration = Duration::from_secs(1);
+
+/// How an inline run ended.
+pub(crate) enum Done {
+    Result(Value),
+    /// The tool asked for input: answer with an InputRequiredResult.
+    InputRequired(Map<String, Value>),
+    Error(RpcError),
+}
+
+/// One step of a run.
+enum Step {
+    Notice(Value),
+    Done(Done),
+}
+
+/// A hidden task being waited on. Dropping it before the end cancels the task.
+pub(crate) struct InlineRun {
+    store: Store,
+    id: TaskId,
+    owner: Owner,
+    watch: Watch,
+    deadline: Instant,
+    timeout: Duration,
+    finished: bool,
+}
+
+impl InlineRun {
+    /// Creates the hidden task (after registering for its events, so none is missed).
+    pub(crate) async fn start(
+        call: &Call<'_>,
+        tool: &str,
+        arguments: &Value,
+        poll_interval_ms: u64,
+        answers: &BTreeMap<String, Value>,
+    ) -> Result<Self, RpcError> {
+        let state = call.state;
+        let timeout = state.config.inline_timeout();
+        let id = TaskId::generate(state.config.queue_shards);
+        let owner = call.principal.owner();
+        let watch = state.events.watch(&[id.as_str()], 64);
+        let arguments = arguments.to_string();
+        let answers: Vec<(String, String)> = answers.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
+        state
+            .store
+            .create_task(NewTask {
+                id: &id,
+                owner: &owner,
+                tool,
+                arguments: &arguments,
+                ttl_ms: u64::try_from((timeout + HIDDEN_TTL_MARGIN).as_millis()).unwrap_or(u64::MAX),
+                poll_interval_ms,
+                status_message: None,
+                traceparent: call.meta.traceparent.as_deref(),
+                answers: &answers,
+            })
+            .await
+            .map_err(storage_error)?;
+        Ok(Self {
+            store: state.store.clone(),
+            id,
+            owner,
+            watch,
+            deadline: Instant::now() + timeout,
+            timeout,
+            finished: false,
+        })
+    }
+
+    async fn next(&mut self) -> Step {
+        loop {
+            match self.read().await {
+                Ok(Some(done)) => return Step::Done(done),
+                Ok(None) => {}
+                Err(err) => return Step::Done(Done::Error(err)),
+            }
+            let now = Instant::now();
+            if now >= self.deadline {
+                return Step::Done(Done::Error(RpcError::new(
+                    ErrorKind::Internal,
+                    format!("the tool did not finish within {} ms", self.timeout.as_millis()),
+                )));
+            }
+            let wait = (self.deadline - now).min(REREAD);
+            match tokio::time::timeout(wait, self.watch.wakes.recv()).await {
+                Ok(Some(Wake::Notice(notice))) => return Step::Notice(notice),
+                Ok(Some(Wake::Changed | Wake::Resync)) | Err(_) => {}
+                Ok(None) => tokio::time::sleep(wait).await,
+            }
+        }
+    }
+
+    /// The outcome, if the task has one yet.
+    async fn read(&mut self) -> Result<Option<Done>, RpcError> {
+        let Some(snapshot) = self.store.get_task(&self.id).await.map_err(storage_error)? else {
+            return Err(RpcError::new(ErrorKind::Internal, "the call's task vanished"));
+        };
+        let done = match snapshot.status {
+            TaskStatus::Working => return Ok(None),
+            TaskStatus::Completed => Done::Result(snapshot.result.unwrap_or(Value::Null)),
+            TaskStatus::Failed => Done::Error(stored_error(snapshot.error)),
+            TaskStatus::Cancelled => Done::Result(json!({
+                "resultType": "complete",
+                "content": [{"type": "text", "text": snapshot.status_message.unwrap_or_else(|| "The call was cancelled.".into())}],
+                "isError": true,
+            })),
+            TaskStatus::InputRequired => Done::InputRequired(snapshot.input_requests),
+        };
+        self.finished = snapshot.status.is_terminal();
+        Ok(Some(done))
+    }
+}
+
+impl Drop for InlineRun {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        // The client went away, the deadline passed, or the tool parked for input (a retry
+        // creates a new task): stop this one.
+        let (store, id, owner) = (self.store.clone(), self.id.clone(), self.owner.clone());
+        tokio::spawn(async move {
+            if let Err(err) = store.cancel_task(&id, &owner, "The inline call ended.").await {
+                tracing::warn!(task_id = %id, error = %err, "could not cancel an abandoned inline call");
+            }
+        });
+    }
+}
+
+/// What to forward to the client, given what it asked for.
+pub(crate) struct Forwarding {
+    pub(crate) progress_token: Option<Value>,
+    pub(crate) min_log_level: Option<usize>,
+    pub(crate) keep_alive: Duration,
+}
+
+const LOG_LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
+
+impl Forwarding {
+    pub(crate) fn new(progress_token: Option<Value>, log_level: Option<&str>, keep_alive: Duration) -> Self {
+        let min_log_level = log_level.and_then(|l| LOG_LEVELS.iter().position(|x| *x == l));
+        Self { progress_token, min_log_level, keep_alive }
+    }
+
+    /// The notification to send for a tool's notice, if the client asked for that kind.
+    fn notification(&self, notice: &Value, last_progress: &mut Option<f64>) -> Option<Value> {
+        match notice.get("kind").and_then(Value::as_str)? {
+            "progress" => {
+                let token = self.progress_token.clone()?;
+                let progress = notice.get("progress").and_then(Value::as_f64)?;
+                // Progress must strictly increase.
+                if last_progress.is_some_and(|last| progress <= last) {
+                    return None;
+                }
+                *last_progress = Some(progress);
+                let mut params = Map::new();
+                params.insert("progressToken".into(), token);
+                params.insert("progress".into(), notice["progress"].clone());
+                for optional in ["total", "message"] {
+                    if let Some(v) = notice.get(optional).filter(|v| !v.is_null()) {
+                        params.insert(optional.into(), v.clone());
+                    }
+                }
+                Some(envelope::notification("notifications/progress", Value::Object(params)))
+            }
+            "log" => {
+                let min = self.min_log_level?;
+                let level = notice.get("level").and_then(Value::as_str)?;
+                let rank = LOG_LEVELS.iter().position(|l| *l == level)?;
+                if rank < min {
+                    return None;
+                }
+                let mut params = Map::new();
+                params.insert("level".into(), level.into());
+                if let Some(logger) = notice.get("logger").filter(|v| v.is_string()) {
+                    params.insert("logger".into(), logger.clone());
+                }
+                params.insert("data".into(), notice.get("data").cloned().unwrap_or(Value::Null));
+                Some(envelope::notification("notifications/message", Value::Object(params)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Runs to the end. Returns `Ok(done)` when nothing was streamed, or the SSE response that
+/// carries the rest once a notification had to be forwarded.
+pub(crate) async fn drive(
+    mut run: InlineRun,
+    forwarding: Forwarding,
+    id: RequestId,
+    finish: impl FnOnce(Done) -> Result<Value, RpcError> + Send + 'static,
+) -> Result<Done, Response> {
+    let mut last_progress = None;
+    let first = loop {
+        match run.next().await {
+            Step::Done(done) => return Ok(done),
+            Step::Notice(notice) => {
+                if let Some(message) = forwarding.notification(&notice, &mut last_progress) {
+                    break message;
+                }
+            }
+        }
+    };
+    let keep_alive = KeepAlive::new().interval(forwarding.keep_alive);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(32);
+    tokio::spawn(async move {
+        let mut next = Some(first);
+        loop {
+            if let Some(message) = next.take()
+                && tx.send(Ok(Event::default().data(message.to_string()))).await.is_err()
+            {
+                return; // client gone: dropping `run` cancels the task
+            }
+            let step = tokio::select! {
+                step = run.next() => step,
+                () = tx.closed() => return,
+            };
+            match step {
+                Step::Notice(notice) => next = forwarding.notification(&notice, &mut last_progress),
+                Step::Done(done) => {
+                    let reply = match finish(done) {
+                        Ok(result) => envelope::success(&id, result),
+                        Err(err) => envelope::failure(&id, &err),
+                    };
+                    let _ = tx.send(Ok(Event::default().data(reply.to_string()))).await;
+                    return;
+                }
+            }
+        }
+    });
+    let mut response = Sse::new(ReceiverStream::new(rx)).keep_alive(keep_alive).into_response();
+    response.headers_mut().insert("x-accel-buffering", axum::http::HeaderValue::from_static("no"));
+    response.headers_mut().insert(axum::http::header::CACHE_CONTROL, axum::http::HeaderValue::from_static("no-cache"));
+    Err(response)
+}
+
+/// The JSON-RPC error a failed task stored.
+fn stored_error(error: Option<Value>) -> RpcError {
+    let Some(error) = error else { return RpcError::internal() };
+    let code = error.get("code").and_then(Value::as_i64).unwrap_or(-32603);
+    let message = error.get("message").and_then(Value::as_str).unwrap_or("internal error").to_owned();
+    let mut err = RpcError::new(ErrorKind::from_code(code), message);
+    err.data = error.get("data").cloned();
+    err
+}

@@ -1,0 +1,80 @@
+//! Multi round-trip requests (SEP-2322) for `tools/call`: the continuation state, the answers
+//! gathered so far, and the capability gate on what may be asked.
+
+mod state;
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+use taskgate_shared::protocol::{RpcError, ValidMeta, result};
+
+pub(crate) use state::{BadStateKey, Expected, StateKeys, StatePayload, digest};
+
+/// Bounds on what a client may carry through rounds.
+const MAX_ANSWERS: usize = 64;
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// The answers of this call: those signed into `requestState` by earlier rounds plus this
+/// round's `inputResponses`. Answers to keys nobody asked are kept but never read (tools look
+/// answers up by the keys they ask), which is how extra keys are ignored.
+pub(crate) fn gather(
+    keys: &StateKeys,
+    params: &Map<String, Value>,
+    expect: &Expected<'_>,
+    now_ms: u64,
+) -> Result<BTreeMap<String, Value>, RpcError> {
+    let mut answers = match params.get("requestState") {
+        None | Some(Value::Null) => BTreeMap::new(),
+        Some(Value::String(token)) => keys.verify(token, expect, now_ms)?.answers,
+        Some(_) => return Err(RpcError::invalid_params("requestState must be a string")),
+    };
+    match params.get("inputResponses") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(responses)) => {
+            for (key, response) in responses {
+                answers.insert(key.clone(), response.clone());
+            }
+        }
+        Some(_) => return Err(RpcError::invalid_params("inputResponses must be an object")),
+    }
+    let size: usize = answers.values().map(|v| v.to_string().len()).sum();
+    if answers.len() > MAX_ANSWERS || size > MAX_ANSWER_BYTES {
+        return Err(RpcError::invalid_params("too many or too large inputResponses"));
+    }
+    Ok(answers)
+}
+
+/// `-32021` unless the current request declared every capability these requests need. Never
+/// ask for a kind of input the request did not declare (SEP-2322, "Capability gate").
+pub(crate) fn check_capabilities(meta: &ValidMeta, requests: &Map<String, Value>) -> Result<(), RpcError> {
+    for request in requests.values() {
+        let method = request.get("method").and_then(Value::as_str).unwrap_or_default();
+        let required = match method {
+            "elicitation/create" => {
+                let url_mode = request.pointer("/params/mode").and_then(Value::as_str) == Some("url");
+                let elicitation = meta.capabilities.get("elicitation").and_then(Value::as_object);
+                if url_mode {
+                    (!elicitation.is_some_and(|e| e.contains_key("url"))).then(|| json!({"elicitation": {"url": {}}}))
+                } else {
+                    (!meta.supports_form_elicitation()).then(|| json!({"elicitation": {"form": {}}}))
+                }
+            }
+            "sampling/createMessage" => (!meta.declares("sampling")).then(|| json!({"sampling": {}})),
+            "roots/list" => (!meta.declares("roots")).then(|| json!({"roots": {}})),
+            _ => None,
+        };
+        if let Some(required) = required {
+            return Err(RpcError::missing_capability(required));
+        }
+    }
+    Ok(())
+}
+
+/// `{"resultType":"input_required","inputRequests":…,"requestState":…}`. Not cacheable, so no
+/// cache hints.
+pub(crate) fn input_required(requests: Map<String, Value>, state: String) -> Value {
+    let mut fields = Map::with_capacity(2);
+    fields.insert("inputRequests".into(), Value::Object(requests));
+    fields.insert("requestState".into(), Value::String(state));
+    result::with_type(result::INPUT_REQUIRED, fields)
+}

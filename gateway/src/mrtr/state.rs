@@ -1,0 +1,219 @@
+//! `requestState`: the MRTR continuation, carried by the client and trusted only after its MAC
+//! checks out (the client can read it, so it holds no secrets).
+//!
+//! Format: `v1.<key id>.<base64url(payload JSON)>.<base64url(HMAC-SHA256(key, "v1.<kid>.<payload>"))>`.
+//! The payload binds the principal, the method, the tool, a digest of the arguments, an expiry
+//! and the answers gathered so far. Keys rotate by id: the first configured key signs, every
+//! configured key verifies.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use taskgate_shared::protocol::RpcError;
+
+type HmacSha256 = Hmac<Sha256>;
+
+const VERSION: &str = "v1";
+
+/// One signing key.
+#[derive(Clone)]
+pub(crate) struct StateKey {
+    pub(crate) id: String,
+    secret: Vec<u8>,
+}
+
+/// A key list that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid request-state key {0:?}: expected ID:BASE64 with an id of [A-Za-z0-9_-] and at least 32 secret bytes")]
+pub struct BadStateKey(pub String);
+
+/// The keys, signing key first.
+#[derive(Clone)]
+pub(crate) struct StateKeys {
+    keys: Vec<StateKey>,
+}
+
+/// What a verified state says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StatePayload {
+    /// `tenant/principal`.
+    pub(crate) sub: String,
+    pub(crate) method: String,
+    pub(crate) tool: String,
+    /// SHA-256 hex of the canonical arguments.
+    pub(crate) args: String,
+    /// Unix ms after which the state is refused.
+    pub(crate) exp: u64,
+    /// Answers gathered in earlier rounds, key -> response.
+    pub(crate) answers: BTreeMap<String, Value>,
+}
+
+impl StateKeys {
+    /// Parses `id:base64,id:base64`. An empty list yields one random key for this process,
+    /// which only works while every retry reaches the same replica.
+    pub(crate) fn parse(list: &[String]) -> Result<Self, BadStateKey> {
+        let mut keys = Vec::new();
+        for entry in list.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+            let (id, secret) = entry.split_once(':').ok_or_else(|| BadStateKey(redact(entry)))?;
+            let secret = base64::engine::general_purpose::STANDARD
+                .decode(secret.trim())
+                .map_err(|_| BadStateKey(redact(entry)))?;
+            let id_ok = !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !id_ok || secret.len() < 32 {
+                return Err(BadStateKey(redact(entry)));
+            }
+            keys.push(StateKey { id: id.to_owned(), secret });
+        }
+        if keys.is_empty() {
+            keys.push(StateKey { id: "ephemeral".into(), secret: rand::random::<[u8; 32]>().to_vec() });
+        }
+        Ok(Self { keys })
+    }
+
+    pub(crate) fn is_ephemeral(&self) -> bool {
+        self.keys.len() == 1 && self.keys[0].id == "ephemeral"
+    }
+
+    pub(crate) fn sign(&self, payload: &StatePayload) -> String {
+        let key = &self.keys[0];
+        let body = B64.encode(serde_json::to_vec(payload).unwrap_or_default());
+        let signed = format!("{VERSION}.{}.{body}", key.id);
+        let mac = B64.encode(mac(&key.secret, &signed).finalize().into_bytes());
+        format!("{signed}.{mac}")
+    }
+
+    /// Verifies integrity, then binding, then expiry; every failure is -32602 with its reason.
+    pub(crate) fn verify(&self, token: &str, expect: &Expected<'_>, now_ms: u64) -> Result<StatePayload, RpcError> {
+        let bad = |reason: &'static str| RpcError::invalid_params(reason);
+        let mut parts = token.split('.');
+        let (Some(version), Some(kid), Some(body), Some(tag), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad("invalid requestState encoding"));
+        };
+        let tag = B64.decode(tag).map_err(|_| bad("invalid requestState encoding"))?;
+        let key = self.keys.iter().find(|k| k.id == kid);
+        let signed = &token[..token.len() - parts_len_tail(token)];
+        let valid = version == VERSION && key.is_some_and(|k| mac(&k.secret, signed).verify_slice(&tag).is_ok());
+        if !valid {
+            return Err(bad("requestState integrity check failed"));
+        }
+        let payload: StatePayload = B64
+            .decode(body)
+            .ok()
+            .and_then(|raw| serde_json::from_slice(&raw).ok())
+            .ok_or_else(|| bad("invalid requestState payload"))?;
+        if payload.sub != expect.subject {
+            return Err(bad("requestState principal mismatch"));
+        }
+        if payload.method != expect.method || payload.tool != expect.tool {
+            return Err(bad("requestState method mismatch"));
+        }
+        if payload.args != expect.args_digest {
+            return Err(bad("requestState arguments mismatch"));
+        }
+        if payload.exp <= now_ms {
+            return Err(bad("requestState expired"));
+        }
+        Ok(payload)
+    }
+}
+
+/// What a state must be bound to.
+pub(crate) struct Expected<'a> {
+    pub(crate) subject: &'a str,
+    pub(crate) method: &'a str,
+    pub(crate) tool: &'a str,
+    pub(crate) args_digest: &'a str,
+}
+
+/// SHA-256 hex of canonical JSON (object keys sorted, compact).
+pub(crate) fn digest(arguments: &Value) -> String {
+    let hash = Sha256::digest(arguments.to_string().as_bytes());
+    hash.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn mac(secret: &[u8], signed: &str) -> HmacSha256 {
+    // HMAC accepts keys of any length.
+    let mut mac = HmacSha256::new_from_slice(secret).unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
+    mac.update(signed.as_bytes());
+    mac
+}
+
+/// Length of `.<tag>` at the end of a token.
+fn parts_len_tail(token: &str) -> usize {
+    token.rfind('.').map_or(0, |i| token.len() - i)
+}
+
+fn redact(entry: &str) -> String {
+    entry.split(':').next().unwrap_or_default().to_owned() + ":…"
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn keys() -> StateKeys {
+        StateKeys::parse(&[format!("k1:{}", base64::engine::general_purpose::STANDARD.encode([7u8; 32]))]).unwrap()
+    }
+
+    fn payload() -> StatePayload {
+        StatePayload {
+            sub: "default/anonymous".into(),
+            method: "tools/call".into(),
+            tool: "t".into(),
+            args: digest(&json!({"a": 1})),
+            exp: 2_000,
+            answers: BTreeMap::new(),
+        }
+    }
+
+    fn expected(args: &str) -> Expected<'_> {
+        Expected { subject: "default/anonymous", method: "tools/call", tool: "t", args_digest: args }
+    }
+
+    #[test]
+    fn round_trip_and_every_refusal() {
+        let keys = keys();
+        let token = keys.sign(&payload());
+        let args = digest(&json!({"a": 1}));
+        assert_eq!(keys.verify(&token, &expected(&args), 1_000).unwrap(), payload());
+        let msg = |r: Result<StatePayload, RpcError>| r.unwrap_err().message.to_string();
+        assert_eq!(msg(keys.verify("garbage", &expected(&args), 1_000)), "invalid requestState encoding");
+        let mut tampered = token.clone();
+        tampered.insert(10, 'x');
+        assert_eq!(msg(keys.verify(&tampered, &expected(&args), 1_000)), "requestState integrity check failed");
+        assert_eq!(msg(keys.verify(&token, &expected("other"), 1_000)), "requestState arguments mismatch");
+        assert_eq!(msg(keys.verify(&token, &expected(&args), 2_000)), "requestState expired");
+        let other =
+            StateKeys::parse(&[format!("k1:{}", base64::engine::general_purpose::STANDARD.encode([8u8; 32]))]).unwrap();
+        assert_eq!(msg(other.verify(&token, &expected(&args), 1_000)), "requestState integrity check failed");
+    }
+
+    #[test]
+    fn rotated_keys_still_verify() {
+        let old = keys();
+        let token = old.sign(&payload());
+        let rotated = StateKeys::parse(&[
+            format!("k2:{}", base64::engine::general_purpose::STANDARD.encode([9u8; 32])),
+            format!("k1:{}", base64::engine::general_purpose::STANDARD.encode([7u8; 32])),
+        ])
+        .unwrap();
+        assert!(rotated.verify(&token, &expected(&digest(&json!({"a": 1}))), 1_000).is_ok());
+        assert!(rotated.sign(&payload()).starts_with("v1.k2."));
+    }
+
+    #[test]
+    fn short_or_malformed_keys_are_refused() {
+        assert!(StateKeys::parse(&["k1:c2hvcnQ=".into()]).is_err());
+        assert!(StateKeys::parse(&["nocolon".into()]).is_err());
+        assert!(StateKeys::parse(&[]).unwrap().is_ephemeral());
+    }
+}
