@@ -33,11 +33,16 @@ impl Tool {
 }
 
 /// One consistent catalogue.
-#[derive(Default)]
 pub(crate) struct Catalogue {
     tools: BTreeMap<String, Arc<Tool>>,
     /// The `tools` array of `tools/list`, built once per change.
     listing: Value,
+}
+
+impl Default for Catalogue {
+    fn default() -> Self {
+        Self { tools: BTreeMap::new(), listing: Value::Array(Vec::new()) }
+    }
 }
 
 impl Catalogue {
@@ -112,8 +117,25 @@ impl CatalogueCache {
         if let Some(tool) = self.current().get(name) {
             return Some(tool);
         }
+        self.refresh_soon().await;
+        self.current().get(name)
+    }
+
+    /// The catalogue to list. An empty one is most likely one read before any worker published
+    /// (a fresh gateway), so it is re-read first, as a miss would be.
+    pub(crate) async fn listing(&self) -> Arc<Catalogue> {
+        let current = self.current();
+        if !current.tools.is_empty() {
+            return current;
+        }
+        self.refresh_soon().await;
+        self.current()
+    }
+
+    /// Refreshes now unless a miss-driven refresh ran within [`MISS_REFRESH_GAP`].
+    async fn refresh_soon(&self) {
         let due = {
-            let mut last = self.last_miss_refresh.lock().ok()?;
+            let Ok(mut last) = self.last_miss_refresh.lock() else { return };
             let due = last.is_none_or(|t| t.elapsed() >= MISS_REFRESH_GAP);
             if due {
                 *last = Some(Instant::now());
@@ -123,7 +145,6 @@ impl CatalogueCache {
         if due && let Err(err) = self.refresh().await {
             tracing::warn!(error = %err, "catalogue refresh failed");
         }
-        self.current().get(name)
     }
 
     /// Refreshes every `period` until the process ends.

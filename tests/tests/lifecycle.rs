@@ -171,6 +171,7 @@ async fn unknown_foreign_and_malformed_ids_look_the_same() {
             poll_interval_ms: 500,
             status_message: None,
             traceparent: None,
+            client_capabilities: "{}",
             answers: &[],
         })
         .await

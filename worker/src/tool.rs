@@ -58,6 +58,11 @@ impl ToolOutput {
         }
     }
 
+    /// A CallToolResult with these content blocks.
+    pub fn content(blocks: Vec<Value>) -> Self {
+        Self { result: json!({ "content": blocks, "isError": false }), status_message: None }
+    }
+
     pub fn structured(mut self, content: Value) -> Self {
         self.result["structuredContent"] = content;
         self
@@ -109,6 +114,7 @@ pub struct ToolContext {
     worker: String,
     store: Store,
     answers: HashMap<String, Value>,
+    client_capabilities: Value,
     pending: Mutex<Vec<(String, Value)>>,
     park_message: Mutex<Option<String>>,
     cancel: CancellationToken,
@@ -121,6 +127,7 @@ impl ToolContext {
         worker: String,
         store: Store,
         answers: HashMap<String, Value>,
+        client_capabilities: Value,
         cancel: CancellationToken,
     ) -> Self {
         Self {
@@ -129,10 +136,23 @@ impl ToolContext {
             worker,
             store,
             answers,
+            client_capabilities,
             pending: Mutex::default(),
             park_message: Mutex::default(),
             cancel,
         }
+    }
+
+    /// The `clientCapabilities` of the request that created the task. Ask only for input the
+    /// caller declared (`elicitation`, `sampling`, `roots`); the gateway refuses the rest with
+    /// -32021.
+    pub fn client_capabilities(&self) -> &Value {
+        &self.client_capabilities
+    }
+
+    /// Whether the caller declared a top-level capability.
+    pub fn client_declares(&self, capability: &str) -> bool {
+        self.client_capabilities.get(capability).is_some_and(Value::is_object)
     }
 
     pub fn task_id(&self) -> &str {
@@ -234,6 +254,24 @@ pub fn elicitation_form(message: &str, requested_schema: Value) -> Value {
         "method": "elicitation/create",
         "params": { "mode": "form", "message": message, "requestedSchema": requested_schema }
     })
+}
+
+/// A `sampling/createMessage` request with one user message.
+pub fn sampling_request(text: &str, max_tokens: u32) -> Value {
+    json!({
+        "method": "sampling/createMessage",
+        "params": { "messages": [{ "role": "user", "content": { "type": "text", "text": text } }], "maxTokens": max_tokens }
+    })
+}
+
+/// A `roots/list` request.
+pub fn roots_request() -> Value {
+    json!({ "method": "roots/list", "params": {} })
+}
+
+/// The content of an accepted elicitation answer.
+pub fn accepted(answer: &Value) -> Option<&serde_json::Map<String, Value>> {
+    (answer_action(answer) == Some("accept")).then(|| answer.get("content").and_then(Value::as_object)).flatten()
 }
 
 /// The action of an elicitation answer (`accept`, `decline` or `cancel`).

@@ -79,6 +79,7 @@ impl InlineRun {
                 poll_interval_ms,
                 status_message: None,
                 traceparent: call.meta.traceparent.as_deref(),
+                client_capabilities: &Value::Object(call.meta.capabilities.clone()).to_string(),
                 answers: &answers,
             })
             .await
@@ -94,13 +95,11 @@ impl InlineRun {
         })
     }
 
+    /// The next notice, or the outcome. The record is read after a change event, never
+    /// before: pub/sub delivers the tool's notices ahead of the event of the change that
+    /// followed them, so none is lost to a race with the read.
     async fn next(&mut self) -> Step {
         loop {
-            match self.read().await {
-                Ok(Some(done)) => return Step::Done(done),
-                Ok(None) => {}
-                Err(err) => return Step::Done(Done::Error(err)),
-            }
             let now = Instant::now();
             if now >= self.deadline {
                 return Step::Done(Done::Error(RpcError::new(
@@ -111,8 +110,13 @@ impl InlineRun {
             let wait = (self.deadline - now).min(REREAD);
             match tokio::time::timeout(wait, self.watch.wakes.recv()).await {
                 Ok(Some(Wake::Notice(notice))) => return Step::Notice(notice),
-                Ok(Some(Wake::Changed | Wake::Resync)) | Err(_) => {}
                 Ok(None) => tokio::time::sleep(wait).await,
+                Ok(Some(Wake::Changed | Wake::Resync)) | Err(_) => {}
+            }
+            match self.read().await {
+                Ok(Some(done)) => return Step::Done(done),
+                Ok(None) => {}
+                Err(err) => return Step::Done(Done::Error(err)),
             }
         }
     }

@@ -31,7 +31,7 @@ pub(crate) fn gather(
     match params.get("inputResponses") {
         None | Some(Value::Null) => {}
         Some(Value::Object(responses)) => {
-            for (key, response) in responses {
+            for (key, response) in responses.iter().filter(|(_, r)| usable_answer(r)) {
                 answers.insert(key.clone(), response.clone());
             }
         }
@@ -42,6 +42,16 @@ pub(crate) fn gather(
         return Err(RpcError::invalid_params("too many or too large inputResponses"));
     }
     Ok(answers)
+}
+
+/// Whether a response can answer an input request: an object (ElicitResult,
+/// CreateMessageResult, ListRootsResult), whose `action`, when present, is one the spec
+/// defines. Anything else is ignored, so the request stays outstanding and is asked again.
+pub(crate) fn usable_answer(response: &Value) -> bool {
+    let Some(obj) = response.as_object() else { return false };
+    let action_ok = obj.get("action").is_none_or(|a| matches!(a.as_str(), Some("accept" | "decline" | "cancel")));
+    let content_ok = obj.get("content").is_none_or(|c| c.is_object() || obj.get("action").is_none());
+    action_ok && content_ok
 }
 
 /// `-32021` unless the current request declared every capability these requests need. Never

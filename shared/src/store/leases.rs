@@ -30,6 +30,8 @@ pub struct Claim {
     pub cancel_requested: bool,
     /// Recorded input responses, key -> JSON text.
     pub answers: Vec<(String, String)>,
+    /// The creating request's `clientCapabilities` (JSON text).
+    pub client_capabilities: String,
 }
 
 /// The identity every fenced write carries.
@@ -193,6 +195,7 @@ impl Store {
                     traceparent: (!traceparent.is_empty()).then_some(traceparent),
                     cancel_requested: reply.int(5)? == 1,
                     answers: reply.pairs(6)?,
+                    client_capabilities: reply.string(7)?,
                 }))
             }
             _ => Err(reply.unexpected_code()),

@@ -19,6 +19,9 @@ pub struct NewTask<'a> {
     pub poll_interval_ms: u64,
     pub status_message: Option<&'a str>,
     pub traceparent: Option<&'a str>,
+    /// The creating request's `clientCapabilities`, as JSON text: tools may only ask for
+    /// input the caller declared.
+    pub client_capabilities: &'a str,
     /// Answers gathered before the task existed (key, answer JSON).
     pub answers: &'a [(String, String)],
 }
@@ -66,7 +69,8 @@ impl Store {
             .arg(task.poll_interval_ms)
             .arg(task.status_message.unwrap_or(""))
             .arg(task.traceparent.unwrap_or(""))
-            .arg(self.keys().events_channel());
+            .arg(self.keys().events_channel())
+            .arg(task.client_capabilities);
         for (key, answer) in task.answers {
             call.arg(key).arg(answer);
         }

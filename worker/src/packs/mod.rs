@@ -1,5 +1,6 @@
 //! Tool packs, selected with `--tools`.
 
+mod conformance;
 mod demo;
 
 use std::collections::BTreeMap;
@@ -12,7 +13,7 @@ pub type Registry = BTreeMap<String, Arc<dyn Tool>>;
 
 /// An unknown pack name.
 #[derive(Debug, thiserror::Error)]
-#[error("unknown tool pack {0:?} (available: demo)")]
+#[error("unknown tool pack {0:?} (available: demo, conformance)")]
 pub struct UnknownPack(pub String);
 
 /// Builds the registry of the named packs.
@@ -21,6 +22,7 @@ pub fn registry(packs: &[String]) -> Result<Registry, UnknownPack> {
     for pack in packs {
         let pack_tools = match pack.trim() {
             "demo" => demo::tools(),
+            "conformance" => conformance::tools(),
             other => return Err(UnknownPack(other.to_owned())),
         };
         for tool in pack_tools {

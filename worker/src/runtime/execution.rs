@@ -46,6 +46,7 @@ pub(super) async fn run(shared: Arc<Shared>, claim: Claim) {
                 shared.worker_id.clone(),
                 shared.store.clone(),
                 answers,
+                serde_json::from_str(&claim.client_capabilities).unwrap_or(Value::Null),
                 held.cancel.clone(),
             ));
             let run_ctx = ctx.clone();

@@ -32,16 +32,11 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
     }
 }
 
-/// Elicitation results with a known action. Anything else is not an answer and is ignored,
-/// so the key stays outstanding.
+/// Answers that can be stored; anything else is ignored, so its key stays outstanding.
 fn usable_answers(responses: &Map<String, Value>) -> Vec<(String, String)> {
     responses
         .iter()
-        .filter(|(_, answer)| {
-            let action = answer.get("action").and_then(Value::as_str);
-            let content_ok = answer.get("content").is_none_or(Value::is_object);
-            matches!(action, Some("accept" | "decline" | "cancel")) && content_ok
-        })
+        .filter(|(_, answer)| crate::mrtr::usable_answer(answer))
         .map(|(key, answer)| (key.clone(), answer.to_string()))
         .collect()
 }

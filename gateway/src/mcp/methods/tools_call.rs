@@ -172,6 +172,7 @@ async fn create(
             poll_interval_ms: spec.poll_interval_ms,
             status_message: spec.status_message.as_deref(),
             traceparent: call.meta.traceparent.as_deref(),
+            client_capabilities: &serde_json::Value::Object(call.meta.capabilities.clone()).to_string(),
             answers: &answers,
         })
         .await

@@ -10,7 +10,7 @@ use crate::mcp::Call;
 const TTL_MS: u64 = 60_000;
 
 pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
-    let catalogue = call.state.catalogue.current();
+    let catalogue = call.state.catalogue.listing().await;
     let mut fields = Map::with_capacity(3);
     fields.insert("tools".into(), catalogue.listing().clone());
     fields.insert("ttlMs".into(), TTL_MS.into());

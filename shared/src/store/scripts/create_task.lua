@@ -5,7 +5,8 @@
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] tool   ARGV[5] arguments JSON
 -- ARGV[6] ttl ms    ARGV[7] poll interval ms   ARGV[8] status message ('' = none)
 -- ARGV[9] traceparent ('' = none)   ARGV[10] events channel
--- ARGV[11..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
+-- ARGV[11] the creating request's clientCapabilities JSON
+-- ARGV[12..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
 -- Returns {1, createdAtMs} | {-6} the id exists.
 -- Publishes "<id> 1 working" on ARGV[10].
 local rcall = redis.call
@@ -15,12 +16,12 @@ local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 rcall('HSET', record, 'tenant', ARGV[2], 'principal', ARGV[3], 'tool', ARGV[4], 'args', ARGV[5],
   'status', 'working', 'created', now, 'updated', now, 'ttl', ARGV[6], 'poll', ARGV[7],
-  'ver', 1, 'fence', 0, 'reclaims', 0)
+  'ver', 1, 'fence', 0, 'reclaims', 0, 'caps', ARGV[11])
 if ARGV[8] ~= '' then rcall('HSET', record, 'msg', ARGV[8]) end
 if ARGV[9] ~= '' then rcall('HSET', record, 'tp', ARGV[9]) end
 rcall('PEXPIREAT', record, now + tonumber(ARGV[6]))
-if #ARGV > 10 then
-  for i = 11, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
+if #ARGV > 11 then
+  for i = 12, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
   rcall('PEXPIREAT', answers, now + tonumber(ARGV[6]))
 end
 rcall('XADD', stream, '*', 'id', ARGV[1])
