@@ -92,6 +92,14 @@ pub struct Config {
     #[arg(long, env = "TASKGATE_REQUEST_STATE_TTL_MS", default_value_t = 300_000)]
     pub request_state_ttl_ms: u64,
 
+    /// Task ids one `subscriptions/listen` may name.
+    #[arg(long, env = "TASKGATE_LISTEN_MAX_TASK_IDS", default_value_t = 100)]
+    pub listen_max_task_ids: usize,
+
+    /// Open listen streams one principal may hold on one replica.
+    #[arg(long, env = "TASKGATE_LISTEN_MAX_STREAMS_PER_PRINCIPAL", default_value_t = 16)]
+    pub listen_max_streams_per_principal: usize,
+
     /// Interval of SSE keep-alive comments, in milliseconds.
     #[arg(long, env = "TASKGATE_SSE_KEEPALIVE_MS", default_value_t = 15_000)]
     pub sse_keepalive_ms: u64,

@@ -6,7 +6,7 @@
 //! state. After a reconnect every watcher is told to re-read.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,15 +18,16 @@ use tokio::sync::mpsc;
 /// What a watcher is told.
 #[derive(Debug, Clone)]
 pub(crate) enum Wake {
-    /// The task changed: re-read it.
-    Changed,
+    /// This task changed: re-read it.
+    Changed(String),
     /// An ephemeral notification from the running tool (progress, log).
     Notice(Value),
-    /// The subscription was re-established: anything may have been missed.
+    /// The subscription was re-established, or a wake-up was dropped because the watcher was
+    /// behind: anything may have been missed, so re-read everything.
     Resync,
 }
 
-type Senders = Vec<(u64, mpsc::Sender<Wake>)>;
+type Senders = Vec<(u64, mpsc::Sender<Wake>, Arc<AtomicBool>)>;
 
 #[derive(Default)]
 pub(crate) struct EventHub {
@@ -39,7 +40,9 @@ pub(crate) struct Watch {
     hub: Arc<EventHub>,
     id: u64,
     tasks: Vec<String>,
-    pub(crate) wakes: mpsc::Receiver<Wake>,
+    wakes: mpsc::Receiver<Wake>,
+    /// Set when a wake-up could not be queued.
+    overflowed: Arc<AtomicBool>,
 }
 
 impl EventHub {
@@ -47,28 +50,33 @@ impl EventHub {
     pub(crate) fn watch(self: &Arc<Self>, tasks: &[&str], capacity: usize) -> Watch {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let overflowed = Arc::new(AtomicBool::new(false));
         if let Ok(mut map) = self.watchers.lock() {
             for task in tasks {
-                map.entry((*task).to_owned()).or_default().push((id, tx.clone()));
+                map.entry((*task).to_owned()).or_default().push((id, tx.clone(), overflowed.clone()));
             }
         }
-        Watch { hub: self.clone(), id, tasks: tasks.iter().map(|t| (*t).to_owned()).collect(), wakes: rx }
+        Watch { hub: self.clone(), id, tasks: tasks.iter().map(|t| (*t).to_owned()).collect(), wakes: rx, overflowed }
     }
 
     fn dispatch(&self, task: &str, wake: &Wake) {
         if let Ok(map) = self.watchers.lock()
             && let Some(senders) = map.get(task)
         {
-            for (_, tx) in senders {
-                let _ = tx.try_send(wake.clone());
+            for (_, tx, overflowed) in senders {
+                if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(wake.clone()) {
+                    overflowed.store(true, Ordering::Relaxed);
+                }
             }
         }
     }
 
     fn resync_all(&self) {
         if let Ok(map) = self.watchers.lock() {
-            for (_, tx) in map.values().flatten() {
-                let _ = tx.try_send(Wake::Resync);
+            for (_, tx, overflowed) in map.values().flatten() {
+                if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(Wake::Resync) {
+                    overflowed.store(true, Ordering::Relaxed);
+                }
             }
         }
     }
@@ -89,7 +97,7 @@ impl EventHub {
                             let Ok(payload) = msg.get_payload::<String>() else { continue };
                             if msg.get_channel_name() == events {
                                 if let Some(task) = payload.split(' ').next() {
-                                    self.dispatch(task, &Wake::Changed);
+                                    self.dispatch(task, &Wake::Changed(task.to_owned()));
                                 }
                             } else if let Ok(notice) = serde_json::from_str::<Value>(&payload)
                                 && let Some(task) = notice.get("taskId").and_then(Value::as_str)
@@ -109,12 +117,30 @@ impl EventHub {
     }
 }
 
+impl Watch {
+    /// The next wake-up; `Resync` if one was dropped meanwhile. `None` once the hub is gone.
+    pub(crate) async fn recv(&mut self) -> Option<Wake> {
+        if self.overflowed.swap(false, Ordering::Relaxed) {
+            return Some(Wake::Resync);
+        }
+        self.wakes.recv().await
+    }
+
+    /// A wake-up already queued, without waiting.
+    pub(crate) fn try_recv(&mut self) -> Option<Wake> {
+        if self.overflowed.swap(false, Ordering::Relaxed) {
+            return Some(Wake::Resync);
+        }
+        self.wakes.try_recv().ok()
+    }
+}
+
 impl Drop for Watch {
     fn drop(&mut self) {
         if let Ok(mut map) = self.hub.watchers.lock() {
             for task in &self.tasks {
                 if let Some(senders) = map.get_mut(task) {
-                    senders.retain(|(id, _)| *id != self.id);
+                    senders.retain(|(id, _, _)| *id != self.id);
                     if senders.is_empty() {
                         map.remove(task);
                     }

@@ -37,6 +37,10 @@ pub struct AppState {
     request_state_keys: mrtr::StateKeys,
     origin_policy: Arc<http::OriginPolicy>,
     shutting_down: Arc<AtomicBool>,
+    /// Fired on shutdown: ends every listen stream with its graceful result, so the server can
+    /// drain (axum's graceful shutdown waits for open SSE bodies).
+    shutdown: tokio_util::sync::CancellationToken,
+    listen_streams: Arc<mcp::listen::StreamCounts>,
 }
 
 impl AppState {
@@ -60,6 +64,8 @@ impl AppState {
             request_state_keys,
             origin_policy: Arc::new(origin_policy),
             shutting_down: Arc::new(AtomicBool::new(false)),
+            shutdown: tokio_util::sync::CancellationToken::new(),
+            listen_streams: Arc::default(),
         })
     }
 
@@ -82,11 +88,13 @@ pub async fn run(
     let hub = tokio::spawn(state.events.clone().run(state.store.clone()));
     let refresher = tokio::spawn(state.catalogue.clone().refresh_forever(state.config.catalogue_refresh()));
     let flag = state.shutting_down.clone();
+    let streams = state.shutdown.clone();
     let app = router(state);
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
             flag.store(true, Ordering::Relaxed);
+            streams.cancel();
         })
         .await;
     refresher.abort();

@@ -166,3 +166,86 @@ impl McpClient {
 pub fn ack() -> Value {
     json!({ "resultType": "complete", "_meta": { "io.modelcontextprotocol/serverInfo": { "name": "taskgate", "version": env!("CARGO_PKG_VERSION") } } })
 }
+
+/// One SSE item.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SseItem {
+    Message(Value),
+    Comment(String),
+}
+
+/// A response read as SSE, incrementally.
+pub struct SseStream {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buffer: String,
+    pending: std::collections::VecDeque<SseItem>,
+    /// Every raw line seen, for framing assertions.
+    pub raw_lines: Vec<String>,
+}
+
+impl SseStream {
+    /// The next item, `None` at the end of the stream; panics after `patience`.
+    pub async fn next_item(&mut self, patience: std::time::Duration) -> Option<SseItem> {
+        use futures::StreamExt as _;
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            if let Some(item) = self.pending.pop_front() {
+                return Some(item);
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.body.next()).await.expect("an SSE item in time");
+            match chunk {
+                None => return None,
+                Some(Err(_)) => return None,
+                Some(Ok(bytes)) => {
+                    self.buffer.push_str(&String::from_utf8_lossy(&bytes));
+                    while let Some(end) = self.buffer.find('\n') {
+                        let line = self.buffer[..end].trim_end_matches('\r').to_owned();
+                        self.buffer.drain(..=end);
+                        self.raw_lines.push(line.clone());
+                        if let Some(comment) = line.strip_prefix(':') {
+                            self.pending.push_back(SseItem::Comment(comment.to_owned()));
+                        } else if let Some(data) = line.strip_prefix("data:") {
+                            let message = serde_json::from_str(data.trim()).expect("one JSON message per data line");
+                            self.pending.push_back(SseItem::Message(message));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next JSON-RPC message, skipping comments; `None` at the end of the stream.
+    pub async fn next_message(&mut self, patience: std::time::Duration) -> Option<Value> {
+        loop {
+            match self.next_item(patience).await? {
+                SseItem::Message(m) => return Some(m),
+                SseItem::Comment(_) => {}
+            }
+        }
+    }
+}
+
+impl McpClient {
+    /// Sends a request and reads its response as a stream.
+    pub async fn open_stream(&self, method: &str, params: Value) -> (Value, SseStream) {
+        let body = self.envelope(method, params);
+        let mut request = self.http.post(&self.url).body(body.to_string());
+        for (name, value) in standard_headers(&body) {
+            request = request.header(name, value);
+        }
+        let response = request.send().await.expect("the gateway answers");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let stream = SseStream {
+            status,
+            headers,
+            body: Box::pin(response.bytes_stream()),
+            buffer: String::new(),
+            pending: Default::default(),
+            raw_lines: Vec::new(),
+        };
+        (body, stream)
+    }
+}

@@ -10,7 +10,7 @@ mod process;
 mod redis_server;
 mod stack;
 
-pub use client::{McpClient, Reply, ack, meta, meta_without_tasks, standard_headers};
+pub use client::{McpClient, Reply, SseItem, SseStream, ack, meta, meta_without_tasks, standard_headers};
 pub use process::{Binary, Service};
 pub use redis_server::RedisServer;
 pub use stack::{Stack, StackBuilder};

@@ -10,6 +10,7 @@
 //! 7. the method's own params (in-band errors).
 
 mod inline;
+pub(crate) mod listen;
 mod methods;
 
 use axum::http::HeaderMap;
@@ -33,6 +34,7 @@ enum Method {
     TasksGet,
     TasksUpdate,
     TasksCancel,
+    SubscriptionsListen,
 }
 
 impl Method {
@@ -44,6 +46,7 @@ impl Method {
             "tasks/get" => Self::TasksGet,
             "tasks/update" => Self::TasksUpdate,
             "tasks/cancel" => Self::TasksCancel,
+            "subscriptions/listen" => Self::SubscriptionsListen,
             "initialize" => return Err(RpcError::initialize_removed()),
             // Removed in 2026-07-28 (ping, logging/setLevel, resources/subscribe) or in the Tasks
             // extension (tasks/status, tasks/result, tasks/list), and anything unknown.
@@ -85,6 +88,10 @@ pub(crate) async fn handle(state: &AppState, headers: &HeaderMap, message: Incom
         Method::TasksGet => methods::tasks_get::run(&call).await,
         Method::TasksUpdate => methods::tasks_update::run(&call).await,
         Method::TasksCancel => methods::tasks_cancel::run(&call).await,
+        Method::SubscriptionsListen => match methods::subscriptions_listen::run(&call, &id).await {
+            Ok(response) => return response,
+            Err(err) => Err(err),
+        },
     };
     match outcome {
         Ok(result) => {

@@ -2,6 +2,7 @@
 //! transport encodes JSON-RPC.
 
 pub(super) mod discover;
+pub(super) mod subscriptions_listen;
 pub(super) mod tasks_cancel;
 pub(super) mod tasks_get;
 pub(super) mod tasks_update;

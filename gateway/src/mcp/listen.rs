@@ -1,0 +1,255 @@
+//! The `subscriptions/listen` stream for task ids: acknowledgement, one snapshot per accepted
+//! task, then a snapshot on every change, and the listen result once every task is terminal.
+//!
+//! Wake-ups only mark tasks *dirty*; a snapshot is read from Redis when the client is ready for
+//! the next event, and sent only if its version is newer than the last one sent. A slow client
+//! therefore costs at most one pending snapshot per task, always gets the newest, and never
+//! misses a terminal one (back-pressure by coalescing, not by an unbounded queue).
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::stream::{self, Stream};
+use serde_json::{Map, Value, json};
+use taskgate_shared::protocol::{envelope, meta_keys, result};
+use taskgate_shared::store::Store;
+use taskgate_shared::task::{Owner, Snapshot, TaskId};
+use tokio_util::sync::CancellationToken;
+
+use crate::events::{Wake, Watch};
+
+/// Open listen streams per principal on this replica.
+#[derive(Default)]
+pub(crate) struct StreamCounts(Mutex<HashMap<String, usize>>);
+
+/// One counted stream; dropping it frees the slot.
+pub(crate) struct StreamSlot {
+    counts: Arc<StreamCounts>,
+    key: String,
+}
+
+impl StreamCounts {
+    /// A slot for `key`, unless it already holds `max`.
+    pub(crate) fn acquire(self: &Arc<Self>, key: String, max: usize) -> Option<StreamSlot> {
+        let mut counts = self.0.lock().ok()?;
+        let open = counts.entry(key.clone()).or_default();
+        if *open >= max {
+            return None;
+        }
+        *open += 1;
+        Some(StreamSlot { counts: self.clone(), key })
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        if let Ok(mut counts) = self.counts.0.lock()
+            && let Some(open) = counts.get_mut(&self.key)
+        {
+            *open -= 1;
+            if *open == 0 {
+                counts.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// What a listen request asked for, once checked.
+pub(crate) struct Subscription {
+    /// The listen request's id: the subscription id, with its JSON type.
+    pub(crate) id: Value,
+    pub(crate) owner: Owner,
+    /// Snapshots of the accepted tasks, in request order.
+    pub(crate) accepted: Vec<Snapshot>,
+    /// Whether the filter named `taskIds`.
+    pub(crate) task_filter: bool,
+}
+
+struct Tracked {
+    id: TaskId,
+    last_version: u64,
+    done: bool,
+}
+
+enum Phase {
+    Ack,
+    Live,
+    Finished,
+}
+
+/// The state behind one stream.
+pub(crate) struct Listen {
+    subscription_id: Value,
+    store: Store,
+    owner: Owner,
+    tasks: Vec<Tracked>,
+    /// Indexes into `tasks` whose latest state has not been looked at.
+    dirty: VecDeque<usize>,
+    /// Snapshots read at acceptance, sent first without reading again.
+    initial: VecDeque<Snapshot>,
+    watch: Watch,
+    shutdown: CancellationToken,
+    phase: Phase,
+    /// Whether the filter named `taskIds` at all (then the acknowledgement lists the subset
+    /// accepted, even when empty).
+    task_filter: bool,
+    _slot: StreamSlot,
+}
+
+impl Listen {
+    pub(crate) fn new(
+        request: Subscription,
+        store: Store,
+        watch: Watch,
+        shutdown: CancellationToken,
+        slot: StreamSlot,
+    ) -> Self {
+        let Subscription { id: subscription_id, owner, accepted, task_filter } = request;
+        let tasks = accepted
+            .iter()
+            .filter_map(|s| Some(Tracked { id: TaskId::parse(&s.task_id)?, last_version: 0, done: false }))
+            .collect();
+        Self {
+            subscription_id,
+            store,
+            owner,
+            tasks,
+            dirty: VecDeque::new(),
+            initial: accepted.into(),
+            watch,
+            shutdown,
+            phase: Phase::Ack,
+            task_filter,
+            _slot: slot,
+        }
+    }
+
+    fn meta(&self) -> Value {
+        json!({ meta_keys::SUBSCRIPTION_ID: self.subscription_id.clone() })
+    }
+
+    fn acknowledgement(&self) -> Value {
+        let ids: Vec<&str> = self.tasks.iter().map(|t| t.id.as_str()).collect();
+        let notifications = if self.task_filter { json!({ "taskIds": ids }) } else { json!({}) };
+        envelope::notification(
+            "notifications/subscriptions/acknowledged",
+            json!({ "notifications": notifications, "_meta": self.meta() }),
+        )
+    }
+
+    /// The DetailedTask, as `tasks/get` would return it, minus `resultType`.
+    fn notification(&self, snapshot: &Snapshot) -> Value {
+        let mut params: Map<String, Value> = snapshot.detailed_fields();
+        params.insert("_meta".into(), self.meta());
+        envelope::notification("notifications/tasks", Value::Object(params))
+    }
+
+    fn closing_result(&self) -> Value {
+        let mut fields = Map::new();
+        fields.insert("resultType".into(), result::COMPLETE.into());
+        fields.insert("_meta".into(), self.meta());
+        envelope::success(&self.subscription_id, Value::Object(fields))
+    }
+
+    fn mark(&mut self, wake: Wake) {
+        match wake {
+            Wake::Changed(task) => {
+                if let Some(i) = self.tasks.iter().position(|t| t.id.as_str() == task && !t.done)
+                    && !self.dirty.contains(&i)
+                {
+                    self.dirty.push_back(i);
+                }
+            }
+            Wake::Resync => {
+                self.dirty = (0..self.tasks.len()).filter(|i| !self.tasks[*i].done).collect();
+            }
+            Wake::Notice(_) => {}
+        }
+    }
+
+    /// Accepts a snapshot if it is newer than the last sent for its task.
+    fn take(&mut self, snapshot: &Snapshot) -> bool {
+        let Some(task) = self.tasks.iter_mut().find(|t| t.id.as_str() == snapshot.task_id) else { return false };
+        if task.done || snapshot.version <= task.last_version {
+            return false;
+        }
+        task.last_version = snapshot.version;
+        task.done = snapshot.status.is_terminal();
+        true
+    }
+
+    /// The next message to send, or `None` when the stream is over.
+    async fn next_message(&mut self) -> Option<Value> {
+        loop {
+            match self.phase {
+                Phase::Finished => return None,
+                Phase::Ack => {
+                    self.phase = Phase::Live;
+                    return Some(self.acknowledgement());
+                }
+                Phase::Live => {}
+            }
+            if let Some(snapshot) = self.initial.pop_front() {
+                if self.take(&snapshot) {
+                    return Some(self.notification(&snapshot));
+                }
+                continue;
+            }
+            while let Some(wake) = self.watch.try_recv() {
+                self.mark(wake);
+            }
+            if let Some(i) = self.dirty.pop_front() {
+                let id = self.tasks[i].id.clone();
+                match self.store.get_task(&id).await {
+                    Ok(Some(snapshot)) if snapshot.owner == self.owner => {
+                        if self.take(&snapshot) {
+                            return Some(self.notification(&snapshot));
+                        }
+                    }
+                    // Expired (or gone): nothing more will ever come for it.
+                    Ok(_) => self.tasks[i].done = true,
+                    Err(err) => {
+                        tracing::warn!(task_id = %id, error = %err, "listen: re-read failed; retrying");
+                        self.dirty.push_back(i);
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    }
+                }
+                continue;
+            }
+            if self.tasks.iter().all(|t| t.done) {
+                self.phase = Phase::Finished;
+                return Some(self.closing_result());
+            }
+            tokio::select! {
+                wake = self.watch.recv() => match wake {
+                    Some(wake) => self.mark(wake),
+                    None => return None,
+                },
+                () = self.shutdown.cancelled() => {
+                    self.phase = Phase::Finished;
+                    return Some(self.closing_result());
+                }
+            }
+        }
+    }
+
+    fn into_stream(self) -> impl Stream<Item = Result<Event, Infallible>> + Send {
+        stream::unfold(self, |mut listen| async move {
+            let message = listen.next_message().await?;
+            Some((Ok(Event::default().data(message.to_string())), listen))
+        })
+    }
+
+    /// The SSE response: no `id:` lines (nothing is replayed), keep-alive comments.
+    pub(crate) fn into_response(self, keep_alive: std::time::Duration) -> Response {
+        let mut response =
+            Sse::new(self.into_stream()).keep_alive(KeepAlive::new().interval(keep_alive)).into_response();
+        let headers = response.headers_mut();
+        headers.insert("x-accel-buffering", axum::http::HeaderValue::from_static("no"));
+        headers.insert(axum::http::header::CACHE_CONTROL, axum::http::HeaderValue::from_static("no-cache"));
+        response
+    }
+}

@@ -1,0 +1,69 @@
+//! `subscriptions/listen` with `notifications.taskIds`: a request-scoped SSE stream of task
+//! snapshots (Tasks extension). Only existing tasks the caller owns are accepted; unknown and
+//! foreign ids are dropped silently, so nothing leaks. Other filters (list-changed,
+//! resource subscriptions) are not offered, so the acknowledgement never lists them.
+
+use axum::response::Response;
+use futures::future::join_all;
+use serde_json::Value;
+use taskgate_shared::protocol::RpcError;
+use taskgate_shared::task::TaskId;
+
+use crate::mcp::listen::{Listen, Subscription};
+use crate::mcp::{Call, storage_error};
+
+pub(crate) async fn run(call: &Call<'_>, request_id: &Value) -> Result<Response, RpcError> {
+    let state = call.state;
+    let Some(Value::Object(filter)) = call.params.get("notifications") else {
+        return Err(RpcError::invalid_params("notifications must be an object"));
+    };
+    let requested: Vec<String> = match filter.get("taskIds") {
+        None => Vec::new(),
+        Some(Value::Array(ids)) => {
+            ids.iter().map(|id| id.as_str().map(str::to_owned)).collect::<Option<_>>().ok_or_else(bad_ids)?
+        }
+        Some(_) => return Err(bad_ids()),
+    };
+    if filter.contains_key("taskIds") && !call.meta.declares_tasks() {
+        return Err(RpcError::missing_tasks_extension());
+    }
+    let max_ids = state.config.listen_max_task_ids;
+    if requested.len() > max_ids {
+        return Err(RpcError::invalid_params(format!("at most {max_ids} taskIds per listen")));
+    }
+    let owner = call.principal.owner();
+    let slot = state
+        .listen_streams
+        .acquire(format!("{}/{}", owner.tenant, owner.principal), state.config.listen_max_streams_per_principal)
+        .ok_or_else(|| {
+            RpcError::invalid_params(format!(
+                "too many open listen streams for this principal (at most {} per replica)",
+                state.config.listen_max_streams_per_principal
+            ))
+        })?;
+
+    // Unique, well-formed ids in request order.
+    let mut ids: Vec<TaskId> = Vec::new();
+    for id in requested.iter().filter_map(|s| TaskId::parse(s)) {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    // Watch before reading, so a change between the read and the subscription is not missed.
+    let names: Vec<&str> = ids.iter().map(TaskId::as_str).collect();
+    let watch = state.events.watch(&names, 256);
+    let reads = join_all(ids.iter().map(|id| state.store.get_task(id))).await;
+    let mut accepted = Vec::new();
+    for read in reads {
+        if let Some(snapshot) = read.map_err(storage_error)?.filter(|s| s.owner == owner) {
+            accepted.push(snapshot);
+        }
+    }
+    let request = Subscription { id: request_id.clone(), owner, accepted, task_filter: filter.contains_key("taskIds") };
+    let listen = Listen::new(request, state.store.clone(), watch, state.shutdown.clone(), slot);
+    Ok(listen.into_response(state.config.sse_keep_alive()))
+}
+
+fn bad_ids() -> RpcError {
+    RpcError::invalid_params("taskIds must be an array of strings")
+}

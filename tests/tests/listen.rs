@@ -1,0 +1,286 @@
+//! `subscriptions/listen` with `notifications/tasks` across replicas (issue 5).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use taskgate_shared::store::NewTask;
+use taskgate_shared::task::{Owner, TaskId};
+use taskgate_tests::{McpClient, SseItem, SseStream, Stack, meta_without_tasks};
+
+const PATIENCE: Duration = Duration::from_secs(15);
+
+async fn listen(client: &McpClient, ids: &[&str]) -> (Value, SseStream) {
+    client.open_stream("subscriptions/listen", json!({"notifications": {"taskIds": ids}})).await
+}
+
+/// The params of a `notifications/tasks` message, checked for the subscription id.
+fn snapshot(message: &Value, subscription: &Value) -> Value {
+    assert_eq!(message["method"], "notifications/tasks", "{message}");
+    assert!(message.get("id").is_none());
+    let params = &message["params"];
+    assert_eq!(params["_meta"], json!({"io.modelcontextprotocol/subscriptionId": subscription}));
+    assert!(params.get("resultType").is_none());
+    params.clone()
+}
+
+/// `tasks/get`'s result in the form a notification carries it.
+async fn as_notified(client: &McpClient, task_id: &str, subscription: &Value) -> Value {
+    let mut result = client.get_task(task_id).await.result().clone();
+    let fields = result.as_object_mut().unwrap();
+    fields.remove("resultType");
+    fields.insert("_meta".into(), json!({"io.modelcontextprotocol/subscriptionId": subscription}));
+    result
+}
+
+fn assert_closing_result(message: &Value, subscription: &Value) {
+    assert_eq!(
+        message,
+        &json!({"jsonrpc": "2.0", "id": subscription, "result": {
+            "resultType": "complete", "_meta": {"io.modelcontextprotocol/subscriptionId": subscription}}})
+    );
+}
+
+/// Reads snapshots until one has `status`, collecting the statuses seen.
+async fn until_status(stream: &mut SseStream, subscription: &Value, status: &str, seen: &mut Vec<String>) -> Value {
+    loop {
+        let message = stream.next_message(PATIENCE).await.expect("the stream stays open");
+        let params = snapshot(&message, subscription);
+        let current = params["status"].as_str().unwrap().to_owned();
+        if seen.last() != Some(&current) {
+            seen.push(current.clone());
+        }
+        if current == status {
+            return params;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_on_another_replica_sees_every_transition() {
+    let mut stack = Stack::builder().gateways(2).workers(0).spawn().await;
+    // Publish the catalogue, then let the test pace the worker so every state lasts long
+    // enough to be seen.
+    let w = stack.add_worker(&[]).await;
+    stack.workers[w].kill().await;
+    let (a, b) = (stack.client(0), stack.client(1));
+    let task_id = a.create_task("generate_report", json!({"size": "small"})).await;
+
+    let (request, mut stream) = listen(&b, &[&task_id]).await;
+    let subscription = request["id"].clone();
+    assert_eq!(stream.status, 200);
+    assert_eq!(stream.headers.get("content-type").unwrap(), "text/event-stream");
+    assert_eq!(stream.headers.get("cache-control").unwrap(), "no-cache");
+    assert_eq!(stream.headers.get("x-accel-buffering").unwrap(), "no");
+
+    let ack = stream.next_message(PATIENCE).await.unwrap();
+    assert_eq!(
+        ack,
+        json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {
+            "notifications": {"taskIds": [task_id]},
+            "_meta": {"io.modelcontextprotocol/subscriptionId": subscription}}})
+    );
+    let mut seen = Vec::new();
+    let first = until_status(&mut stream, &subscription, "working", &mut seen).await;
+    assert_eq!(first, as_notified(&b, &task_id, &subscription).await, "a snapshot is what tasks/get returns");
+
+    stack.workers[w].restart().await;
+    let parked = until_status(&mut stream, &subscription, "input_required", &mut seen).await;
+    assert_eq!(parked, as_notified(&b, &task_id, &subscription).await);
+    stack.workers[w].kill().await;
+
+    let r =
+        a.update_task(&task_id, json!({"approve_outline": {"action": "accept", "content": {"approved": true}}})).await;
+    assert_eq!(r.result()["resultType"], "complete");
+    until_status(&mut stream, &subscription, "working", &mut seen).await;
+
+    stack.workers[w].restart().await;
+    let done = until_status(&mut stream, &subscription, "completed", &mut seen).await;
+    assert_eq!(done, as_notified(&b, &task_id, &subscription).await);
+    assert_eq!(seen, ["working", "input_required", "working", "completed"]);
+
+    let last = stream.next_message(PATIENCE).await.unwrap();
+    assert_closing_result(&last, &subscription);
+    assert_eq!(stream.next_message(PATIENCE).await, None, "the stream ends after the result");
+    assert!(stream.raw_lines.iter().all(|l| !l.starts_with("id:") && !l.starts_with("event:")), "no ids, no replay");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_and_foreign_ids_are_dropped_from_the_acknowledgement() {
+    let stack = Stack::builder().spawn().await;
+    let client = stack.client(0);
+    let mine = client.create_task("generate_report", json!({})).await;
+    let foreign = TaskId::generate(16);
+    let owner = Owner { tenant: "acme".into(), principal: "mallory".into() };
+    stack
+        .store()
+        .create_task(NewTask {
+            id: &foreign,
+            owner: &owner,
+            tool: "sleep",
+            arguments: "{}",
+            ttl_ms: 60_000,
+            poll_interval_ms: 500,
+            status_message: None,
+            traceparent: None,
+            client_capabilities: "{}",
+            answers: &[],
+        })
+        .await
+        .unwrap();
+    let unknown = TaskId::generate(16);
+    let ids = [unknown.as_str(), foreign.as_str(), "not-an-id", mine.as_str(), mine.as_str()];
+    let (request, mut stream) = listen(&client, &ids).await;
+    let ack = stream.next_message(PATIENCE).await.unwrap();
+    assert_eq!(ack["params"]["notifications"], json!({"taskIds": [mine]}));
+    let first = stream.next_message(PATIENCE).await.unwrap();
+    assert_eq!(snapshot(&first, &request["id"])["taskId"], mine.as_str());
+    client.cancel_task(&mine).await;
+    // Nothing about the foreign task ever appears; the stream ends when `mine` is terminal.
+    loop {
+        let message = stream.next_message(PATIENCE).await.unwrap();
+        if message.get("result").is_some() {
+            assert_closing_result(&message, &request["id"]);
+            break;
+        }
+        assert_eq!(snapshot(&message, &request["id"])["taskId"], mine.as_str());
+    }
+
+    // Nothing accepted: acknowledged empty, then closed at once.
+    let (request, mut stream) = listen(&client, &[foreign.as_str()]).await;
+    assert_eq!(stream.next_message(PATIENCE).await.unwrap()["params"]["notifications"], json!({"taskIds": []}));
+    assert_closing_result(&stream.next_message(PATIENCE).await.unwrap(), &request["id"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_subscriber_still_gets_the_terminal_snapshot() {
+    let stack = Stack::builder().spawn().await;
+    let client = stack.client(0);
+    let task_id = client.create_task("sleep", json!({"ms": 0})).await;
+    client.wait_for_status(&task_id, "completed", PATIENCE).await;
+    // A numeric listen id keeps its JSON type in every subscriptionId.
+    let body = json!({"jsonrpc": "2.0", "id": 4242, "method": "subscriptions/listen",
+                      "params": {"notifications": {"taskIds": [task_id]}, "_meta": taskgate_tests::meta()}});
+    let mut request = client.http().post(client.url()).body(body.to_string());
+    for (name, value) in taskgate_tests::standard_headers(&body) {
+        request = request.header(name, value);
+    }
+    let text = request.send().await.unwrap().text().await.unwrap();
+    let messages: Vec<Value> =
+        text.lines().filter_map(|l| l.strip_prefix("data:")).map(|d| serde_json::from_str(d.trim()).unwrap()).collect();
+    assert_eq!(messages.len(), 3, "{text}");
+    assert_eq!(messages[0]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 4242);
+    let terminal = snapshot(&messages[1], &json!(4242));
+    assert_eq!(terminal["status"], "completed");
+    assert_eq!(terminal["result"]["structuredContent"]["fencingToken"], 1);
+    assert_closing_result(&messages[2], &json!(4242));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_pubsub_connection_loses_no_transition() {
+    let stack = Stack::builder().gateways(2).spawn().await;
+    let (a, b) = (stack.client(0), stack.client(1));
+    let task_id = a.create_task("dual_approval", json!({"change": "x"})).await;
+    a.wait_for_status(&task_id, "input_required", PATIENCE).await;
+    let (request, mut stream) = listen(&b, &[&task_id]).await;
+    let subscription = request["id"].clone();
+    stream.next_message(PATIENCE).await.unwrap();
+    let mut seen = Vec::new();
+    until_status(&mut stream, &subscription, "input_required", &mut seen).await;
+
+    let mut conn = stack.redis.connection().await;
+    let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query_async(&mut conn).await.unwrap();
+    assert!(killed >= 2, "both gateways' subscriptions (and the worker's) were killed: {killed}");
+    let accept = json!({"action": "accept", "content": {"approved": true}});
+    a.update_task(&task_id, json!({"legal_approval": accept, "finance_approval": accept})).await;
+
+    let done = until_status(&mut stream, &subscription, "completed", &mut seen).await;
+    assert_eq!(done["result"]["structuredContent"]["legal"], true);
+    assert_closing_result(&stream.next_message(PATIENCE).await.unwrap(), &subscription);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_still_gets_the_newest_and_terminal_snapshots() {
+    let stack = Stack::builder().spawn().await;
+    let client = stack.client(0);
+    let task_id = client.create_task("dual_approval", json!({"change": "y"})).await;
+    client.wait_for_status(&task_id, "input_required", PATIENCE).await;
+    let (request, mut stream) = listen(&client, &[&task_id]).await;
+    let subscription = request["id"].clone();
+    // Read nothing while the task moves through several versions to its end.
+    let accept = json!({"action": "accept", "content": {"approved": true}});
+    client.update_task(&task_id, json!({"legal_approval": accept})).await;
+    client.update_task(&task_id, json!({"finance_approval": accept})).await;
+    client.wait_for_status(&task_id, "completed", PATIENCE).await;
+
+    let mut versions = Vec::new();
+    let mut last = None;
+    loop {
+        let message = stream.next_message(PATIENCE).await.unwrap();
+        if message["method"] == "notifications/subscriptions/acknowledged" {
+            continue;
+        }
+        if message.get("result").is_some() {
+            assert_closing_result(&message, &subscription);
+            break;
+        }
+        let params = snapshot(&message, &subscription);
+        versions.push(params["lastUpdatedAt"].as_str().unwrap().to_owned());
+        last = Some(params);
+    }
+    assert_eq!(last.unwrap()["status"], "completed");
+    let mut sorted = versions.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(versions, sorted, "no duplicate or out-of-order snapshots");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_rules_and_limits() {
+    let mut stack = Stack::builder()
+        .gateway_args(&[
+            "--listen-max-task-ids",
+            "2",
+            "--listen-max-streams-per-principal",
+            "1",
+            "--sse-keepalive-ms",
+            "200",
+        ])
+        .spawn()
+        .await;
+    let client = stack.client(0);
+    let r = client
+        .call("subscriptions/listen", json!({"notifications": {"taskIds": []}, "_meta": meta_without_tasks()}))
+        .await;
+    assert_eq!((r.status, r.error_code()), (400, Some(-32021)));
+    let r = client.call("subscriptions/listen", json!({"notifications": {"taskIds": ["a", "b", "c"]}})).await;
+    assert_eq!(r.body["error"]["message"], "at most 2 taskIds per listen");
+    let r = client.call("subscriptions/listen", json!({"notifications": {"taskIds": [1]}})).await;
+    assert_eq!(r.body["error"]["message"], "taskIds must be an array of strings");
+    let r = client.call("subscriptions/listen", json!({})).await;
+    assert_eq!(r.body["error"]["message"], "notifications must be an object");
+
+    let task_id = client.create_task("sleep", json!({"ms": 60_000})).await;
+    let (request, mut stream) = listen(&client, &[&task_id]).await;
+    // A second stream for the same principal is over the cap.
+    let r = client.call("subscriptions/listen", json!({"notifications": {"taskIds": [task_id]}})).await;
+    assert_eq!(r.body["error"]["message"], "too many open listen streams for this principal (at most 1 per replica)");
+
+    // Idle streams carry keep-alive comments.
+    let mut comments = 0;
+    while comments == 0 {
+        if let Some(SseItem::Comment(_)) = stream.next_item(Duration::from_secs(5)).await {
+            comments += 1;
+        }
+    }
+
+    // Shutdown ends the stream with its graceful result, and the gateway exits.
+    stack.gateways[0].signal("TERM");
+    loop {
+        let message = stream.next_message(PATIENCE).await.expect("the result before the end");
+        if message.get("result").is_some() {
+            assert_closing_result(&message, &request["id"]);
+            break;
+        }
+    }
+    assert_eq!(stack.gateways[0].wait_exit(PATIENCE).await, Some(0));
+}
