@@ -2,6 +2,7 @@
 //! default is safe: loopback only, no authentication unless asked for, bounded bodies.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
@@ -13,6 +14,10 @@ pub enum AuthMode {
     /// No authentication: every caller is principal `anonymous` of tenant `default`.
     /// Refused on a non-loopback listen address.
     None,
+    /// Bearer JWTs (HS256 secret, or RS256/ES256 through a JWKS).
+    Jwt,
+    /// Bearer API keys, listed by SHA-256 hash in `--api-keys-file`.
+    ApiKeys,
 }
 
 #[derive(Debug, Clone, Parser)]
@@ -33,6 +38,57 @@ pub struct Config {
     /// Authentication mode. There is no default: `none` must be asked for explicitly.
     #[arg(long, env = "TASKGATE_AUTH", value_enum)]
     pub auth: AuthMode,
+
+    /// HS256 secret file (at least 32 bytes). The secret may instead come from the
+    /// `TASKGATE_JWT_HS256_SECRET` environment variable; it is never a flag, so it never shows
+    /// in `ps`.
+    #[arg(long)]
+    pub jwt_hs256_secret_file: Option<PathBuf>,
+
+    /// JWKS file (RS256/ES256 keys by `kid`).
+    #[arg(long, env = "TASKGATE_JWKS_FILE")]
+    pub jwks_file: Option<PathBuf>,
+
+    /// JWKS URL (RS256/ES256 keys by `kid`).
+    #[arg(long, env = "TASKGATE_JWKS_URL")]
+    pub jwks_url: Option<String>,
+
+    /// How often the JWKS is re-read, in milliseconds (also re-read once on an unknown `kid`).
+    #[arg(long, env = "TASKGATE_JWKS_REFRESH_MS", default_value_t = 300_000)]
+    pub jwks_refresh_ms: u64,
+
+    /// Required `iss` of tokens.
+    #[arg(long, env = "TASKGATE_JWT_ISSUER")]
+    pub jwt_issuer: Option<String>,
+
+    /// Required `aud` of tokens. Defaults to `--resource-url`.
+    #[arg(long, env = "TASKGATE_JWT_AUDIENCE")]
+    pub jwt_audience: Option<String>,
+
+    /// The claim that names the caller's tenant.
+    #[arg(long, env = "TASKGATE_JWT_TENANT_CLAIM", default_value = "tenant")]
+    pub jwt_tenant_claim: String,
+
+    /// Scopes every token must carry (comma separated).
+    #[arg(long, env = "TASKGATE_JWT_REQUIRED_SCOPES", value_delimiter = ',')]
+    pub jwt_required_scopes: Vec<String>,
+
+    /// Clock leeway for `exp` and `nbf`, in seconds.
+    #[arg(long, env = "TASKGATE_JWT_LEEWAY_S", default_value_t = 30)]
+    pub jwt_leeway_s: u64,
+
+    /// API-key file: `<sha256 hex> <tenant> <principal>` per line.
+    #[arg(long, env = "TASKGATE_API_KEYS_FILE")]
+    pub api_keys_file: Option<PathBuf>,
+
+    /// This server's canonical resource URI (the expected `aud`, and the subject of the
+    /// protected-resource metadata). Defaults to `http://<listen>/mcp`.
+    #[arg(long, env = "TASKGATE_RESOURCE_URL")]
+    pub resource_url: Option<String>,
+
+    /// Authorization servers named in the protected-resource metadata (comma separated).
+    #[arg(long, env = "TASKGATE_AUTHORIZATION_SERVERS", value_delimiter = ',')]
+    pub authorization_servers: Vec<String>,
 
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "TASKGATE_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
@@ -82,11 +138,12 @@ pub struct Config {
     #[arg(long, env = "TASKGATE_INLINE_TIMEOUT_MS", default_value_t = 60_000)]
     pub inline_timeout_ms: u64,
 
-    /// Keys that sign MRTR `requestState` tokens: `ID:BASE64` (at least 32 bytes), comma
-    /// separated; the first signs, all verify. Every replica must share them. Without any, each
-    /// process makes its own, so a retry must reach the same replica.
-    #[arg(long, env = "TASKGATE_REQUEST_STATE_KEYS", value_delimiter = ',', hide_env_values = true)]
-    pub request_state_keys: Vec<String>,
+    /// File of the keys that sign MRTR `requestState` tokens: `ID:BASE64` (at least 32 bytes)
+    /// separated by commas or newlines; the first signs, all verify. They may instead come from
+    /// `TASKGATE_REQUEST_STATE_KEYS`. Every replica must share them; without any, each process
+    /// makes its own, so a retry must reach the same replica.
+    #[arg(long)]
+    pub request_state_keys_file: Option<PathBuf>,
 
     /// How long a `requestState` stays valid, in milliseconds.
     #[arg(long, env = "TASKGATE_REQUEST_STATE_TTL_MS", default_value_t = 300_000)]
@@ -118,6 +175,10 @@ pub enum ConfigError {
     BadNamespace,
     #[error("--max-body-bytes must be at least 1")]
     ZeroBodyLimit,
+    #[error("--auth api-keys needs --api-keys-file")]
+    NoApiKeys,
+    #[error("cannot read {path}: {source}")]
+    Secret { path: String, source: std::io::Error },
 }
 
 impl Config {
@@ -135,7 +196,32 @@ impl Config {
         if self.max_body_bytes == 0 {
             return Err(ConfigError::ZeroBodyLimit);
         }
+        if self.auth == AuthMode::ApiKeys && self.api_keys_file.is_none() {
+            return Err(ConfigError::NoApiKeys);
+        }
         Ok(())
+    }
+
+    /// The canonical resource URI.
+    pub fn resource_url(&self) -> String {
+        self.resource_url.clone().unwrap_or_else(|| format!("http://{}/mcp", self.listen))
+    }
+
+    /// The `requestState` keys, from their file or the environment (never a flag).
+    pub fn request_state_keys(&self) -> Result<Vec<String>, ConfigError> {
+        let text = match &self.request_state_keys_file {
+            Some(path) => read_secret(path)?,
+            None => std::env::var("TASKGATE_REQUEST_STATE_KEYS").unwrap_or_default(),
+        };
+        Ok(text.split([',', '\n']).map(str::trim).filter(|k| !k.is_empty()).map(str::to_owned).collect())
+    }
+
+    /// The HS256 secret, from its file or the environment (never a flag).
+    pub fn jwt_hs256_secret(&self) -> Result<Option<Vec<u8>>, ConfigError> {
+        match &self.jwt_hs256_secret_file {
+            Some(path) => Ok(Some(read_secret(path)?.trim_end_matches(['\r', '\n']).as_bytes().to_vec())),
+            None => Ok(std::env::var("TASKGATE_JWT_HS256_SECRET").ok().map(String::into_bytes)),
+        }
     }
 
     pub fn body_timeout(&self) -> Duration {
@@ -161,4 +247,8 @@ impl Config {
     pub fn redis_timeout(&self) -> Duration {
         Duration::from_millis(self.redis_timeout_ms)
     }
+}
+
+fn read_secret(path: &std::path::Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Secret { path: path.display().to_string(), source })
 }

@@ -25,6 +25,12 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     StateKey(#[from] mrtr::BadStateKey),
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error(transparent)]
+    Jwt(#[from] auth::JwtSetupError),
+    #[error(transparent)]
+    ApiKeys(#[from] auth::ApiKeysError),
 }
 
 /// Shared by every request. Holds no task state: that lives in Redis.
@@ -33,6 +39,9 @@ pub struct AppState {
     config: Arc<Config>,
     store: Store,
     catalogue: Arc<catalogue::CatalogueCache>,
+    auth: Arc<auth::Authenticator>,
+    /// What 401/403 answers and the protected-resource metadata say (authenticated modes).
+    challenge: Option<Arc<auth::Challenge>>,
     events: Arc<events::EventHub>,
     request_state_keys: mrtr::StateKeys,
     origin_policy: Arc<http::OriginPolicy>,
@@ -44,8 +53,9 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(config: Config) -> Result<Self, StartError> {
-        let request_state_keys = mrtr::StateKeys::parse(&config.request_state_keys)?;
+    pub async fn new(config: Config) -> Result<Self, StartError> {
+        let request_state_keys = mrtr::StateKeys::parse(&config.request_state_keys()?)?;
+        let (authenticator, challenge) = auth::build(&config).await?;
         if request_state_keys.is_ephemeral() {
             tracing::warn!("no --request-state-keys: MRTR retries must reach this replica");
         }
@@ -60,6 +70,8 @@ impl AppState {
             config: Arc::new(config),
             store,
             catalogue,
+            auth: Arc::new(authenticator),
+            challenge: challenge.map(Arc::new),
             events: Arc::default(),
             request_state_keys,
             origin_policy: Arc::new(origin_policy),

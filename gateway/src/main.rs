@@ -14,7 +14,7 @@ async fn main() -> anyhow::Result<()> {
     let listener =
         tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(listen = %listener.local_addr()?, namespace = %config.namespace, "gateway listening");
-    let state = AppState::new(config)?;
+    let state = AppState::new(config).await?;
     taskgate_gateway::run(state, listener, shutdown_signal()).await?;
     tracing::info!("gateway stopped");
     Ok(())

@@ -56,12 +56,19 @@ pub struct McpClient {
     http: reqwest::Client,
     url: String,
     next_id: AtomicU64,
+    bearer: Option<String>,
 }
 
 impl McpClient {
     pub fn new(base: &str) -> Self {
         let http = reqwest::Client::builder().no_proxy().build().expect("http client");
-        Self { http, url: format!("{base}/mcp"), next_id: AtomicU64::new(1) }
+        Self { http, url: format!("{base}/mcp"), next_id: AtomicU64::new(1), bearer: None }
+    }
+
+    /// The same gateway, sending `Authorization: Bearer <token>` on every request.
+    pub fn with_bearer(mut self, token: &str) -> Self {
+        self.bearer = Some(token.to_owned());
+        self
     }
 
     pub fn base(&self) -> &str {
@@ -96,6 +103,9 @@ impl McpClient {
     /// POSTs `body` with exactly these headers.
     pub async fn send(&self, headers: &[(String, String)], body: Vec<u8>) -> Reply {
         let mut request = self.http.post(&self.url).body(body);
+        if let Some(token) = &self.bearer {
+            request = request.bearer_auth(token);
+        }
         for (name, value) in headers {
             request = request.header(name.as_str(), value.as_str());
         }
@@ -232,6 +242,9 @@ impl McpClient {
     pub async fn open_stream(&self, method: &str, params: Value) -> (Value, SseStream) {
         let body = self.envelope(method, params);
         let mut request = self.http.post(&self.url).body(body.to_string());
+        if let Some(token) = &self.bearer {
+            request = request.bearer_auth(token);
+        }
         for (name, value) in standard_headers(&body) {
             request = request.header(name, value);
         }

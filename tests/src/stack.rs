@@ -11,9 +11,16 @@ pub struct StackBuilder {
     gateway_args: Vec<String>,
     worker_args: Vec<String>,
     redis_args: Vec<String>,
+    auth_args: Vec<String>,
 }
 
 impl StackBuilder {
+    /// Replaces the default `--auth none` with these arguments.
+    pub fn auth_args(mut self, args: &[&str]) -> Self {
+        self.auth_args = args.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
     pub fn gateways(mut self, n: usize) -> Self {
         self.gateways = n;
         self
@@ -50,6 +57,7 @@ impl StackBuilder {
             workers: Vec::new(),
             gateway_args: self.gateway_args,
             worker_args: self.worker_args,
+            auth_args: self.auth_args,
             logs,
         };
         for _ in 0..self.gateways {
@@ -70,6 +78,7 @@ pub struct Stack {
     pub workers: Vec<Service>,
     gateway_args: Vec<String>,
     worker_args: Vec<String>,
+    auth_args: Vec<String>,
     logs: tempfile::TempDir,
 }
 
@@ -81,16 +90,26 @@ impl Stack {
             gateway_args: Vec::new(),
             worker_args: Vec::new(),
             redis_args: Vec::new(),
+            auth_args: vec!["--auth".into(), "none".into()],
         }
     }
 
     /// Starts another gateway and waits until it is ready. Returns its index.
     pub async fn add_gateway(&mut self, extra: &[&str]) -> usize {
+        let auth = self.auth_args.clone();
+        self.spawn_gateway(auth, extra).await
+    }
+
+    /// Starts a gateway with these authentication arguments instead of the stack's.
+    pub async fn add_gateway_with_auth(&mut self, auth: &[&str]) -> usize {
+        self.spawn_gateway(auth.iter().map(|s| (*s).to_owned()).collect(), &[]).await
+    }
+
+    async fn spawn_gateway(&mut self, auth: Vec<String>, extra: &[&str]) -> usize {
         let i = self.gateways.len();
         let port = free_port();
-        let mut args = vec![
-            "--auth".into(),
-            "none".into(),
+        let mut args = auth;
+        args.extend([
             "--listen".into(),
             format!("127.0.0.1:{port}"),
             "--redis-url".into(),
@@ -99,7 +118,7 @@ impl Stack {
             self.namespace.clone(),
             "--log-format".into(),
             "json".into(),
-        ];
+        ]);
         args.extend(self.gateway_args.iter().cloned());
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let log = self.logs.path().join(format!("gateway-{i}.log"));
@@ -131,6 +150,16 @@ impl Stack {
     /// A client of gateway `i`.
     pub fn client(&self, i: usize) -> McpClient {
         McpClient::new(self.gateways[i].url.as_deref().expect("a gateway"))
+    }
+
+    /// A client of gateway `i` that sends this bearer token.
+    pub fn client_as(&self, i: usize, token: &str) -> McpClient {
+        self.client(i).with_bearer(token)
+    }
+
+    /// A directory for files a test writes (key files, secrets); removed with the stack.
+    pub fn scratch_dir(&self) -> &std::path::Path {
+        self.logs.path()
     }
 
     /// The shared crate's store on this stack's Redis and namespace, for white-box checks.

@@ -21,5 +21,7 @@ pub fn router(state: AppState) -> Router {
         .route("/mcp", post(transport::handle))
         .route("/healthz", get(probes::healthz))
         .route("/readyz", get(probes::readyz))
+        .route("/.well-known/oauth-protected-resource", get(probes::resource_metadata))
+        .route("/.well-known/oauth-protected-resource/{*path}", get(probes::resource_metadata))
         .with_state(state)
 }

@@ -19,3 +19,8 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> (StatusCode, &'stat
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "redis unavailable"),
     }
 }
+
+/// RFC 9728 protected-resource metadata (404 under `--auth none`).
+pub(crate) async fn resource_metadata(State(state): State<AppState>) -> axum::response::Response {
+    crate::auth::protected_resource_metadata(state.challenge.as_deref())
+}

@@ -29,11 +29,22 @@ pub(crate) async fn handle(State(state): State<AppState>, request: Request) -> R
         Ok(message) => message,
         Err(bad) => return reply::rpc_error(&bad.id, &bad.error, reply::Stage::Envelope),
     };
+    let principal = match state.auth.authenticate(&parts.headers).await {
+        Ok(principal) => principal,
+        Err(err) => {
+            tracing::info!(reason = ?err, "request refused by authentication");
+            let id = message.id.clone().unwrap_or(Value::Null);
+            return match &state.challenge {
+                Some(challenge) => challenge.respond(&err, &id),
+                None => reply::error(StatusCode::UNAUTHORIZED, &id, &RpcError::internal()),
+            };
+        }
+    };
     if message.is_notification() {
         // Core defines no client-to-server notifications over HTTP; accepting is all there is.
         return StatusCode::ACCEPTED.into_response();
     }
-    mcp::handle(&state, &parts.headers, message).await
+    mcp::handle(&state, &parts.headers, principal, message).await
 }
 
 /// `Content-Type` must be JSON (415) and `Accept` must list both JSON and SSE (406).

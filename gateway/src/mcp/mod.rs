@@ -70,13 +70,13 @@ pub(crate) struct Call<'a> {
 }
 
 /// Runs one request through the ladder and the method.
-pub(crate) async fn handle(state: &AppState, headers: &HeaderMap, message: Incoming) -> Response {
+pub(crate) async fn handle(state: &AppState, headers: &HeaderMap, principal: Principal, message: Incoming) -> Response {
     let id = message.id.clone().unwrap_or(Value::Null);
     let (method, params, meta) = match admit(state, headers, &message) {
         Ok(admitted) => admitted,
         Err(err) => return reply::rpc_error(&id, &err, Stage::Envelope),
     };
-    let call = Call { state, headers, principal: Principal::anonymous(), meta, params };
+    let call = Call { state, headers, principal, meta, params };
     let outcome = match method {
         Method::Discover => Ok(methods::discover::run()),
         Method::ToolsList => methods::tools_list::run(&call).await,

@@ -1,5 +1,4 @@
-//! Who is calling. Every task belongs to a (tenant, principal) pair taken from authentication,
-//! never from anything the client writes in the body.
+//! An authenticated caller.
 
 /// An authenticated caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
