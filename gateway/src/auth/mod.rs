@@ -32,7 +32,7 @@ pub(crate) enum AuthError {
 /// The configured authentication mode.
 pub(crate) enum Authenticator {
     Anonymous,
-    Jwt(jwt::JwtVerifier),
+    Jwt(Box<jwt::JwtVerifier>),
     ApiKeys(api_keys::ApiKeys),
 }
 
@@ -91,7 +91,7 @@ pub(crate) async fn build(config: &Config) -> Result<(Authenticator, Option<Chal
                 fetch_timeout: config.redis_timeout().max(std::time::Duration::from_secs(5)),
             })
             .await?;
-            (Authenticator::Jwt(verifier), Some(challenge))
+            (Authenticator::Jwt(Box::new(verifier)), Some(challenge))
         }
     })
 }
