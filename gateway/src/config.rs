@@ -161,6 +161,39 @@ pub struct Config {
     #[arg(long, env = "TASKGATE_SSE_KEEPALIVE_MS", default_value_t = 15_000)]
     pub sse_keepalive_ms: u64,
 
+    /// Per-tenant request rate, per second, across all replicas (0 = unlimited).
+    #[arg(long, env = "TASKGATE_TENANT_RPS", default_value_t = 500.0)]
+    pub tenant_rps: f64,
+
+    /// Requests a tenant may make at once (the bucket size of its rate).
+    #[arg(long, env = "TASKGATE_TENANT_BURST", default_value_t = 1_000)]
+    pub tenant_burst: u32,
+
+    /// Per-tenant task-creation rate, per second, across all replicas (0 = unlimited).
+    #[arg(long, env = "TASKGATE_TENANT_CREATE_RPS", default_value_t = 100.0)]
+    pub tenant_create_rps: f64,
+
+    /// Task creations a tenant may make at once (the bucket size of its rate).
+    #[arg(long, env = "TASKGATE_TENANT_CREATE_BURST", default_value_t = 200)]
+    pub tenant_create_burst: u32,
+
+    /// Tasks a tenant may have that are not yet terminal (0 = unlimited).
+    #[arg(long, env = "TASKGATE_TENANT_MAX_ACTIVE_TASKS", default_value_t = 10_000)]
+    pub tenant_max_active_tasks: u64,
+
+    /// A `tasks/get` sooner than this fraction of the task's `pollIntervalMs` after the previous
+    /// one gets 429 (0 = no poll-rate limit).
+    #[arg(long, env = "TASKGATE_POLL_TOLERANCE", default_value_t = 0.5)]
+    pub poll_tolerance: f64,
+
+    /// Largest `tools/call` arguments, in bytes of JSON.
+    #[arg(long, env = "TASKGATE_MAX_ARGUMENT_BYTES", default_value_t = 256 * 1024)]
+    pub max_argument_bytes: usize,
+
+    /// Largest set of input responses in one request, in bytes of JSON.
+    #[arg(long, env = "TASKGATE_MAX_INPUT_RESPONSE_BYTES", default_value_t = 64 * 1024)]
+    pub max_input_response_bytes: usize,
+
     /// Log format: auto (JSON unless on a terminal), json or text.
     #[arg(long, env = "TASKGATE_LOG_FORMAT", default_value = "auto")]
     pub log_format: LogFormat,

@@ -6,6 +6,7 @@ mod catalogue;
 pub mod config;
 mod events;
 mod http;
+mod limits;
 mod mcp;
 mod mrtr;
 

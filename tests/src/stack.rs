@@ -31,6 +31,15 @@ impl StackBuilder {
         self
     }
 
+    /// Sets a gateway option, replacing the harness default if there is one.
+    pub fn gateway_option(mut self, name: &str, value: &str) -> Self {
+        match self.gateway_args.iter().position(|a| a == name) {
+            Some(i) => self.gateway_args[i + 1] = value.to_owned(),
+            None => self.gateway_args.extend([name.to_owned(), value.to_owned()]),
+        }
+        self
+    }
+
     pub fn gateway_args(mut self, args: &[&str]) -> Self {
         self.gateway_args.extend(args.iter().map(|s| (*s).to_owned()));
         self
@@ -87,7 +96,8 @@ impl Stack {
         StackBuilder {
             gateways: 1,
             workers: 1,
-            gateway_args: Vec::new(),
+            // Tests poll as fast as they like; the limit tests turn the poll limit back on.
+            gateway_args: vec!["--poll-tolerance".into(), "0".into()],
             worker_args: Vec::new(),
             redis_args: Vec::new(),
             auth_args: vec!["--auth".into(), "none".into()],

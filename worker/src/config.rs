@@ -61,6 +61,10 @@ pub struct Config {
     #[arg(long, env = "TASKGATE_CANCEL_GRACE_MS", default_value_t = 2_000)]
     pub cancel_grace_ms: u64,
 
+    /// Largest result a tool may return, in bytes (JSON). A larger one fails the task.
+    #[arg(long, env = "TASKGATE_MAX_RESULT_BYTES", default_value_t = 1024 * 1024)]
+    pub max_result_bytes: usize,
+
     /// Timeout of each Redis command and connection attempt, in milliseconds.
     #[arg(long, env = "TASKGATE_REDIS_TIMEOUT_MS", default_value_t = 2_000)]
     pub redis_timeout_ms: u64,

@@ -30,6 +30,7 @@ pub(crate) fn status_of(error: &RpcError, stage: Stage) -> StatusCode {
             Stage::Method => StatusCode::OK,
         },
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorKind::Application(crate::limits::RATE_LIMITED) => StatusCode::TOO_MANY_REQUESTS,
         // A tool's own error, carried in-band.
         ErrorKind::Application(_) => StatusCode::OK,
     }
@@ -51,5 +52,12 @@ pub(crate) fn error(status: StatusCode, id: &RequestId, err: &RpcError) -> Respo
 
 /// A JSON-RPC error response with the status its stage implies.
 pub(crate) fn rpc_error(id: &RequestId, err: &RpcError, stage: Stage) -> Response {
-    error(status_of(err, stage), id, err)
+    let status = status_of(err, stage);
+    let mut response = error(status, id, err);
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        let retry_ms = err.data.as_ref().and_then(|d| d.get("retryAfterMs")).and_then(Value::as_u64).unwrap_or(1_000);
+        let seconds = retry_ms.div_ceil(1_000).max(1);
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
 }

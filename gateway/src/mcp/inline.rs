@@ -27,6 +27,11 @@ const HIDDEN_TTL_MARGIN: Duration = Duration::from_secs(60);
 /// Re-read at least this often even without a wake-up (pub/sub is lossy).
 const REREAD: Duration = Duration::from_secs(1);
 
+/// The lifetime of a hidden task: the inline deadline plus a margin.
+pub(crate) fn hidden_ttl_ms(config: &crate::Config) -> u64 {
+    u64::try_from((config.inline_timeout() + HIDDEN_TTL_MARGIN).as_millis()).unwrap_or(u64::MAX)
+}
+
 /// How an inline run ended.
 pub(crate) enum Done {
     Result(Value),
@@ -56,6 +61,7 @@ impl InlineRun {
     /// Creates the hidden task (after registering for its events, so none is missed).
     pub(crate) async fn start(
         call: &Call<'_>,
+        id: TaskId,
         tool: &str,
         arguments: &Value,
         poll_interval_ms: u64,
@@ -63,7 +69,6 @@ impl InlineRun {
     ) -> Result<Self, RpcError> {
         let state = call.state;
         let timeout = state.config.inline_timeout();
-        let id = TaskId::generate(state.config.queue_shards);
         let owner = call.principal.owner();
         let watch = state.events.watch(&[id.as_str()], 64);
         let arguments = arguments.to_string();
@@ -75,7 +80,7 @@ impl InlineRun {
                 owner: &owner,
                 tool,
                 arguments: &arguments,
-                ttl_ms: u64::try_from((timeout + HIDDEN_TTL_MARGIN).as_millis()).unwrap_or(u64::MAX),
+                ttl_ms: hidden_ttl_ms(&state.config),
                 poll_interval_ms,
                 status_message: None,
                 traceparent: call.meta.traceparent.as_deref(),

@@ -76,6 +76,13 @@ pub(crate) async fn handle(state: &AppState, headers: &HeaderMap, principal: Pri
         Ok(admitted) => admitted,
         Err(err) => return reply::rpc_error(&id, &err, Stage::Envelope),
     };
+    // Creating calls are admitted with their task (one script); tasks/get runs its admission
+    // alongside the read.
+    if !matches!(method, Method::ToolsCall | Method::TasksGet)
+        && let Err(err) = crate::limits::admit_request(state, &principal).await
+    {
+        return reply::rpc_error(&id, &err, Stage::Method);
+    }
     let call = Call { state, headers, principal, meta, params };
     let outcome = match method {
         Method::Discover => Ok(methods::discover::run()),

@@ -12,7 +12,6 @@ pub(crate) use state::{BadStateKey, Expected, StateKeys, StatePayload, digest};
 
 /// Bounds on what a client may carry through rounds.
 const MAX_ANSWERS: usize = 64;
-const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
 /// The answers of this call: those signed into `requestState` by earlier rounds plus this
 /// round's `inputResponses`. Answers to keys nobody asked are kept but never read (tools look
@@ -22,6 +21,7 @@ pub(crate) fn gather(
     params: &Map<String, Value>,
     expect: &Expected<'_>,
     now_ms: u64,
+    max_bytes: usize,
 ) -> Result<BTreeMap<String, Value>, RpcError> {
     let mut answers = match params.get("requestState") {
         None | Some(Value::Null) => BTreeMap::new(),
@@ -38,7 +38,7 @@ pub(crate) fn gather(
         Some(_) => return Err(RpcError::invalid_params("inputResponses must be an object")),
     }
     let size: usize = answers.values().map(|v| v.to_string().len()).sum();
-    if answers.len() > MAX_ANSWERS || size > MAX_ANSWER_BYTES {
+    if answers.len() > MAX_ANSWERS || size > max_bytes {
         return Err(RpcError::invalid_params("too many or too large inputResponses"));
     }
     Ok(answers)

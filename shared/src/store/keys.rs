@@ -33,10 +33,23 @@ pub struct TaskKeys {
     pub answers: String,
     /// SET: every input key ever issued (never reused).
     pub issued: String,
+    /// STRING: the client's last poll, for poll-rate enforcement.
+    pub poll: String,
     /// STREAM: the shard's dispatch queue.
     pub stream: String,
     /// ZSET: the shard's lease index, task id -> lease expiry (ms).
     pub leases: String,
+}
+
+/// A tenant's fleet-wide limit keys.
+#[derive(Debug, Clone)]
+pub struct TenantKeys {
+    /// STRING: GCRA theoretical arrival time of requests.
+    pub requests: String,
+    /// STRING: GCRA theoretical arrival time of task creations.
+    pub creations: String,
+    /// ZSET: task ids not yet terminal, scored by expiry (ms).
+    pub active: String,
 }
 
 /// The keys of one queue shard.
@@ -59,6 +72,7 @@ impl Keys {
             inputs: format!("{ns}:{tag}:task:{id}:in"),
             answers: format!("{ns}:{tag}:task:{id}:ans"),
             issued: format!("{ns}:{tag}:task:{id}:issued"),
+            poll: format!("{ns}:{tag}:task:{id}:poll"),
             stream: format!("{ns}:{tag}:queue"),
             leases: format!("{ns}:{tag}:leases"),
         }
@@ -68,6 +82,20 @@ impl Keys {
         let ns = &self.ns;
         let tag = shard_tag(shard);
         ShardKeys { stream: format!("{ns}:{tag}:queue"), leases: format!("{ns}:{tag}:leases") }
+    }
+
+    /// A tenant's limit keys. They share a hash tag derived from the tenant (hashed, so no
+    /// tenant name can break the tag), so one script checks them all.
+    pub fn tenant(&self, tenant: &str) -> TenantKeys {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(tenant.as_bytes());
+        let tag: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let ns = &self.ns;
+        TenantKeys {
+            requests: format!("{ns}:{{t{tag}}}:rate:requests"),
+            creations: format!("{ns}:{{t{tag}}}:rate:creations"),
+            active: format!("{ns}:{{t{tag}}}:active"),
+        }
     }
 
     /// HASH: tool name -> ToolSpec JSON, published by workers.

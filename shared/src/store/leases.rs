@@ -32,6 +32,8 @@ pub struct Claim {
     pub answers: Vec<(String, String)>,
     /// The creating request's `clientCapabilities` (JSON text).
     pub client_capabilities: String,
+    /// The owner's tenant (for its active-task count).
+    pub tenant: String,
 }
 
 /// The identity every fenced write carries.
@@ -76,12 +78,18 @@ pub enum Finish<'a> {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reclaimed {
     Nothing,
     Requeued,
-    Failed,
-    Cancelled,
+    /// Failed past the maximum; the owner's tenant.
+    Failed {
+        tenant: String,
+    },
+    /// A cancel was pending; the owner's tenant.
+    Cancelled {
+        tenant: String,
+    },
 }
 
 impl Store {
@@ -196,6 +204,7 @@ impl Store {
                     cancel_requested: reply.int(5)? == 1,
                     answers: reply.pairs(6)?,
                     client_capabilities: reply.string(7)?,
+                    tenant: reply.string(8)?,
                 }))
             }
             _ => Err(reply.unexpected_code()),
@@ -304,8 +313,9 @@ impl Store {
         }
     }
 
-    /// Hands a held task back to the queue (draining). `false` when the lease was already lost.
-    pub async fn release(&self, lease: Lease<'_>, cancelled_message: &str) -> Result<bool, StoreError> {
+    /// Hands a held task back to the queue (draining). `Some(ended)` when the lease was held,
+    /// `ended` meaning a pending cancel ended the task instead; `None` when the lease was lost.
+    pub async fn release(&self, lease: Lease<'_>, cancelled_message: &str) -> Result<Option<bool>, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let reply: Vec<Value> = scripts::RELEASE_TASK
             .key(&keys.record)
@@ -320,8 +330,9 @@ impl Store {
             .await?;
         let reply = Reply::new(reply);
         match reply.code()? {
-            code::OK | 3 => Ok(true),
-            code::LEASE_LOST => Ok(false),
+            code::OK => Ok(Some(false)),
+            3 => Ok(Some(true)),
+            code::LEASE_LOST => Ok(None),
             _ => Err(reply.unexpected_code()),
         }
     }
@@ -368,8 +379,8 @@ impl Store {
         Ok(match reply.code()? {
             code::NOTHING => Reclaimed::Nothing,
             code::OK => Reclaimed::Requeued,
-            2 => Reclaimed::Failed,
-            3 => Reclaimed::Cancelled,
+            2 => Reclaimed::Failed { tenant: reply.string(2)? },
+            3 => Reclaimed::Cancelled { tenant: reply.string(2)? },
             _ => return Err(reply.unexpected_code()),
         })
     }

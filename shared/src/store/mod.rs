@@ -12,12 +12,14 @@ mod connection;
 mod error;
 mod keys;
 mod leases;
+mod limits;
 mod reply;
 mod scripts;
 mod tasks;
 
 pub use connection::Store;
 pub use error::StoreError;
-pub use keys::{Keys, ShardKeys, TaskKeys, WORKER_GROUP};
+pub use keys::{Keys, ShardKeys, TaskKeys, TenantKeys, WORKER_GROUP};
 pub use leases::{Claim, Delivery, Finish, Lease, Parked, Reclaimed, Renewal};
+pub use limits::{Admission, Limit, Polled, Rate, TaskAdmission};
 pub use tasks::{Answered, CancelOutcome, NewTask};

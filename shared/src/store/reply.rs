@@ -13,6 +13,7 @@ pub(super) mod code {
     pub(crate) const LEASE_LOST: i64 = -2;
     pub(crate) const KEY_REUSED: i64 = -5;
     pub(crate) const EXISTS: i64 = -6;
+    pub(crate) const TOO_SOON: i64 = -9;
 }
 
 /// A script's reply array.
@@ -38,6 +39,14 @@ impl Reply {
         match self.0.get(i) {
             Some(Value::BulkString(b)) => String::from_utf8(b.clone()).map_err(|_| unexpected(i, None)),
             Some(Value::SimpleString(s)) => Ok(s.clone()),
+            other => Err(unexpected(i, other)),
+        }
+    }
+
+    /// A nested array.
+    pub(super) fn array(&self, i: usize) -> Result<&[Value], StoreError> {
+        match self.0.get(i) {
+            Some(Value::Array(items)) => Ok(items),
             other => Err(unexpected(i, other)),
         }
     }

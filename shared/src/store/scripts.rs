@@ -21,9 +21,11 @@ script!(FINISH_TASK, "scripts/finish_task.lua");
 script!(CANCEL_TASK, "scripts/cancel_task.lua");
 script!(RECLAIM_TASK, "scripts/reclaim_task.lua");
 script!(RELEASE_TASK, "scripts/release_task.lua");
+script!(ADMIT, "scripts/admit.lua");
+script!(POLL_TASK, "scripts/poll_task.lua");
 
 /// Every script, for loading at boot so a broken one fails start-up rather than a request.
-pub(super) fn all() -> [&'static Script; 10] {
+pub(super) fn all() -> [&'static Script; 12] {
     [
         &CREATE_TASK,
         &CLAIM_TASK,
@@ -35,5 +37,7 @@ pub(super) fn all() -> [&'static Script; 10] {
         &CANCEL_TASK,
         &RECLAIM_TASK,
         &RELEASE_TASK,
+        &ADMIT,
+        &POLL_TASK,
     ]
 }

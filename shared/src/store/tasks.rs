@@ -98,7 +98,7 @@ impl Store {
         if fields.iter().all(Option::is_none) {
             return Ok(None);
         }
-        snapshot(id, &fields, inputs).map(Some).map_err(|e| StoreError::Corrupt(e.field))
+        snapshot_from(id, &fields, inputs).map(Some).map_err(|e| StoreError::Corrupt(e.field))
     }
 
     /// Stores answers to outstanding input keys (each answer is JSON text). Ownership is
@@ -167,7 +167,15 @@ impl Store {
     }
 }
 
-fn snapshot(id: &TaskId, f: &[Option<String>], inputs: Vec<(String, String)>) -> Result<Snapshot, SnapshotError> {
+/// A snapshot from the record fields (in `SNAPSHOT_FIELDS` order) and outstanding inputs.
+pub(super) fn snapshot_from(
+    id: &TaskId,
+    f: &[Option<String>],
+    inputs: Vec<(String, String)>,
+) -> Result<Snapshot, SnapshotError> {
+    if f.len() != SNAPSHOT_FIELDS.len() {
+        return Err(SnapshotError { field: "record" });
+    }
     let text = |i: usize, field: &'static str| f[i].clone().ok_or(SnapshotError { field });
     let int = |i: usize, field: &'static str| -> Result<i64, SnapshotError> {
         f[i].as_deref().and_then(|s| s.parse().ok()).ok_or(SnapshotError { field })

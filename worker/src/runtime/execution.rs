@@ -64,30 +64,38 @@ pub(super) async fn run(shared: Arc<Shared>, claim: Claim) {
             };
             handle.abort();
             if let Outcome::Done(Err(ToolError::Suspend)) = outcome {
-                park(&shared, &task_id, claim.fence, &ctx).await;
+                if park(&shared, &task_id, claim.fence, &ctx).await {
+                    super::reaper::release_active(&shared, &claim.tenant, &task_id).await;
+                }
                 shared.held.remove(&task_id);
                 return;
             }
             outcome
         }
     };
-    write(&shared, &task_id, claim.fence, outcome).await;
+    if write(&shared, &task_id, claim.fence, outcome).await {
+        super::reaper::release_active(&shared, &claim.tenant, &task_id).await;
+    }
     shared.held.remove(&task_id);
 }
 
-async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) {
+/// Parks the task; `true` when it ended instead (cancelled, or failed on a reused key).
+async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) -> bool {
     let (pending, message) = ctx.take_pending();
     let requests: Vec<(String, String)> = pending.into_iter().map(|(k, r)| (k, r.to_string())).collect();
     let lease = Lease { task_id, worker: &shared.worker_id, fence };
     match shared.store.request_input(lease, message.as_deref(), &requests, CANCELLED).await {
         Ok(Parked::Parked) => {
-            tracing::info!(task_id = %task_id, keys = requests.len(), "parked for input")
+            tracing::info!(task_id = %task_id, keys = requests.len(), "parked for input");
+            false
         }
         Ok(Parked::CancelledInstead) => {
-            tracing::info!(task_id = %task_id, "cancelled while asking for input")
+            tracing::info!(task_id = %task_id, "cancelled while asking for input");
+            true
         }
         Ok(Parked::LeaseLost) => {
-            tracing::warn!(task_id = %task_id, "lease lost before parking; nothing written")
+            tracing::warn!(task_id = %task_id, "lease lost before parking; nothing written");
+            false
         }
         Ok(Parked::KeyReused(key)) => {
             tracing::error!(task_id = %task_id, key = %key, "tool asked an input key that was issued before");
@@ -95,22 +103,38 @@ async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) 
                 taskgate_shared::protocol::ErrorKind::Internal,
                 format!("tool reused input key {key:?}; keys are unique over a task's lifetime"),
             );
-            write(shared, task_id, fence, Outcome::Done(Err(ToolError::Rpc(err)))).await;
+            write(shared, task_id, fence, Outcome::Done(Err(ToolError::Rpc(err)))).await
         }
         Err(err) => {
-            tracing::error!(task_id = %task_id, error = %err, "parking failed; the lease will expire and the task rerun")
+            tracing::error!(task_id = %task_id, error = %err, "parking failed; the lease will expire and the task rerun");
+            false
         }
     }
 }
 
-async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) {
+/// Writes the outcome; `true` when the task is now terminal.
+async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) -> bool {
     let lease = Lease { task_id, worker: &shared.worker_id, fence };
     let store = &shared.store;
     let written = match outcome {
         Outcome::Done(Ok(output)) => {
             let (result, message) = output.into_stored();
             let result = result.to_string();
-            store.finish(lease, Finish::Completed { result: &result, message: message.as_deref() }).await
+            let cap = shared.config.max_result_bytes;
+            if result.len() > cap {
+                // Never stored in part: the task fails with the reason instead.
+                tracing::warn!(task_id = %task_id, bytes = result.len(), cap, "result over the size cap");
+                let error = RpcError::new(
+                    taskgate_shared::protocol::ErrorKind::Internal,
+                    format!("the tool's result was {} bytes, over the {cap}-byte limit", result.len()),
+                );
+                let error_json = error.to_value().to_string();
+                store
+                    .finish(lease, Finish::Failed { error: &error_json, message: Some("The result was too large.") })
+                    .await
+            } else {
+                store.finish(lease, Finish::Completed { result: &result, message: message.as_deref() }).await
+            }
         }
         Outcome::Done(Err(ToolError::Rpc(err))) => {
             let error = err.to_value().to_string();
@@ -128,20 +152,37 @@ async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) 
             store.finish(lease, Finish::Cancelled { message: &message }).await
         }
         Outcome::CancelIgnored => store.finish(lease, Finish::Cancelled { message: CANCELLED }).await,
-        Outcome::Release => store.release(lease, CANCELLED).await,
+        Outcome::Release => {
+            return match store.release(lease, CANCELLED).await {
+                Ok(Some(ended)) => {
+                    tracing::info!(task_id = %task_id, fence, "lease released");
+                    ended
+                }
+                Ok(None) => false,
+                Err(err) => {
+                    tracing::error!(task_id = %task_id, error = %err, "release failed; the lease will expire");
+                    false
+                }
+            };
+        }
         Outcome::Done(Err(ToolError::LeaseLost)) | Outcome::LeaseLost => {
             tracing::warn!(task_id = %task_id, fence, "lease lost; result dropped");
-            return;
+            return false;
         }
-        Outcome::Done(Err(ToolError::Suspend)) => return,
+        Outcome::Done(Err(ToolError::Suspend)) => return false,
     };
     match written {
-        Ok(true) => tracing::info!(task_id = %task_id, fence, "outcome written"),
+        Ok(true) => {
+            tracing::info!(task_id = %task_id, fence, "outcome written");
+            true
+        }
         Ok(false) => {
-            tracing::warn!(task_id = %task_id, fence, "write refused by fencing: lease lost")
+            tracing::warn!(task_id = %task_id, fence, "write refused by fencing: lease lost");
+            false
         }
         Err(err) => {
-            tracing::error!(task_id = %task_id, error = %err, "outcome not written; the lease will expire and the task rerun")
+            tracing::error!(task_id = %task_id, error = %err, "outcome not written; the lease will expire and the task rerun");
+            false
         }
     }
 }

@@ -56,14 +56,23 @@ async fn reclaim_shard(shared: &Shared, shard: u8, failure: &str) {
             Ok(Reclaimed::Requeued) => {
                 tracing::info!(task_id = %id, "lease expired; task requeued")
             }
-            Ok(Reclaimed::Failed) => {
-                tracing::warn!(task_id = %id, "lease expired too often; task failed")
+            Ok(Reclaimed::Failed { tenant }) => {
+                tracing::warn!(task_id = %id, "lease expired too often; task failed");
+                release_active(shared, &tenant, &id).await;
             }
-            Ok(Reclaimed::Cancelled) => {
-                tracing::info!(task_id = %id, "lease expired on a cancelled task; task cancelled")
+            Ok(Reclaimed::Cancelled { tenant }) => {
+                tracing::info!(task_id = %id, "lease expired on a cancelled task; task cancelled");
+                release_active(shared, &tenant, &id).await;
             }
             Err(err) => tracing::warn!(task_id = %id, error = %err, "reclaim failed"),
         }
+    }
+}
+
+/// The task ended: it no longer counts against its tenant's active-task cap.
+pub(super) async fn release_active(shared: &Shared, tenant: &str, id: &taskgate_shared::task::TaskId) {
+    if let Err(err) = shared.store.release_active(tenant, id).await {
+        tracing::warn!(task_id = %id, error = %err, "active-task count not updated; it heals at the task's expiry");
     }
 }
 

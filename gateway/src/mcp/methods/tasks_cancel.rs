@@ -14,6 +14,12 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
     let owner = call.principal.owner();
     match call.state.store.cancel_task(&id, &owner, CANCELLED_MESSAGE).await.map_err(storage_error)? {
         CancelOutcome::NotFound => Err(task_not_found()),
-        CancelOutcome::AlreadyTerminal | CancelOutcome::Cancelled | CancelOutcome::Signalled => Ok(result::ack()),
+        CancelOutcome::Cancelled => {
+            if let Err(err) = call.state.store.release_active(&owner.tenant, &id).await {
+                tracing::warn!(task_id = %id, error = %err, "active-task count not updated; it heals at expiry");
+            }
+            Ok(result::ack())
+        }
+        CancelOutcome::AlreadyTerminal | CancelOutcome::Signalled => Ok(result::ack()),
     }
 }

@@ -26,6 +26,11 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
         return Err(RpcError::invalid_params(format!("at most {MAX_ANSWERS} inputResponses per update")));
     }
     let answers = usable_answers(responses);
+    let size: usize = answers.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let cap = call.state.config.max_input_response_bytes;
+    if size > cap {
+        return Err(RpcError::invalid_params(format!("inputResponses exceed the {cap}-byte limit")));
+    }
     match call.state.store.answer_inputs(&id, &owner, &answers, None).await.map_err(storage_error)? {
         Answered::NotFound => Err(task_not_found()),
         Answered::Ignored | Answered::Applied { .. } => Ok(result::ack()),

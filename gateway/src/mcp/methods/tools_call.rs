@@ -43,12 +43,22 @@ pub(crate) async fn run(call: &Call<'_>, request_id: &Value) -> Result<CallOutco
         Some(Value::Object(args)) => Value::Object(args.clone()),
         Some(_) => return Err(RpcError::invalid_params("arguments must be an object")),
     };
+    let cap = call.state.config.max_argument_bytes;
+    if arguments.to_string().len() > cap {
+        return Err(RpcError::invalid_params(format!("arguments exceed the {cap}-byte limit")));
+    }
     tool.check_arguments(&arguments)
         .map_err(|reason| RpcError::invalid_params(format!("invalid arguments: {reason}")))?;
     crate::http::check_param_headers(call.headers, &spec.descriptor.input_schema, &arguments)?;
 
     let binding = Binding::new(call, name, &arguments);
-    let answers = mrtr::gather(&call.state.request_state_keys, call.params, &binding.expected(), now_ms())?;
+    let answers = mrtr::gather(
+        &call.state.request_state_keys,
+        call.params,
+        &binding.expected(),
+        now_ms(),
+        call.state.config.max_input_response_bytes,
+    )?;
 
     // Input declared as needed before the task exists: ask for what is still missing.
     let missing: Map<String, Value> = spec
@@ -58,16 +68,20 @@ pub(crate) async fn run(call: &Call<'_>, request_id: &Value) -> Result<CallOutco
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     if !missing.is_empty() {
+        crate::limits::admit_request(call.state, &call.principal).await?;
         mrtr::check_capabilities(&call.meta, &missing)?;
         return Ok(CallOutcome::Json(mrtr::input_required(missing, binding.sign(call, answers))));
     }
 
+    let id = TaskId::generate(call.state.config.queue_shards);
+    let ttl_ms = if as_task { spec.ttl_ms } else { inline::hidden_ttl_ms(&call.state.config) };
+    crate::limits::admit_task(call.state, &call.principal, &id, ttl_ms).await?;
     if as_task {
-        let snapshot = create(call, name, &arguments, spec, &answers).await?;
+        let snapshot = create(call, id, name, &arguments, spec, &answers).await?;
         return Ok(CallOutcome::Json(result::with_type(result::TASK, snapshot.task_fields())));
     }
 
-    let run = InlineRun::start(call, name, &arguments, spec.poll_interval_ms, &answers).await?;
+    let run = InlineRun::start(call, id, name, &arguments, spec.poll_interval_ms, &answers).await?;
     let forwarding = Forwarding::new(
         call.meta.progress_token.clone(),
         call.meta.log_level.as_deref(),
@@ -151,13 +165,13 @@ fn now_ms() -> u64 {
 /// Writes the task and confirms it is durable before any handle leaves (invariant 5).
 async fn create(
     call: &Call<'_>,
+    id: TaskId,
     tool: &str,
     arguments: &Value,
     spec: &ToolSpec,
     answers: &BTreeMap<String, Value>,
 ) -> Result<Snapshot, RpcError> {
     let state = call.state;
-    let id = TaskId::generate(state.config.queue_shards);
     let owner: Owner = call.principal.owner();
     let arguments = arguments.to_string();
     let answers: Vec<(String, String)> = answers.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();

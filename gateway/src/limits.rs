@@ -1,0 +1,56 @@
+//! Fleet-wide limits (kept in Redis, see `shared::store::limits`) as the gateway applies them,
+//! and the error a refused request gets.
+//!
+//! A refusal is HTTP 429 with `Retry-After` and the JSON-RPC error `-31429` ("rate limit
+//! exceeded"), with `data: {"limit": "requests" | "creations" | "active_tasks" | "poll",
+//! "retryAfterMs": n}`. The code is taskgate's own, outside every range the JSON-RPC and MCP
+//! specifications reserve.
+
+use serde_json::json;
+use taskgate_shared::protocol::{ErrorKind, RpcError};
+use taskgate_shared::store::{Admission, Limit, Rate, StoreError, TaskAdmission};
+use taskgate_shared::task::TaskId;
+
+use crate::AppState;
+use crate::auth::Principal;
+
+pub(crate) const RATE_LIMITED: i64 = -31429;
+
+/// The error for a refused request.
+pub(crate) fn refused(limit: Limit, retry_after_ms: u64) -> RpcError {
+    RpcError::new(ErrorKind::Application(RATE_LIMITED), "rate limit exceeded")
+        .with_data(json!({ "limit": limit.as_str(), "retryAfterMs": retry_after_ms }))
+}
+
+fn requests(state: &AppState) -> Rate {
+    Rate { per_second: state.config.tenant_rps, burst: state.config.tenant_burst }
+}
+
+fn outcome(admission: Result<Admission, StoreError>) -> Result<(), RpcError> {
+    match admission.map_err(crate::mcp::storage_error)? {
+        Admission::Admitted => Ok(()),
+        Admission::Refused { limit, retry_after_ms } => Err(refused(limit, retry_after_ms)),
+    }
+}
+
+/// One request against the caller's tenant request rate.
+pub(crate) async fn admit_request(state: &AppState, principal: &Principal) -> Result<(), RpcError> {
+    outcome(state.store.admit_request(&principal.tenant, requests(state)).await)
+}
+
+/// A request that creates a task: request rate, creation rate and the active-task cap.
+pub(crate) async fn admit_task(
+    state: &AppState,
+    principal: &Principal,
+    task_id: &TaskId,
+    ttl_ms: u64,
+) -> Result<(), RpcError> {
+    let config = &state.config;
+    let task = TaskAdmission {
+        task_id,
+        ttl_ms,
+        creations: Rate { per_second: config.tenant_create_rps, burst: config.tenant_create_burst },
+        max_active: config.tenant_max_active_tasks,
+    };
+    outcome(state.store.admit_task(&principal.tenant, requests(state), task).await)
+}

@@ -1,0 +1,132 @@
+//! Fleet-wide limits (issue 6): kept in Redis, so two replicas admit what one would.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use taskgate_tests::{Reply, Stack};
+
+fn assert_refused(r: &Reply, limit: &str) {
+    assert_eq!(r.status, 429, "{}", r.text);
+    assert_eq!(r.error_code(), Some(-31429), "{}", r.text);
+    assert_eq!(r.body["error"]["message"], "rate limit exceeded");
+    assert_eq!(r.body["error"]["data"]["limit"], limit);
+    let retry: u64 = r.header("retry-after").expect("Retry-After").parse().unwrap();
+    assert!(retry >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_rate_is_shared_by_replicas() {
+    // 1 request per second with a burst of 4: 4 at once, wherever they land.
+    let stack = Stack::builder()
+        .gateways(2)
+        .workers(0)
+        .gateway_args(&["--tenant-rps", "1", "--tenant-burst", "4"])
+        .spawn()
+        .await;
+    let (a, b) = (stack.client(0), stack.client(1));
+    let mut admitted = 0;
+    let mut refused = None;
+    for i in 0..10 {
+        let client = if i % 2 == 0 { &a } else { &b };
+        let r = client.call("server/discover", json!({})).await;
+        if r.status == 200 {
+            admitted += 1;
+        } else {
+            refused = Some(r);
+        }
+    }
+    assert_eq!(admitted, 4, "two replicas together admit the burst once");
+    assert_refused(&refused.unwrap(), "requests");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creation_rate_and_active_task_cap_are_shared_by_replicas() {
+    let stack = Stack::builder()
+        .gateways(2)
+        .gateway_args(&["--tenant-create-rps", "0.5", "--tenant-create-burst", "2"])
+        .spawn()
+        .await;
+    let (a, b) = (stack.client(0), stack.client(1));
+    let sleep = json!({"name": "sleep", "arguments": {"ms": 60_000}});
+    let mut created = Vec::new();
+    let mut last = None;
+    for i in 0..6 {
+        let client = if i % 2 == 0 { &a } else { &b };
+        let r = client.call("tools/call", sleep.clone()).await;
+        match r.result()["taskId"].as_str() {
+            Some(id) => created.push(id.to_owned()),
+            None => last = Some(r),
+        }
+    }
+    assert_eq!(created.len(), 2, "the burst, across both replicas");
+    assert_refused(&last.unwrap(), "creations");
+
+    let mut capped = Stack::builder().gateways(2).gateway_args(&["--tenant-max-active-tasks", "2"]).spawn().await;
+    let (a, b) = (capped.client(0), capped.client(1));
+    let first = a.create_task("sleep", json!({"ms": 60_000})).await;
+    b.create_task("sleep", json!({"ms": 60_000})).await;
+    let r = a.call("tools/call", sleep.clone()).await;
+    assert_refused(&r, "active_tasks");
+    // A task that ends frees its slot.
+    b.cancel_task(&first).await;
+    taskgate_tests::eventually(Duration::from_secs(10), "a freed slot", || async {
+        let r = a.call("tools/call", sleep.clone()).await;
+        (r.result()["resultType"] == "task").then_some(())
+    })
+    .await;
+    let _ = capped.add_gateway(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polling_faster_than_the_interval_gets_429() {
+    let stack = Stack::builder().gateway_option("--poll-tolerance", "0.5").gateways(2).spawn().await;
+    let (a, b) = (stack.client(0), stack.client(1));
+    // generate_report advertises pollIntervalMs 1000: polls closer than 500 ms are refused,
+    // on whichever replica they land.
+    let task_id = a.create_task("generate_report", json!({})).await;
+    assert_eq!(a.get_task(&task_id).await.status, 200);
+    let r = b.get_task(&task_id).await;
+    assert_refused(&r, "poll");
+    let retry_ms = r.body["error"]["data"]["retryAfterMs"].as_u64().unwrap();
+    assert!((1..=500).contains(&retry_ms), "{retry_ms}");
+    tokio::time::sleep(Duration::from_millis(retry_ms + 20)).await;
+    assert_eq!(b.get_task(&task_id).await.status, 200, "a poll that honours the interval is served");
+    // Another principal probing the id neither learns anything nor throttles the owner: an
+    // unknown id is simply not found, with no poll accounting.
+    let unknown = taskgate_shared::task::TaskId::generate(16);
+    let r = a.get_task(unknown.as_str()).await;
+    assert_eq!(r.body["error"]["message"], "task not found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_arguments_answers_and_results_are_refused() {
+    let stack = Stack::builder()
+        .gateway_args(&["--max-argument-bytes", "1000", "--max-input-response-bytes", "500"])
+        .worker_args(&["--tools", "demo,conformance", "--max-result-bytes", "300"])
+        .spawn()
+        .await;
+    let client = stack.client(0);
+    let big = "x".repeat(2000);
+    let r = client.call("tools/call", json!({"name": "dual_approval", "arguments": {"change": big}})).await;
+    assert_eq!(r.body["error"]["message"], "arguments exceed the 1000-byte limit", "{}", r.text);
+
+    let task_id = client.create_task("generate_report", json!({})).await;
+    client.wait_for_status(&task_id, "input_required", Duration::from_secs(15)).await;
+    let huge =
+        json!({"approve_outline": {"action": "accept", "content": {"approved": true, "note": "y".repeat(1000)}}});
+    let r = client.update_task(&task_id, huge).await;
+    assert_eq!(r.body["error"]["message"], "inputResponses exceed the 500-byte limit");
+    assert_eq!(client.get_task(&task_id).await.result()["status"], "input_required", "nothing was stored");
+
+    // A result over the worker's cap fails the task and is never stored in part.
+    let r = client
+        .call(
+            "tools/call",
+            json!({"name": "json_schema_2020_12_tool", "arguments": {"email": "a@b.c", "name": "z".repeat(400)}}),
+        )
+        .await;
+    assert_eq!(r.error_code(), Some(-32603), "{}", r.text);
+    let message = r.body["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("the tool's result was ") && message.ends_with("over the 300-byte limit"), "{message}");
+    let _: Value = r.body;
+}
