@@ -144,7 +144,9 @@ impl Store {
             code::TOO_SOON => Ok(Polled::TooSoon { retry_after_ms: reply.int(1)?.max(1) as u64 }),
             code::OK => {
                 let fields: Vec<Option<String>> = reply.array(1)?.iter().map(as_string).collect();
-                snapshot_from(id, &fields, reply.pairs(2)?).map(|s| Polled::Found(Box::new(s))).map_err(|e| StoreError::Corrupt(e.field))
+                snapshot_from(id, &fields, reply.pairs(2)?)
+                    .map(|s| Polled::Found(Box::new(s)))
+                    .map_err(|e| StoreError::Corrupt(e.field))
             }
             _ => Err(reply.unexpected_code()),
         }

@@ -11,7 +11,7 @@ use taskgate_shared::tools::{Execution, ToolDescriptor, ToolSpec};
 use crate::tool::{BoxFuture, Tool, ToolContext, ToolError, ToolOutput, answer_action, elicitation_form};
 
 pub(super) fn tools() -> Vec<Arc<dyn Tool>> {
-    vec![Arc::new(GenerateReport), Arc::new(DualApproval), Arc::new(Sleep), Arc::new(Faulty)]
+    vec![Arc::new(GenerateReport), Arc::new(DualApproval), Arc::new(Sleep), Arc::new(Faulty), Arc::new(Noop)]
 }
 
 fn spec(
@@ -171,5 +171,28 @@ impl Tool for Faulty {
                 _ => panic!("faulty tool panicked on purpose"),
             }
         })
+    }
+}
+
+/// Does nothing and returns at once: a task with the least work, for measuring taskgate itself.
+/// A task when the request declares the Tasks extension, else inline.
+struct Noop;
+
+impl Tool for Noop {
+    fn spec(&self) -> ToolSpec {
+        let mut spec = spec(
+            "noop",
+            "Returns at once (for load tests).",
+            json!({"type": "object", "properties": {}}),
+            300_000,
+            20,
+            None,
+        );
+        spec.execution = Execution::TaskOptional;
+        spec
+    }
+
+    fn call<'a>(&'a self, _arguments: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async { Ok(ToolOutput::text("ok")) })
     }
 }

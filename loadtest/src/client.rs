@@ -1,0 +1,154 @@
+//! A lean MCP client for load: the mirrored headers, `_meta`, round-robin over gateways.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use taskgate_shared::protocol::header_value;
+
+/// Why an operation failed, by kind (the report counts them).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum LoadError {
+    #[error("http {0}")]
+    Http(u16),
+    #[error("json-rpc {0}")]
+    Rpc(i64),
+    #[error("transport")]
+    Transport,
+    #[error("timeout")]
+    Timeout,
+    #[error("unexpected: {0}")]
+    Unexpected(&'static str),
+}
+
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Several HTTP clients, so that many long-lived streams spread over connections.
+    http: Vec<reqwest::Client>,
+    urls: Vec<String>,
+    next: AtomicUsize,
+    ids: AtomicU64,
+    token: Option<String>,
+}
+
+impl Client {
+    pub fn new(urls: Vec<String>, token: Option<String>, connections: usize) -> Self {
+        let http = (0..connections.max(1))
+            .map(|_| {
+                reqwest::Client::builder()
+                    .no_proxy()
+                    .pool_max_idle_per_host(4096)
+                    .timeout(Duration::from_secs(120))
+                    .build()
+                    .expect("an HTTP client")
+            })
+            .collect();
+        Self { inner: Arc::new(Inner { http, urls, next: AtomicUsize::new(0), ids: AtomicU64::new(1), token }) }
+    }
+
+    fn pick(&self) -> (&reqwest::Client, &str) {
+        let i = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        (&self.inner.http[i % self.inner.http.len()], &self.inner.urls[i % self.inner.urls.len()])
+    }
+
+    fn request(&self, method: &str, mut params: Value, tasks: bool) -> reqwest::RequestBuilder {
+        let capabilities = if tasks {
+            json!({"extensions": {"io.modelcontextprotocol/tasks": {}}, "elicitation": {}})
+        } else {
+            json!({})
+        };
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": capabilities,
+        });
+        let name = match method {
+            "tools/call" => params["name"].as_str().map(header_value::encode),
+            "tasks/get" | "tasks/update" | "tasks/cancel" => params["taskId"].as_str().map(header_value::encode),
+            _ => None,
+        };
+        let id = self.inner.ids.fetch_add(1, Ordering::Relaxed);
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let (http, url) = self.pick();
+        let mut request = http
+            .post(url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", method)
+            .body(body.to_string());
+        if let Some(name) = name {
+            request = request.header("Mcp-Name", name);
+        }
+        if let Some(token) = &self.inner.token {
+            request = request.bearer_auth(token);
+        }
+        request
+    }
+
+    /// A request whose reply is one JSON-RPC message (or an SSE stream ending with it).
+    pub async fn call(&self, method: &str, params: Value, tasks: bool) -> Result<Value, LoadError> {
+        let response = self.request(method, params, tasks).send().await.map_err(classify)?;
+        let status = response.status().as_u16();
+        let text = response.text().await.map_err(classify)?;
+        // The last data line carries the response when the reply is SSE.
+        let message = text.lines().rev().find_map(|l| l.strip_prefix("data:")).unwrap_or(&text);
+        let reply: Value = serde_json::from_str(message.trim()).map_err(|_| LoadError::Http(status))?;
+        if let Some(code) = reply["error"]["code"].as_i64() {
+            return Err(LoadError::Rpc(code));
+        }
+        if status >= 400 {
+            return Err(LoadError::Http(status));
+        }
+        Ok(reply["result"].clone())
+    }
+
+    /// Opens a `subscriptions/listen` stream.
+    pub async fn listen(&self, task_ids: &[&str]) -> Result<reqwest::Response, LoadError> {
+        let response = self
+            .request("subscriptions/listen", json!({"notifications": {"taskIds": task_ids}}), true)
+            .timeout(Duration::from_secs(3_600))
+            .send()
+            .await
+            .map_err(classify)?;
+        if !response.status().is_success() {
+            return Err(LoadError::Http(response.status().as_u16()));
+        }
+        Ok(response)
+    }
+}
+
+fn classify(err: reqwest::Error) -> LoadError {
+    if err.is_timeout() { LoadError::Timeout } else { LoadError::Transport }
+}
+
+/// Reads SSE `data:` messages from a response, one JSON message per line.
+pub struct SseReader {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl SseReader {
+    pub fn new(response: reqwest::Response) -> Self {
+        Self { response, buffer: String::new() }
+    }
+
+    /// The next message; `None` when the stream ends.
+    pub async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(end) = self.buffer.find('\n') {
+                let line: String = self.buffer.drain(..=end).collect();
+                if let Some(data) = line.trim_end().strip_prefix("data:") {
+                    return serde_json::from_str(data.trim()).ok();
+                }
+                continue;
+            }
+            let chunk = self.response.chunk().await.ok()??;
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}

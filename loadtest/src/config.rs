@@ -1,0 +1,110 @@
+//! The load tester's command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// `tasks/get` on existing tasks.
+    Get,
+    /// `tools/call` that creates tasks.
+    Create,
+    /// Create, wait (listen or poll), answer input, reach a terminal state; some cancelled.
+    Lifecycle,
+    /// Many concurrent subscriptions; lag from a state change to its SSE event.
+    Listen,
+    /// Inline `tools/call` (no Tasks extension).
+    Sync,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Wait {
+    /// `subscriptions/listen` on the new task.
+    Listen,
+    /// `tasks/get`, honouring `pollIntervalMs`.
+    Poll,
+}
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "taskgate-loadtest",
+    version,
+    about = "Drives MCP Tasks traffic at taskgate and reports what it measured"
+)]
+pub struct Config {
+    /// Gateway MCP endpoints, used round-robin (comma separated).
+    #[arg(long = "url", value_delimiter = ',', required = true)]
+    pub urls: Vec<String>,
+
+    #[arg(long, value_enum)]
+    pub scenario: Scenario,
+
+    /// Concurrent clients (closed loop), or the bound on requests in flight (open loop).
+    #[arg(long, default_value_t = 32)]
+    pub concurrency: usize,
+
+    /// Arrivals per second: an open loop, whose latencies count from each request's intended
+    /// start, so that coordinated omission cannot hide the tail. Without it, a closed loop.
+    #[arg(long)]
+    pub rate: Option<f64>,
+
+    /// Measured seconds (after the warm-up).
+    #[arg(long, default_value_t = 10.0)]
+    pub duration_s: f64,
+
+    /// Seconds run before measuring.
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup_s: f64,
+
+    /// Bearer token sent on every request.
+    #[arg(long, env = "TASKGATE_LOADTEST_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
+    /// The tool to call (`noop`, `generate_report`, `sleep`, …).
+    #[arg(long, default_value = "noop")]
+    pub tool: String,
+
+    /// How a lifecycle waits for its task.
+    #[arg(long, value_enum, default_value = "listen")]
+    pub wait: Wait,
+
+    /// Share of lifecycle tasks cancelled right after creation (0..1).
+    #[arg(long, default_value_t = 0.0)]
+    pub cancel_ratio: f64,
+
+    /// Tasks created up front for `get`.
+    #[arg(long, default_value_t = 256)]
+    pub tasks: usize,
+
+    /// Concurrent subscriptions for `listen`.
+    #[arg(long, default_value_t = 1_000)]
+    pub subscriptions: usize,
+
+    /// Redis to read `INFO commandstats` from (commands per operation) and to benchmark.
+    #[arg(long)]
+    pub redis_url: Option<String>,
+
+    /// Also run `redis-benchmark` against that Redis, in this run, and print every ratio.
+    #[arg(long)]
+    pub compare_redis: bool,
+
+    /// Write the report as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+
+    /// Exit non-zero if any operation failed (for CI smoke runs).
+    #[arg(long)]
+    pub fail_on_error: bool,
+}
+
+impl Config {
+    pub fn duration(&self) -> Duration {
+        Duration::from_secs_f64(self.duration_s.max(0.1))
+    }
+
+    pub fn warmup(&self) -> Duration {
+        Duration::from_secs_f64(self.warmup_s.max(0.0))
+    }
+}

@@ -1,0 +1,80 @@
+//! `taskgate-loadtest`: real MCP Tasks traffic at one or more gateways, and what it measured.
+//!
+//! - [`driver`]: closed and open loops (open loops count latency from the intended start);
+//! - [`scenarios`]: what each scenario sends;
+//! - [`redis_stats`]: `INFO commandstats` deltas and `redis-benchmark` in the same run;
+//! - [`report`]: the table and the JSON.
+
+pub mod client;
+pub mod config;
+pub mod driver;
+pub mod redis_stats;
+pub mod report;
+pub mod scenarios;
+
+use std::sync::Arc;
+
+pub use crate::config::Config;
+use crate::driver::Recorder;
+use crate::report::{Percentiles, Report};
+
+/// Runs the configured scenario and reports it.
+pub async fn run(config: Config) -> anyhow::Result<Report> {
+    // Listen runs hold one connection per stream; spread them over several clients.
+    let connections = if config.scenario == config::Scenario::Listen { 64 } else { 1 };
+    let client = client::Client::new(config.urls.clone(), config.token.clone(), connections);
+    let recorder = Arc::new(Recorder::default());
+    let (op, lags) = scenarios::prepare(&config, client, recorder.clone()).await?;
+
+    let before = match &config.redis_url {
+        Some(url) => Some(redis_stats::command_calls(url).await?),
+        None => None,
+    };
+    let measured = driver::run(&config, op, recorder.clone()).await;
+    if lags.is_some() {
+        // Let the last notifications arrive.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    let commands = match (&config.redis_url, &before) {
+        (Some(url), Some(before)) => redis_stats::delta(before, &redis_stats::command_calls(url).await?),
+        _ => Default::default(),
+    };
+
+    let ok = recorder.ok.load(std::sync::atomic::Ordering::Relaxed);
+    let throughput = ok as f64 / measured.as_secs_f64();
+    let mut report = Report {
+        scenario: format!("{:?}", config.scenario).to_lowercase(),
+        mode: if config.rate.is_some() { "open".into() } else { "closed".into() },
+        concurrency: config.concurrency,
+        rate: config.rate,
+        duration_s: measured.as_secs_f64(),
+        ok,
+        errors: recorder.errors.lock().map(|e| e.clone()).unwrap_or_default(),
+        throughput_per_s: throughput,
+        latency_ms: recorder.latency.lock().ok().and_then(|h| Percentiles::of(&h)),
+        time_to_terminal_ms: recorder.time_to_terminal.lock().ok().and_then(|h| Percentiles::of(&h)),
+        notification_lag_ms: lags.and_then(|l| l.lock().ok().and_then(|h| Percentiles::of(&h))),
+        // Includes warm-up traffic, so it is an upper bound per measured operation.
+        redis_commands_per_op: (!commands.is_empty() && ok > 0)
+            .then(|| commands.values().sum::<u64>() as f64 / ok as f64),
+        redis_commands: commands,
+        redis_benchmark: Default::default(),
+        ratios: Default::default(),
+    };
+    if config.compare_redis
+        && let Some(url) = &config.redis_url
+    {
+        report.redis_benchmark = redis_stats::benchmark(url, "get,set", config.concurrency, 200_000)?;
+        for (test, rps) in &report.redis_benchmark {
+            report.ratios.insert(format!("{} / redis {test}", report.scenario), throughput / rps);
+        }
+    }
+    report.print();
+    if let Some(path) = &config.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    }
+    if config.fail_on_error && !report.errors.is_empty() {
+        anyhow::bail!("{} operations failed", report.errors.values().sum::<u64>());
+    }
+    Ok(report)
+}

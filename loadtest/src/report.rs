@@ -1,0 +1,98 @@
+//! The report: a table on stdout and, with `--json`, the same figures as JSON.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// Latency percentiles in milliseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Percentiles {
+    pub count: u64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    pub fn of(h: &Histogram<u64>) -> Option<Self> {
+        (!h.is_empty()).then(|| {
+            let ms = |q: f64| h.value_at_quantile(q) as f64 / 1_000.0;
+            Self {
+                count: h.len(),
+                p50: ms(0.5),
+                p90: ms(0.9),
+                p99: ms(0.99),
+                p999: ms(0.999),
+                max: h.max() as f64 / 1_000.0,
+            }
+        })
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub scenario: String,
+    pub mode: String,
+    pub concurrency: usize,
+    pub rate: Option<f64>,
+    pub duration_s: f64,
+    pub ok: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub throughput_per_s: f64,
+    pub latency_ms: Option<Percentiles>,
+    pub time_to_terminal_ms: Option<Percentiles>,
+    pub notification_lag_ms: Option<Percentiles>,
+    /// Redis commands executed per successful operation (top-level and inside scripts).
+    pub redis_commands_per_op: Option<f64>,
+    pub redis_commands: BTreeMap<String, u64>,
+    /// `redis-benchmark` requests per second, same server, same run.
+    pub redis_benchmark: BTreeMap<String, f64>,
+    /// This run's throughput over each `redis-benchmark` figure.
+    pub ratios: BTreeMap<String, f64>,
+}
+
+impl Report {
+    pub fn print(&self) {
+        println!(
+            "scenario            {} ({}, concurrency {}{})",
+            self.scenario,
+            self.mode,
+            self.concurrency,
+            self.rate.map(|r| format!(", {r}/s")).unwrap_or_default()
+        );
+        println!("duration            {:.1} s", self.duration_s);
+        println!("ok                  {}", self.ok);
+        println!("throughput          {:.0} ops/s", self.throughput_per_s);
+        for (name, p) in [
+            ("latency", &self.latency_ms),
+            ("time to terminal", &self.time_to_terminal_ms),
+            ("notification lag", &self.notification_lag_ms),
+        ] {
+            if let Some(p) = p {
+                println!(
+                    "{name:<20}p50 {:.2} ms  p90 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  max {:.2} ms",
+                    p.p50, p.p90, p.p99, p.p999, p.max
+                );
+            }
+        }
+        if self.errors.is_empty() {
+            println!("errors              none");
+        }
+        for (kind, n) in &self.errors {
+            println!("errors              {n} × {kind}");
+        }
+        if let Some(per_op) = self.redis_commands_per_op {
+            let top: Vec<String> = self.redis_commands.iter().map(|(c, n)| format!("{c}={n}")).collect();
+            println!("redis commands/op   {per_op:.2}  ({})", top.join(" "));
+        }
+        for (test, rps) in &self.redis_benchmark {
+            println!("redis-benchmark     {test}: {rps:.0} req/s");
+        }
+        for (name, ratio) in &self.ratios {
+            println!("ratio               {name}: {ratio:.3}");
+        }
+    }
+}

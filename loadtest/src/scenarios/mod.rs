@@ -1,0 +1,63 @@
+//! The traffic each scenario sends. Each returns the operation the driver repeats.
+
+mod get;
+mod lifecycle;
+mod listen;
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::client::{Client, LoadError};
+use crate::config::{Config, Scenario};
+use crate::driver::{Op, Recorder, Sample};
+
+pub use listen::Lags;
+
+/// Sets the scenario up and returns its operation (and, for `listen`, its lag histogram).
+pub async fn prepare(config: &Config, client: Client, recorder: Arc<Recorder>) -> anyhow::Result<(Op, Option<Lags>)> {
+    let tool = config.tool.clone();
+    Ok(match config.scenario {
+        Scenario::Get => (get::prepare(config, client).await?, None),
+        Scenario::Create => (call_op(client, tool, true, "task"), None),
+        Scenario::Sync => (call_op(client, tool, false, "complete"), None),
+        Scenario::Lifecycle => (lifecycle::op(config, client), None),
+        Scenario::Listen => {
+            let (op, lags) = listen::prepare(config, client, recorder).await?;
+            (op, Some(lags))
+        }
+    })
+}
+
+/// `tools/call` expecting this `resultType`.
+fn call_op(client: Client, tool: String, tasks: bool, expect: &'static str) -> Op {
+    Arc::new(move || {
+        let (client, tool) = (client.clone(), tool.clone());
+        Box::pin(async move {
+            let result = client.call("tools/call", json!({"name": tool, "arguments": {}}), tasks).await?;
+            if result["resultType"] != expect {
+                return Err(LoadError::Unexpected("wrong resultType"));
+            }
+            Ok(Sample::default())
+        })
+    })
+}
+
+/// Creates a task; returns its id.
+async fn create(client: &Client, tool: &str, arguments: Value) -> Result<String, LoadError> {
+    let result = client.call("tools/call", json!({"name": tool, "arguments": arguments}), true).await?;
+    result["taskId"].as_str().map(str::to_owned).ok_or(LoadError::Unexpected("no taskId"))
+}
+
+/// Answers every outstanding request of an `input_required` snapshot with an acceptance.
+async fn answer(client: &Client, snapshot: &Value) -> Result<(), LoadError> {
+    let Some(requests) = snapshot["inputRequests"].as_object() else { return Ok(()) };
+    let answers: serde_json::Map<String, Value> = requests
+        .keys()
+        .map(|k| {
+            (k.clone(), json!({"action": "accept", "content": {"approved": true, "confirm": true, "name": "load"}}))
+        })
+        .collect();
+    let task_id = snapshot["taskId"].clone();
+    client.call("tasks/update", json!({"taskId": task_id, "inputResponses": answers}), true).await.map(drop)
+}
