@@ -33,9 +33,17 @@ fn outcome(admission: Result<Admission, StoreError>) -> Result<(), RpcError> {
     }
 }
 
-/// One request against the caller's tenant request rate.
+/// One request against the caller's tenant request rate. Fails open when Redis cannot be
+/// reached: a request that needs Redis fails on its own, and one that does not (discovery,
+/// listing) keeps working through an outage.
 pub(crate) async fn admit_request(state: &AppState, principal: &Principal) -> Result<(), RpcError> {
-    outcome(state.store.admit_request(&principal.tenant, requests(state)).await)
+    match state.store.admit_request(&principal.tenant, requests(state)).await {
+        Err(err) => {
+            tracing::warn!(error = %err, "request rate not checked: storage unavailable");
+            Ok(())
+        }
+        admission => outcome(admission),
+    }
 }
 
 /// A request that creates a task: request rate, creation rate and the active-task cap.

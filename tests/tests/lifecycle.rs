@@ -443,3 +443,18 @@ async fn a_task_that_loses_too_many_workers_fails() {
     assert_eq!(failed["error"]["code"], -32603);
     assert_eq!(failed["error"]["message"], "the task was abandoned: its worker lease expired more than 0 times");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_worker_drains_every_shard_without_waiting_for_a_lease() {
+    // Reads over 16 shards can deliver more than 2 free slots; the surplus must wait for slots,
+    // not for the stale-delivery takeover (one 30 s lease).
+    let stack = Stack::builder().worker_args(&["--concurrency", "2"]).spawn().await;
+    let client = stack.client(0);
+    let mut ids = Vec::new();
+    for _ in 0..40 {
+        ids.push(client.create_task("sleep", json!({"ms": 0})).await);
+    }
+    for id in &ids {
+        client.wait_for_status(id, "completed", Duration::from_secs(10)).await;
+    }
+}

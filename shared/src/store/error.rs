@@ -12,3 +12,10 @@ pub enum StoreError {
     #[error("corrupt task record field {0}")]
     Corrupt(&'static str),
 }
+
+impl StoreError {
+    /// Redis answered that a stream's consumer group does not exist (its data was lost).
+    pub fn is_missing_group(&self) -> bool {
+        matches!(self, Self::Redis(err) if err.code() == Some("NOGROUP"))
+    }
+}

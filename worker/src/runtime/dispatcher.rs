@@ -39,13 +39,30 @@ pub(super) async fn run(shared: Arc<Shared>) {
         match shared.store.read_deliveries(c, &shards, &shared.worker_id, permits.len(), BLOCK).await {
             Ok(deliveries) => {
                 backoff = Duration::from_millis(100);
+                // COUNT applies per stream, so a read over several shards may deliver more
+                // than there were free slots. The surplus is ours now (pending under this
+                // consumer): it waits for slots rather than for the stale-delivery takeover.
                 for delivery in deliveries {
-                    let Some(permit) = permits.pop() else { break };
+                    let permit = match permits.pop() {
+                        Some(permit) => permit,
+                        None => match shared.slots.clone().acquire_owned().await {
+                            Ok(permit) => permit,
+                            Err(_) => return,
+                        },
+                    };
                     spawn_claim(&shared, delivery, permit);
                 }
             }
             Err(err) => {
                 tracing::warn!(error = %err, "reading deliveries failed");
+                if err.is_missing_group() {
+                    // Redis lost its data (a restart without persistence): recreate the groups
+                    // and the catalogue rather than fail forever.
+                    if let Err(err) = shared.store.ensure_groups(shared.config.queue_shards).await {
+                        tracing::warn!(error = %err, "recreating the consumer groups failed");
+                    }
+                    let _ = shared.store.publish_tools(&shared.specs).await;
+                }
                 conn = None;
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));

@@ -1,0 +1,111 @@
+//! Durability and Redis outages (issue 8): what survives `kill -9` of redis-server, a lost
+//! primary, and how the fleet behaves while Redis is unreachable.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use taskgate_tests::{RedisServer, Stack, eventually};
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_aof_always_every_acknowledged_create_survives_kill_9() {
+    let mut stack =
+        Stack::builder().workers(0).redis_args(&["--appendonly", "yes", "--appendfsync", "always"]).spawn().await;
+    // Publish the catalogue, then create with no worker running, so every task stays as created.
+    let w = stack.add_worker(&[]).await;
+    stack.workers[w].kill().await;
+    let client = stack.client(0);
+    let mut ids = Vec::new();
+    for _ in 0..50 {
+        ids.push(client.create_task("sleep", json!({"ms": 0})).await);
+    }
+    stack.redis.restart().await; // kill -9, then start again on the same directory
+    let client = stack.client(0);
+    for id in &ids {
+        let r = eventually(PATIENCE, "the gateway to reconnect", || async {
+            let r = client.get_task(id).await;
+            (r.error_code() != Some(-32603)).then_some(r)
+        })
+        .await;
+        assert_eq!(r.result()["taskId"], id.as_str(), "{}", r.text);
+    }
+    // And the work is still there to do.
+    stack.workers[w].restart().await;
+    for id in &ids {
+        let done = eventually(PATIENCE, "the task to complete", || async {
+            let r = client.get_task(id).await;
+            (r.result()["status"] == "completed").then_some(())
+        });
+        if tokio::time::timeout(PATIENCE, done).await.is_err() {
+            panic!("not completed: {id}\n{}", stack.workers[w].log());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_replica_an_acknowledged_create_survives_losing_the_primary() {
+    let mut stack = Stack::builder().workers(0).gateways(0).spawn().await;
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &stack.redis.port().to_string()]).await;
+    let mut conn = replica.connection().await;
+    eventually(PATIENCE, "the replica to sync", || {
+        let mut conn = conn.clone();
+        async move {
+            let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await.ok()?;
+            info.contains("master_link_status:up").then_some(())
+        }
+    })
+    .await;
+    let g = stack.add_gateway(&["--durability-replicas", "1", "--durability-timeout-ms", "2000"]).await;
+    let w = stack.add_worker(&[]).await;
+    stack.workers[w].kill().await;
+    let client = stack.client(g);
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        ids.push(client.create_task("sleep", json!({"ms": 0})).await);
+    }
+    // The primary dies at once; the replica is promoted.
+    stack.redis.kill().await;
+    let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query_async(&mut conn).await.unwrap();
+    let store =
+        taskgate_shared::store::Store::connect_lazy(&replica.url(), &stack.namespace, Duration::from_secs(2)).unwrap();
+    for id in &ids {
+        let task = store.get_task(&taskgate_shared::task::TaskId::parse(id).unwrap()).await.unwrap();
+        assert!(task.is_some(), "{id} was acknowledged, so the promoted replica has it");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_redis_is_down_answers_are_bounded_and_recovery_is_automatic() {
+    let mut stack = Stack::builder().gateway_args(&["--redis-timeout-ms", "500"]).spawn().await;
+    let client = stack.client(0);
+    let before = client.create_task("sleep", json!({"ms": 0})).await;
+    client.wait_for_status(&before, "completed", PATIENCE).await;
+
+    stack.redis.kill().await;
+    for (method, params) in [
+        ("tasks/get", json!({"taskId": before})),
+        ("tools/call", json!({"name": "sleep", "arguments": {"ms": 0}})),
+        ("tasks/cancel", json!({"taskId": before})),
+    ] {
+        let started = Instant::now();
+        let r = client.call(method, params).await;
+        let took = started.elapsed();
+        assert_eq!((r.status, r.error_code()), (500, Some(-32603)), "{method}: {}", r.text);
+        assert_eq!(r.body["error"]["message"], "internal error", "nothing about the storage leaks");
+        assert!(took < Duration::from_secs(5), "{method} answered in {took:?}");
+    }
+    // tools/list still answers from the catalogue cache.
+    assert_eq!(client.call("tools/list", json!({})).await.status, 200);
+
+    stack.redis.restart().await;
+    // Without AOF the data is gone, but the fleet heals by itself: the worker re-creates its
+    // consumer groups and republishes its tools, the gateway reconnects.
+    let id = eventually(PATIENCE, "a task to be accepted again", || async {
+        let r = client.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 0}})).await;
+        r.result()["taskId"].as_str().map(str::to_owned)
+    })
+    .await;
+    client.wait_for_status(&id, "completed", PATIENCE).await;
+    assert!(stack.workers[0].log().contains("reading deliveries failed"), "the worker saw the outage and backed off");
+}
