@@ -13,6 +13,7 @@ mod mrtr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use axum::serve::ListenerExt as _;
 use taskgate_shared::store::{Store, StoreError};
 use tokio::net::TcpListener;
 
@@ -103,6 +104,12 @@ pub async fn run(
     let flag = state.shutting_down.clone();
     let streams = state.shutdown.clone();
     let app = router(state);
+    // Small SSE writes must not wait on Nagle's algorithm and the peer's delayed ACK (~40 ms).
+    let listener = listener.tap_io(|stream| {
+        if let Err(err) = stream.set_nodelay(true) {
+            tracing::debug!(error = %err, "could not set TCP_NODELAY");
+        }
+    });
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;

@@ -3,6 +3,9 @@ use clap::Parser as _;
 use taskgate_gateway::config::AuthMode;
 use taskgate_gateway::{AppState, Config};
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();

@@ -7,6 +7,26 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use taskgate_shared::protocol::header_value;
 
+/// What `call_light` reads of a reply.
+#[derive(Debug, serde::Deserialize)]
+pub struct LightResult {
+    #[serde(rename = "resultType")]
+    pub result_type: String,
+    #[serde(rename = "taskId")]
+    pub task_id: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct LightReply {
+    result: Option<LightResult>,
+    error: Option<LightError>,
+}
+
+#[derive(serde::Deserialize)]
+struct LightError {
+    code: i64,
+}
+
 /// Why an operation failed, by kind (the report counts them).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum LoadError {
@@ -105,6 +125,19 @@ impl Client {
             return Err(LoadError::Http(status));
         }
         Ok(reply["result"].clone())
+    }
+
+    /// A request whose reply is only checked: its `resultType` (or error), without building a
+    /// JSON tree (the load generator shares the machine with what it measures).
+    pub async fn call_light(&self, method: &str, params: Value, tasks: bool) -> Result<LightResult, LoadError> {
+        let response = self.request(method, params, tasks).send().await.map_err(classify)?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.map_err(classify)?;
+        let reply: LightReply = serde_json::from_slice(&bytes).map_err(|_| LoadError::Http(status))?;
+        if let Some(error) = reply.error {
+            return Err(LoadError::Rpc(error.code));
+        }
+        reply.result.ok_or(LoadError::Http(status))
     }
 
     /// Opens a `subscriptions/listen` stream.

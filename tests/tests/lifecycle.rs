@@ -173,6 +173,7 @@ async fn unknown_foreign_and_malformed_ids_look_the_same() {
             traceparent: None,
             client_capabilities: "{}",
             answers: &[],
+            counted: false,
         })
         .await
         .unwrap();

@@ -124,6 +124,7 @@ async fn unknown_and_foreign_ids_are_dropped_from_the_acknowledgement() {
             traceparent: None,
             client_capabilities: "{}",
             answers: &[],
+            counted: false,
         })
         .await
         .unwrap();

@@ -1,6 +1,9 @@
 use clap::Parser as _;
 use taskgate_worker::Config;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();

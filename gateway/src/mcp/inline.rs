@@ -86,6 +86,7 @@ impl InlineRun {
                 traceparent: call.meta.traceparent.as_deref(),
                 client_capabilities: &Value::Object(call.meta.capabilities.clone()).to_string(),
                 answers: &answers,
+                counted: state.config.tenant_max_active_tasks > 0,
             })
             .await
             .map_err(storage_error)?;

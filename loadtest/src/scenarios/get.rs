@@ -30,8 +30,8 @@ pub(super) async fn prepare(config: &Config, client: Client) -> anyhow::Result<O
         let (client, ids) = (client.clone(), ids.clone());
         Box::pin(async move {
             let id = &ids[rand::random_range(0..ids.len())];
-            let result = client.call("tasks/get", json!({"taskId": id}), true).await?;
-            if result["resultType"] != "complete" {
+            let result = client.call_light("tasks/get", json!({"taskId": id}), true).await?;
+            if result.result_type != "complete" {
                 return Err(LoadError::Unexpected("wrong resultType"));
             }
             Ok(Sample::default())

@@ -34,8 +34,8 @@ fn call_op(client: Client, tool: String, tasks: bool, expect: &'static str) -> O
     Arc::new(move || {
         let (client, tool) = (client.clone(), tool.clone());
         Box::pin(async move {
-            let result = client.call("tools/call", json!({"name": tool, "arguments": {}}), tasks).await?;
-            if result["resultType"] != expect {
+            let result = client.call_light("tools/call", json!({"name": tool, "arguments": {}}), tasks).await?;
+            if result.result_type != expect {
                 return Err(LoadError::Unexpected("wrong resultType"));
             }
             Ok(Sample::default())
@@ -45,8 +45,8 @@ fn call_op(client: Client, tool: String, tasks: bool, expect: &'static str) -> O
 
 /// Creates a task; returns its id.
 async fn create(client: &Client, tool: &str, arguments: Value) -> Result<String, LoadError> {
-    let result = client.call("tools/call", json!({"name": tool, "arguments": arguments}), true).await?;
-    result["taskId"].as_str().map(str::to_owned).ok_or(LoadError::Unexpected("no taskId"))
+    let result = client.call_light("tools/call", json!({"name": tool, "arguments": arguments}), true).await?;
+    result.task_id.ok_or(LoadError::Unexpected("no taskId"))
 }
 
 /// Answers every outstanding request of an `input_required` snapshot with an acceptance.

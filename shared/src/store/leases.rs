@@ -32,7 +32,7 @@ pub struct Claim {
     pub answers: Vec<(String, String)>,
     /// The creating request's `clientCapabilities` (JSON text).
     pub client_capabilities: String,
-    /// The owner's tenant (for its active-task count).
+    /// The owner's tenant when the task counts against its active-task cap, else empty.
     pub tenant: String,
 }
 

@@ -24,6 +24,9 @@ pub struct NewTask<'a> {
     pub client_capabilities: &'a str,
     /// Answers gathered before the task existed (key, answer JSON).
     pub answers: &'a [(String, String)],
+    /// Whether the task was admitted into its tenant's active-task count (so that whoever
+    /// ends it knows to remove it).
+    pub counted: bool,
 }
 
 /// The outcome of `tasks/update`'s write.
@@ -70,7 +73,8 @@ impl Store {
             .arg(task.status_message.unwrap_or(""))
             .arg(task.traceparent.unwrap_or(""))
             .arg(self.keys().events_channel())
-            .arg(task.client_capabilities);
+            .arg(task.client_capabilities)
+            .arg(if task.counted { "1" } else { "0" });
         for (key, answer) in task.answers {
             call.arg(key).arg(answer);
         }

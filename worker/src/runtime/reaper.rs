@@ -71,6 +71,9 @@ async fn reclaim_shard(shared: &Shared, shard: u8, failure: &str) {
 
 /// The task ended: it no longer counts against its tenant's active-task cap.
 pub(super) async fn release_active(shared: &Shared, tenant: &str, id: &taskgate_shared::task::TaskId) {
+    if tenant.is_empty() {
+        return; // never counted: the cap was off when it was created
+    }
     if let Err(err) = shared.store.release_active(tenant, id).await {
         tracing::warn!(task_id = %id, error = %err, "active-task count not updated; it heals at the task's expiry");
     }

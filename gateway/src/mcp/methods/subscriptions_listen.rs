@@ -12,6 +12,10 @@ use taskgate_shared::task::TaskId;
 use crate::mcp::listen::{Listen, Subscription};
 use crate::mcp::{Call, storage_error};
 
+/// Wake-ups queued per stream. They coalesce (a dirty set) and an overflow turns into a
+/// re-read of every task, so a small queue loses nothing and keeps 10,000 streams cheap.
+const WAKE_CAPACITY: usize = 8;
+
 pub(crate) async fn run(call: &Call<'_>, request_id: &Value) -> Result<Response, RpcError> {
     let state = call.state;
     let Some(Value::Object(filter)) = call.params.get("notifications") else {
@@ -51,7 +55,7 @@ pub(crate) async fn run(call: &Call<'_>, request_id: &Value) -> Result<Response,
     }
     // Watch before reading, so a change between the read and the subscription is not missed.
     let names: Vec<&str> = ids.iter().map(TaskId::as_str).collect();
-    let watch = state.events.watch(&names, 256);
+    let watch = state.events.watch(&names, WAKE_CAPACITY);
     let reads = join_all(ids.iter().map(|id| state.store.get_task(id))).await;
     let mut accepted = Vec::new();
     for read in reads {

@@ -188,6 +188,7 @@ async fn create(
             traceparent: call.meta.traceparent.as_deref(),
             client_capabilities: &serde_json::Value::Object(call.meta.capabilities.clone()).to_string(),
             answers: &answers,
+            counted: state.config.tenant_max_active_tasks > 0,
         })
         .await
         .map_err(storage_error)?;

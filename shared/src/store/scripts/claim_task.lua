@@ -6,13 +6,13 @@
 -- ARGV[1] stream entry id   ARGV[2] task id   ARGV[3] worker id   ARGV[4] lease ms
 -- ARGV[5] consumer group
 -- Returns {1, fence, tool, args, traceparent|'', cancelRequested 0|1, answers (flat k,v list),
---          the creator's clientCapabilities JSON, tenant}
+--          the creator's clientCapabilities JSON, tenant if counted as active else ''}
 --       | {0} not claimable (gone, terminal, parked or held).
 local rcall = redis.call
 local record, stream, leases, answers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 rcall('XACK', stream, ARGV[5], ARGV[1])
 rcall('XDEL', stream, ARGV[1])
-local f = rcall('HMGET', record, 'status', 'holder', 'tool', 'args', 'tp', 'cancel', 'caps', 'tenant')
+local f = rcall('HMGET', record, 'status', 'holder', 'tool', 'args', 'tp', 'cancel', 'caps', 'tenant', 'counted')
 if f[1] ~= 'working' or f[2] then return {0} end
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -20,4 +20,4 @@ local lease_until = now + tonumber(ARGV[4])
 local fence = rcall('HINCRBY', record, 'fence', 1)
 rcall('HSET', record, 'holder', ARGV[3], 'lease', lease_until)
 rcall('ZADD', leases, lease_until, ARGV[2])
-return {1, fence, f[3], f[4], f[5] or '', f[6] and 1 or 0, rcall('HGETALL', answers), f[7] or '{}', f[8]}
+return {1, fence, f[3], f[4], f[5] or '', f[6] and 1 or 0, rcall('HGETALL', answers), f[7] or '{}', (f[9] == '1' and f[8]) or ''}

@@ -6,7 +6,8 @@
 -- ARGV[6] ttl ms    ARGV[7] poll interval ms   ARGV[8] status message ('' = none)
 -- ARGV[9] traceparent ('' = none)   ARGV[10] events channel
 -- ARGV[11] the creating request's clientCapabilities JSON
--- ARGV[12..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
+-- ARGV[12] '1' when the task counts against its tenant's active-task cap, else '0' 
+-- ARGV[13..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
 -- Returns {1, createdAtMs} | {-6} the id exists.
 -- Publishes "<id> 1 working" on ARGV[10].
 local rcall = redis.call
@@ -16,12 +17,12 @@ local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 rcall('HSET', record, 'tenant', ARGV[2], 'principal', ARGV[3], 'tool', ARGV[4], 'args', ARGV[5],
   'status', 'working', 'created', now, 'updated', now, 'ttl', ARGV[6], 'poll', ARGV[7],
-  'ver', 1, 'fence', 0, 'reclaims', 0, 'caps', ARGV[11])
+  'ver', 1, 'fence', 0, 'reclaims', 0, 'caps', ARGV[11], 'counted', ARGV[12])
 if ARGV[8] ~= '' then rcall('HSET', record, 'msg', ARGV[8]) end
 if ARGV[9] ~= '' then rcall('HSET', record, 'tp', ARGV[9]) end
 rcall('PEXPIREAT', record, now + tonumber(ARGV[6]))
-if #ARGV > 11 then
-  for i = 12, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
+if #ARGV > 12 then
+  for i = 13, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
   rcall('PEXPIREAT', answers, now + tonumber(ARGV[6]))
 end
 rcall('XADD', stream, '*', 'id', ARGV[1])

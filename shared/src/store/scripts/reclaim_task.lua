@@ -5,10 +5,11 @@
 -- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] shard stream   KEYS[4] inputs hash
 -- ARGV[1] task id   ARGV[2] max reclaims   ARGV[3] failure error JSON   ARGV[4] failure message
 -- ARGV[5] cancelled message   ARGV[6] events channel
--- Returns {1} requeued | {2, ver, tenant} failed | {3, ver, tenant} cancelled | {0} nothing to do.
+-- Returns {1} requeued | {2, ver, tenant} failed | {3, ver, tenant} cancelled | {0} nothing to do
+-- (tenant is '' when the task was not counted as active).
 local rcall = redis.call
 local record, leases, stream, inputs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local f = rcall('HMGET', record, 'status', 'holder', 'lease', 'reclaims', 'cancel', 'tenant')
+local f = rcall('HMGET', record, 'status', 'holder', 'lease', 'reclaims', 'cancel', 'tenant', 'counted')
 if f[1] ~= 'working' or not f[2] then
   rcall('ZREM', leases, ARGV[1])
   return {0}
@@ -36,5 +37,6 @@ else
 end
 local ver = rcall('HINCRBY', record, 'ver', 1)
 rcall('PUBLISH', ARGV[6], ARGV[1] .. ' ' .. ver .. ' ' .. status)
-if status == 'failed' then return {2, ver, f[6]} end
-return {3, ver, f[6]}
+local tenant = (f[7] == '1' and f[6]) or ''
+if status == 'failed' then return {2, ver, tenant} end
+return {3, ver, tenant}
