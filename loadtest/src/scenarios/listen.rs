@@ -38,7 +38,10 @@ pub(super) async fn prepare(config: &Config, client: Client, recorder: Arc<Recor
             while let Some(message) = stream.next().await {
                 let snapshot = &message["params"];
                 if message["method"] == "notifications/tasks" && snapshot["status"] == "cancelled" {
-                    let updated = snapshot["lastUpdatedAt"].as_str().and_then(unix_ms).unwrap_or(0);
+                    let updated = snapshot["lastUpdatedAt"]
+                        .as_str()
+                        .and_then(taskgate_shared::task::parse_iso8601_ms)
+                        .unwrap_or(0);
                     let lag_ms = now_ms().saturating_sub(updated);
                     if let Ok(mut h) = lags.lock() {
                         h.saturating_record((lag_ms * 1_000).max(1));
@@ -70,32 +73,4 @@ pub(super) async fn prepare(config: &Config, client: Client, recorder: Arc<Recor
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
-/// `2026-08-21T10:30:00.123Z` as Unix milliseconds.
-fn unix_ms(s: &str) -> Option<u64> {
-    let (date, time) = s.strip_suffix('Z')?.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut t = hms.split(':').map(|p| p.parse::<i64>().ok());
-    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let ms = frac.get(..3).and_then(|f| f.parse::<i64>().ok()).unwrap_or(0);
-    u64::try_from(((days * 86_400 + hh * 3_600 + mm * 60 + ss) * 1_000) + ms).ok()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn parses_wire_timestamps() {
-        assert_eq!(super::unix_ms("2025-08-21T10:30:00.123Z"), Some(1_755_772_200_123));
-        assert_eq!(super::unix_ms("1970-01-01T00:00:00.000Z"), Some(0));
-    }
 }
