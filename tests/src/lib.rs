@@ -48,3 +48,29 @@ pub fn free_port() -> u16 {
 pub fn unique_namespace() -> String {
     format!("t{:08x}", rand::random::<u32>())
 }
+
+/// Writes a task straight into the store, owned by whoever the test names: a task the caller
+/// under test does not own, or one to drive through the scripts directly. Returns its id.
+pub async fn write_task(
+    store: &taskgate_shared::store::Store,
+    owner: &taskgate_shared::task::Owner,
+) -> taskgate_shared::task::TaskId {
+    let id = taskgate_shared::task::TaskId::generate(4);
+    store
+        .create_task(taskgate_shared::store::NewTask {
+            id: &id,
+            owner,
+            tool: "sleep",
+            arguments: "{}",
+            ttl_ms: 60_000,
+            poll_interval_ms: 500,
+            status_message: None,
+            traceparent: None,
+            client_capabilities: "{}",
+            answers: &[],
+            counted: false,
+        })
+        .await
+        .expect("the task is written");
+    id
+}

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use taskgate_shared::store::{Finish, Lease, NewTask};
+use taskgate_shared::store::{Finish, Lease};
 use taskgate_shared::task::{Owner, TaskId};
 use taskgate_tests::{McpClient, Stack, ack, eventually, meta};
 
@@ -158,25 +158,8 @@ async fn unknown_foreign_and_malformed_ids_look_the_same() {
     let stack = Stack::builder().workers(0).spawn().await;
     let client = stack.client(0);
     // A task that belongs to someone else, written straight into the store.
-    let id = TaskId::generate(16);
     let owner = Owner { tenant: "acme".into(), principal: "alice".into() };
-    stack
-        .store()
-        .create_task(NewTask {
-            id: &id,
-            owner: &owner,
-            tool: "sleep",
-            arguments: "{}",
-            ttl_ms: 60_000,
-            poll_interval_ms: 500,
-            status_message: None,
-            traceparent: None,
-            client_capabilities: "{}",
-            answers: &[],
-            counted: false,
-        })
-        .await
-        .unwrap();
+    let id = taskgate_tests::write_task(&stack.store(), &owner).await;
     let unknown = TaskId::generate(16);
     let cases = [id.as_str(), unknown.as_str(), "tsk_not-an-id", ""];
     for method in ["tasks/get", "tasks/update", "tasks/cancel"] {

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use taskgate_shared::store::NewTask;
 use taskgate_shared::task::{Owner, TaskId};
 use taskgate_tests::{McpClient, SseItem, SseStream, Stack, meta_without_tasks};
 
@@ -109,25 +108,8 @@ async fn unknown_and_foreign_ids_are_dropped_from_the_acknowledgement() {
     let stack = Stack::builder().spawn().await;
     let client = stack.client(0);
     let mine = client.create_task("generate_report", json!({})).await;
-    let foreign = TaskId::generate(16);
     let owner = Owner { tenant: "acme".into(), principal: "mallory".into() };
-    stack
-        .store()
-        .create_task(NewTask {
-            id: &foreign,
-            owner: &owner,
-            tool: "sleep",
-            arguments: "{}",
-            ttl_ms: 60_000,
-            poll_interval_ms: 500,
-            status_message: None,
-            traceparent: None,
-            client_capabilities: "{}",
-            answers: &[],
-            counted: false,
-        })
-        .await
-        .unwrap();
+    let foreign = taskgate_tests::write_task(&stack.store(), &owner).await;
     let unknown = TaskId::generate(16);
     let ids = [unknown.as_str(), foreign.as_str(), "not-an-id", mine.as_str(), mine.as_str()];
     let (request, mut stream) = listen(&client, &ids).await;

@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use taskgate_shared::store::{CancelOutcome, Delivery, Finish, Lease, NewTask, Parked, Store};
-use taskgate_shared::task::{Owner, TaskId, TaskStatus};
+use taskgate_shared::store::{CancelOutcome, Delivery, Finish, Lease, Parked, Store};
+use taskgate_shared::task::{Owner, TaskStatus};
 use taskgate_tests::RedisServer;
 
 #[derive(Debug, Clone)]
@@ -60,24 +60,8 @@ async fn field(conn: &mut redis::aio::MultiplexedConnection, key: &str, name: &s
 async fn run(store: &Store, conn: &mut redis::aio::MultiplexedConnection, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let owner = Owner { tenant: "t".into(), principal: "p".into() };
     let stranger = Owner { tenant: "t".into(), principal: "q".into() };
-    let id = TaskId::generate(4);
+    let id = taskgate_tests::write_task(store, &owner).await;
     let keys = store.keys().task(&id);
-    store
-        .create_task(NewTask {
-            id: &id,
-            owner: &owner,
-            tool: "x",
-            arguments: "{}",
-            ttl_ms: 60_000,
-            poll_interval_ms: 100,
-            status_message: None,
-            traceparent: None,
-            client_capabilities: "{}",
-            answers: &[],
-            counted: false,
-        })
-        .await
-        .unwrap();
     let mut seen = Seen::default();
     let lease_ms = Duration::from_millis(60_000);
     for op in ops {

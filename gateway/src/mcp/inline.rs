@@ -14,12 +14,12 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use taskgate_shared::protocol::{ErrorKind, RequestId, RpcError, envelope};
-use taskgate_shared::store::{NewTask, Store};
+use taskgate_shared::store::Store;
 use taskgate_shared::task::{Owner, TaskId, TaskStatus};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::{Call, storage_error};
+use super::{Call, TaskShape, storage_error, write_task};
 use crate::events::{Wake, Watch};
 
 /// Hidden tasks outlive the inline deadline by this much, then expire.
@@ -71,25 +71,8 @@ impl InlineRun {
         let timeout = state.config.inline_timeout();
         let owner = call.principal.owner();
         let watch = state.events.watch(&[id.as_str()], 64);
-        let arguments = arguments.to_string();
-        let answers: Vec<(String, String)> = answers.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
-        state
-            .store
-            .create_task(NewTask {
-                id: &id,
-                owner: &owner,
-                tool,
-                arguments: &arguments,
-                ttl_ms: hidden_ttl_ms(&state.config),
-                poll_interval_ms,
-                status_message: None,
-                traceparent: call.meta.traceparent.as_deref(),
-                client_capabilities: &Value::Object(call.meta.capabilities.clone()).to_string(),
-                answers: &answers,
-                counted: state.config.tenant_max_active_tasks > 0,
-            })
-            .await
-            .map_err(storage_error)?;
+        let shape = TaskShape { ttl_ms: hidden_ttl_ms(&state.config), poll_interval_ms, status_message: None };
+        write_task(call, &id, tool, arguments, shape, answers).await?;
         Ok(Self {
             store: state.store.clone(),
             id,

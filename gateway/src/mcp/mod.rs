@@ -140,3 +140,43 @@ pub(crate) fn storage_error(err: StoreError) -> RpcError {
     tracing::error!(error = %err, "storage operation failed");
     RpcError::internal()
 }
+
+/// How long a new task lives, how often it may be polled, and how it starts.
+pub(crate) struct TaskShape<'a> {
+    pub(crate) ttl_ms: u64,
+    pub(crate) poll_interval_ms: u64,
+    pub(crate) status_message: Option<&'a str>,
+}
+
+/// Writes a new task for this call (owner, capabilities, trace context and the answers
+/// gathered so far come from the call). Returns `createdAt`.
+pub(crate) async fn write_task(
+    call: &Call<'_>,
+    id: &TaskId,
+    tool: &str,
+    arguments: &Value,
+    shape: TaskShape<'_>,
+    answers: &std::collections::BTreeMap<String, Value>,
+) -> Result<i64, RpcError> {
+    let state = call.state;
+    let arguments = arguments.to_string();
+    let answers: Vec<(String, String)> = answers.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
+    let capabilities = Value::Object(call.meta.capabilities.clone()).to_string();
+    state
+        .store
+        .create_task(taskgate_shared::store::NewTask {
+            id,
+            owner: &call.principal.owner(),
+            tool,
+            arguments: &arguments,
+            ttl_ms: shape.ttl_ms,
+            poll_interval_ms: shape.poll_interval_ms,
+            status_message: shape.status_message,
+            traceparent: call.meta.traceparent.as_deref(),
+            client_capabilities: &capabilities,
+            answers: &answers,
+            counted: state.config.tenant_max_active_tasks > 0,
+        })
+        .await
+        .map_err(storage_error)
+}

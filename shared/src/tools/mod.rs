@@ -57,3 +57,31 @@ pub struct ToolSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pre_task_inputs: BTreeMap<String, Value>,
 }
+
+impl ToolSpec {
+    /// A spec with a name, a description and an input schema, and nothing optional.
+    pub fn new(
+        name: &str,
+        description: &str,
+        input_schema: Value,
+        execution: Execution,
+        ttl_ms: u64,
+        poll_interval_ms: u64,
+    ) -> Self {
+        Self {
+            descriptor: ToolDescriptor {
+                name: name.into(),
+                title: None,
+                description: Some(description.into()),
+                input_schema,
+                output_schema: None,
+                annotations: None,
+            },
+            execution,
+            ttl_ms,
+            poll_interval_ms,
+            status_message: None,
+            pre_task_inputs: BTreeMap::new(),
+        }
+    }
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use taskgate_shared::protocol::{ErrorKind, RpcError};
-use taskgate_shared::tools::{Execution, ToolDescriptor, ToolSpec};
+use taskgate_shared::tools::{Execution, ToolSpec};
 
 use crate::tool::{
     BoxFuture, Tool, ToolContext, ToolError, ToolOutput, accepted, elicitation_form, roots_request, sampling_request,
@@ -38,21 +38,7 @@ fn tool(name: &str, description: &str, input_schema: Value, execution: Execution
         Execution::TaskOptional | Execution::TaskRequired => (600_000, 200),
     };
     Arc::new(FnTool {
-        spec: ToolSpec {
-            descriptor: ToolDescriptor {
-                name: name.into(),
-                title: None,
-                description: Some(description.into()),
-                input_schema,
-                output_schema: None,
-                annotations: None,
-            },
-            execution,
-            ttl_ms,
-            poll_interval_ms,
-            status_message: None,
-            pre_task_inputs: Default::default(),
-        },
+        spec: ToolSpec::new(name, description, input_schema, execution, ttl_ms, poll_interval_ms),
         handler,
     })
 }

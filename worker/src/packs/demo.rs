@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use taskgate_shared::protocol::{ErrorKind, RpcError};
-use taskgate_shared::tools::{Execution, ToolDescriptor, ToolSpec};
+use taskgate_shared::tools::{Execution, ToolSpec};
 
 use crate::tool::{BoxFuture, Tool, ToolContext, ToolError, ToolOutput, answer_action, elicitation_form};
 
@@ -22,21 +22,9 @@ fn spec(
     poll_interval_ms: u64,
     status: Option<&str>,
 ) -> ToolSpec {
-    ToolSpec {
-        descriptor: ToolDescriptor {
-            name: name.into(),
-            title: None,
-            description: Some(description.into()),
-            input_schema,
-            output_schema: None,
-            annotations: None,
-        },
-        execution: Execution::TaskRequired,
-        ttl_ms,
-        poll_interval_ms,
-        status_message: status.map(str::to_owned),
-        pre_task_inputs: Default::default(),
-    }
+    let mut spec = ToolSpec::new(name, description, input_schema, Execution::TaskRequired, ttl_ms, poll_interval_ms);
+    spec.status_message = status.map(str::to_owned);
+    spec
 }
 
 /// The lesson's report generator: asks `approve_outline`, then completes or is cancelled.

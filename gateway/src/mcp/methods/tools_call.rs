@@ -13,12 +13,11 @@ use std::collections::BTreeMap;
 use axum::response::Response;
 use serde_json::{Map, Value};
 use taskgate_shared::protocol::{ErrorKind, RpcError, result};
-use taskgate_shared::store::NewTask;
 use taskgate_shared::task::{Owner, Snapshot, TaskId, TaskStatus};
 use taskgate_shared::tools::{Execution, ToolSpec};
 
 use crate::mcp::inline::{self, Done, Forwarding, InlineRun};
-use crate::mcp::{Call, storage_error};
+use crate::mcp::{Call, TaskShape, write_task};
 use crate::mrtr::{self, Expected, StatePayload};
 
 /// Either a JSON result or an SSE response already under way.
@@ -173,25 +172,12 @@ async fn create(
 ) -> Result<Snapshot, RpcError> {
     let state = call.state;
     let owner: Owner = call.principal.owner();
-    let arguments = arguments.to_string();
-    let answers: Vec<(String, String)> = answers.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
-    let created = state
-        .store
-        .create_task(NewTask {
-            id: &id,
-            owner: &owner,
-            tool,
-            arguments: &arguments,
-            ttl_ms: spec.ttl_ms,
-            poll_interval_ms: spec.poll_interval_ms,
-            status_message: spec.status_message.as_deref(),
-            traceparent: call.meta.traceparent.as_deref(),
-            client_capabilities: &serde_json::Value::Object(call.meta.capabilities.clone()).to_string(),
-            answers: &answers,
-            counted: state.config.tenant_max_active_tasks > 0,
-        })
-        .await
-        .map_err(storage_error)?;
+    let shape = TaskShape {
+        ttl_ms: spec.ttl_ms,
+        poll_interval_ms: spec.poll_interval_ms,
+        status_message: spec.status_message.as_deref(),
+    };
+    let created = write_task(call, &id, tool, arguments, shape, answers).await?;
     let replicas = state.config.durability_replicas;
     if replicas > 0 {
         let acked = state.store.wait_for_replicas(replicas, state.config.durability_timeout()).await;
