@@ -442,3 +442,23 @@ async fn a_small_worker_drains_every_shard_without_waiting_for_a_lease() {
         client.wait_for_status(id, "completed", Duration::from_secs(10)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_never_asks_for_input_its_creator_did_not_declare() {
+    let stack = Stack::builder().spawn().await;
+    let client = stack.client(0);
+    // The Tasks extension, but no elicitation capability.
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    });
+    let r = client.call("tools/call", json!({"name": "generate_report", "arguments": {}, "_meta": meta})).await;
+    let task_id = r.result()["taskId"].as_str().expect("a task").to_owned();
+    let failed = client.wait_for_status(&task_id, "failed", PATIENCE).await;
+    assert_eq!(
+        failed["error"],
+        json!({"code": -32021, "message": "missing required client capability",
+               "data": {"requiredCapabilities": {"elicitation": {"form": {}}}}})
+    );
+    assert!(failed.get("inputRequests").is_none());
+}

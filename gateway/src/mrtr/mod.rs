@@ -5,7 +5,7 @@ mod state;
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use taskgate_shared::protocol::{RpcError, ValidMeta, result};
 
 pub(crate) use state::{BadStateKey, Expected, StateKeys, StatePayload, digest};
@@ -57,27 +57,7 @@ pub(crate) fn usable_answer(response: &Value) -> bool {
 /// `-32021` unless the current request declared every capability these requests need. Never
 /// ask for a kind of input the request did not declare (SEP-2322, "Capability gate").
 pub(crate) fn check_capabilities(meta: &ValidMeta, requests: &Map<String, Value>) -> Result<(), RpcError> {
-    for request in requests.values() {
-        let method = request.get("method").and_then(Value::as_str).unwrap_or_default();
-        let required = match method {
-            "elicitation/create" => {
-                let url_mode = request.pointer("/params/mode").and_then(Value::as_str) == Some("url");
-                let elicitation = meta.capabilities.get("elicitation").and_then(Value::as_object);
-                if url_mode {
-                    (!elicitation.is_some_and(|e| e.contains_key("url"))).then(|| json!({"elicitation": {"url": {}}}))
-                } else {
-                    (!meta.supports_form_elicitation()).then(|| json!({"elicitation": {"form": {}}}))
-                }
-            }
-            "sampling/createMessage" => (!meta.declares("sampling")).then(|| json!({"sampling": {}})),
-            "roots/list" => (!meta.declares("roots")).then(|| json!({"roots": {}})),
-            _ => None,
-        };
-        if let Some(required) = required {
-            return Err(RpcError::missing_capability(required));
-        }
-    }
-    Ok(())
+    taskgate_shared::protocol::capabilities::check_input_requests(&meta.capabilities, requests.values())
 }
 
 /// `{"resultType":"input_required","inputRequests":…,"requestState":…}`. Not cacheable, so no

@@ -1,6 +1,7 @@
 //! The MCP 2026-07-28 wire: JSON-RPC envelopes, per-request `_meta`, error codes and the
 //! mirrored-header value encoding. Pure functions over `serde_json` values: no I/O here.
 
+pub mod capabilities;
 pub mod envelope;
 pub mod error;
 pub mod header_value;

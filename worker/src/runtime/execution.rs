@@ -82,6 +82,14 @@ pub(super) async fn run(shared: Arc<Shared>, claim: Claim) {
 /// Parks the task; `true` when it ended instead (cancelled, or failed on a reused key).
 async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) -> bool {
     let (pending, message) = ctx.take_pending();
+    // Never park for input the task's creator cannot give: the task fails with -32021 instead.
+    let capabilities = ctx.client_capabilities().as_object().cloned().unwrap_or_default();
+    if let Err(err) =
+        taskgate_shared::protocol::capabilities::check_input_requests(&capabilities, pending.iter().map(|(_, r)| r))
+    {
+        tracing::info!(task_id = %task_id, "the client did not declare the capability this input needs");
+        return write(shared, task_id, fence, Outcome::Done(Err(ToolError::Rpc(err)))).await;
+    }
     let requests: Vec<(String, String)> = pending.into_iter().map(|(k, r)| (k, r.to_string())).collect();
     let lease = Lease { task_id, worker: &shared.worker_id, fence };
     match shared.store.request_input(lease, message.as_deref(), &requests, CANCELLED).await {
