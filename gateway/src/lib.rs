@@ -11,7 +11,6 @@ mod mcp;
 mod mrtr;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::serve::ListenerExt as _;
 use taskgate_shared::store::{Store, StoreError};
@@ -47,7 +46,6 @@ pub struct AppState {
     events: Arc<events::EventHub>,
     request_state_keys: mrtr::StateKeys,
     origin_policy: Arc<http::OriginPolicy>,
-    shutting_down: Arc<AtomicBool>,
     /// Fired on shutdown: ends every listen stream with its graceful result, so the server can
     /// drain (axum's graceful shutdown waits for open SSE bodies).
     shutdown: tokio_util::sync::CancellationToken,
@@ -77,14 +75,13 @@ impl AppState {
             events: Arc::default(),
             request_state_keys,
             origin_policy: Arc::new(origin_policy),
-            shutting_down: Arc::new(AtomicBool::new(false)),
             shutdown: tokio_util::sync::CancellationToken::new(),
             listen_streams: Arc::default(),
         })
     }
 
     fn shutting_down(&self) -> bool {
-        self.shutting_down.load(Ordering::Relaxed)
+        self.shutdown.is_cancelled()
     }
 }
 
@@ -101,7 +98,6 @@ pub async fn run(
     }
     let hub = tokio::spawn(state.events.clone().run(state.store.clone()));
     let refresher = tokio::spawn(state.catalogue.clone().refresh_forever(state.config.catalogue_refresh()));
-    let flag = state.shutting_down.clone();
     let streams = state.shutdown.clone();
     let app = router(state);
     // Small SSE writes must not wait on Nagle's algorithm and the peer's delayed ACK (~40 ms).
@@ -113,7 +109,6 @@ pub async fn run(
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
-            flag.store(true, Ordering::Relaxed);
             streams.cancel();
         })
         .await;

@@ -28,20 +28,6 @@ impl ValidMeta {
             .and_then(Value::as_object)
             .is_some_and(|ext| ext.contains_key(TASKS_EXTENSION))
     }
-
-    /// `elicitation: {}` and `elicitation: {form: {}}` both mean form support; `{url: {}}` alone
-    /// does not.
-    pub fn supports_form_elicitation(&self) -> bool {
-        match self.capabilities.get("elicitation").and_then(Value::as_object) {
-            Some(e) => e.is_empty() || e.contains_key("form"),
-            None => false,
-        }
-    }
-
-    /// Whether the client declared a top-level capability (`sampling`, `roots`, ...).
-    pub fn declares(&self, capability: &str) -> bool {
-        self.capabilities.get(capability).is_some_and(Value::is_object)
-    }
 }
 
 /// Validates `params._meta` in the lesson's order: `_meta`, version string, version support,

@@ -41,10 +41,6 @@ impl Store {
         &self.keys
     }
 
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
     /// A dedicated connection for blocking commands (`XREADGROUP BLOCK`), which would stall
     /// every other caller of a shared multiplexed connection. Its response timeout covers
     /// `block` plus the usual command timeout.

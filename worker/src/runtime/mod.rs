@@ -44,7 +44,6 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
     if let Err(err) = shared.store.publish_tools(&shared.specs).await {
         tracing::warn!(error = %err, "could not publish tools; retrying in the background");
     }
-    let background = CancellationToken::new();
     let tasks = [
         tokio::spawn(publish_tools(shared.clone())),
         tokio::spawn(renewer::run(shared.clone())),
@@ -64,7 +63,6 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
         shared.drain_over.cancel();
         shared.executions.wait().await;
     }
-    background.cancel();
     for task in tasks {
         task.abort();
     }

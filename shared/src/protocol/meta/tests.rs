@@ -64,8 +64,9 @@ fn capabilities_are_read_from_this_request() {
         ok_headers,
     )
     .unwrap();
+    let form = json!({"method": "elicitation/create", "params": {"mode": "form"}});
     assert!(m.declares_tasks());
-    assert!(m.supports_form_elicitation());
+    assert!(crate::protocol::capabilities::check_input_requests(&m.capabilities, [&form]).is_ok());
     let m = validate(
         &params(json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                        "io.modelcontextprotocol/clientCapabilities": {"extensions": {}, "elicitation": {"url": {}}}})),
@@ -73,5 +74,5 @@ fn capabilities_are_read_from_this_request() {
     )
     .unwrap();
     assert!(!m.declares_tasks());
-    assert!(!m.supports_form_elicitation());
+    assert!(crate::protocol::capabilities::check_input_requests(&m.capabilities, [&form]).is_err());
 }
