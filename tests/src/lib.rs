@@ -12,7 +12,7 @@ mod stack;
 
 pub use client::{McpClient, Reply, SseItem, SseStream, ack, meta, meta_without_tasks, standard_headers};
 pub use process::{Binary, Service};
-pub use redis_server::RedisServer;
+pub use redis_server::{RedisCluster, RedisServer};
 pub use stack::{Stack, StackBuilder};
 
 use std::future::Future;

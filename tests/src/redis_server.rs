@@ -110,3 +110,67 @@ async fn ping(url: &str) -> bool {
 fn which(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?.to_str()?.split(':').map(|dir| Path::new(dir).join(name)).find(|p| p.is_file())
 }
+
+/// A local Redis Cluster of `masters` primaries (no replicas), each a [`RedisServer`] with its own
+/// port, bus port and directory, joined with `redis-cli --cluster create`.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub async fn start(masters: usize) -> Self {
+        let mut nodes = Vec::with_capacity(masters);
+        for _ in 0..masters {
+            let bus = free_port().to_string();
+            let args = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-port",
+                bus.as_str(),
+                "--cluster-node-timeout",
+                "5000",
+            ];
+            nodes.push(RedisServer::start_with(&args).await);
+        }
+        let cli = which("redis-cli").expect("redis-cli is on PATH beside redis-server");
+        let mut create = Command::new(cli);
+        create.args(["--cluster", "create"]);
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port()));
+        }
+        let out = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .expect("redis-cli runs");
+        assert!(out.status.success(), "redis-cli --cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        for node in &nodes {
+            let url = node.url();
+            let masters = nodes.len();
+            // `cluster_state:ok` comes before every bus link is up, and a PUBLISH reaches only the
+            // nodes linked at that moment: wait for every link too.
+            eventually(Duration::from_secs(20), "every cluster node to be ok and linked to every other", || {
+                let url = url.clone();
+                async move {
+                    let client = redis::Client::open(url).ok()?;
+                    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+                    let info: String = redis::cmd("CLUSTER").arg("INFO").query_async(&mut conn).await.ok()?;
+                    let links: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await.ok()?;
+                    let linked = links.lines().filter(|l| l.trim_end().contains(" connected")).count();
+                    (info.contains("cluster_state:ok") && linked == masters).then_some(())
+                }
+            })
+            .await;
+        }
+        Self { nodes }
+    }
+
+    /// The URL taskgate takes for a Cluster: every node as a seed.
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())).collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+}

@@ -2,7 +2,7 @@
 
 use taskgate_shared::store::Store;
 
-use crate::{Binary, McpClient, RedisServer, Service, free_port, unique_namespace};
+use crate::{Binary, McpClient, RedisCluster, RedisServer, Service, free_port, unique_namespace};
 
 /// Builds a [`Stack`]. Defaults: one gateway, one worker serving `demo`.
 pub struct StackBuilder {
@@ -12,9 +12,16 @@ pub struct StackBuilder {
     worker_args: Vec<String>,
     redis_args: Vec<String>,
     auth_args: Vec<String>,
+    cluster_masters: usize,
 }
 
 impl StackBuilder {
+    /// Runs on a local Redis Cluster of this many primaries instead of one server.
+    pub fn cluster(mut self, masters: usize) -> Self {
+        self.cluster_masters = masters;
+        self
+    }
+
     /// Replaces the default `--auth none` with these arguments.
     pub fn auth_args(mut self, args: &[&str]) -> Self {
         self.auth_args = args.iter().map(|s| (*s).to_owned()).collect();
@@ -57,10 +64,22 @@ impl StackBuilder {
 
     pub async fn spawn(self) -> Stack {
         let redis_args: Vec<&str> = self.redis_args.iter().map(String::as_str).collect();
-        let redis = RedisServer::start_with(&redis_args).await;
+        let (redis, redis_url, cluster) = if self.cluster_masters > 0 {
+            let cluster = RedisCluster::start(self.cluster_masters).await;
+            let url = cluster.url();
+            let mut nodes = cluster.nodes;
+            let first = nodes.remove(0);
+            (first, url, nodes)
+        } else {
+            let redis = RedisServer::start_with(&redis_args).await;
+            let url = redis.url();
+            (redis, url, Vec::new())
+        };
         let logs = tempfile::Builder::new().prefix("taskgate-logs-").tempdir().expect("a temp dir");
         let mut stack = Stack {
             redis,
+            redis_url,
+            cluster_nodes: cluster,
             namespace: unique_namespace(),
             gateways: Vec::new(),
             workers: Vec::new(),
@@ -81,7 +100,12 @@ impl StackBuilder {
 
 /// A running deployment. Everything is killed when it is dropped.
 pub struct Stack {
+    /// The Redis server; on a Cluster, its first node.
     pub redis: RedisServer,
+    /// What the binaries are given as `--redis-url`.
+    pub redis_url: String,
+    /// A Cluster's other nodes.
+    pub cluster_nodes: Vec<RedisServer>,
     pub namespace: String,
     pub gateways: Vec<Service>,
     pub workers: Vec<Service>,
@@ -101,6 +125,7 @@ impl Stack {
             worker_args: Vec::new(),
             redis_args: Vec::new(),
             auth_args: vec!["--auth".into(), "none".into()],
+            cluster_masters: 0,
         }
     }
 
@@ -123,7 +148,7 @@ impl Stack {
             "--listen".into(),
             format!("127.0.0.1:{port}"),
             "--redis-url".into(),
-            self.redis.url(),
+            self.redis_url.clone(),
             "--namespace".into(),
             self.namespace.clone(),
             "--log-format".into(),
@@ -142,7 +167,7 @@ impl Stack {
         let i = self.workers.len();
         let mut args = vec![
             "--redis-url".into(),
-            self.redis.url(),
+            self.redis_url.clone(),
             "--namespace".into(),
             self.namespace.clone(),
             "--worker-id".into(),
@@ -174,6 +199,6 @@ impl Stack {
 
     /// The shared crate's store on this stack's Redis and namespace, for white-box checks.
     pub fn store(&self) -> Store {
-        Store::connect_lazy(&self.redis.url(), &self.namespace, std::time::Duration::from_secs(2)).expect("store")
+        Store::connect_lazy(&self.redis_url.clone(), &self.namespace, std::time::Duration::from_secs(2)).expect("store")
     }
 }

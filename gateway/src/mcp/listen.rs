@@ -57,6 +57,9 @@ impl Drop for StreamSlot {
     }
 }
 
+/// How often an open stream re-reads its tasks without a wake-up.
+const BACKSTOP: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What a listen request asked for, once checked.
 pub(crate) struct Subscription {
     /// The listen request's id: the subscription id, with its JSON type.
@@ -91,6 +94,9 @@ pub(crate) struct Listen {
     /// Snapshots read at acceptance, sent first without reading again.
     initial: VecDeque<Snapshot>,
     watch: Watch,
+    /// Re-reads every open task now and then: a wake-up lost in transit (a Cluster bus link
+    /// down, a failover) delays a snapshot by at most this period instead of forever.
+    backstop: tokio::time::Interval,
     shutdown: CancellationToken,
     phase: Phase,
     /// Whether the filter named `taskIds` at all (then the acknowledgement lists the subset
@@ -120,6 +126,11 @@ impl Listen {
             dirty: VecDeque::new(),
             initial: accepted.into(),
             watch,
+            backstop: {
+                let mut every = tokio::time::interval_at(tokio::time::Instant::now() + BACKSTOP, BACKSTOP);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                every
+            },
             shutdown,
             phase: Phase::Ack,
             task_filter,
@@ -228,6 +239,7 @@ impl Listen {
                     Some(wake) => self.mark(wake),
                     None => return None,
                 },
+                _ = self.backstop.tick() => self.mark(Wake::Resync),
                 () = self.shutdown.cancelled() => {
                     self.phase = Phase::Finished;
                     return Some(self.closing_result());

@@ -1,18 +1,80 @@
 //! One multiplexed, self-reconnecting Redis connection per process, cloned into every request:
-//! no pool checkout on the request path.
+//! no pool checkout on the request path. The same handle speaks to a standalone server (or a
+//! replicated primary) and to a Redis Cluster.
+//!
+//! **Cluster.** A URL `redis+cluster://[user:pass@]host:port[,host:port…]` (or
+//! `rediss+cluster://`) names seed nodes of a Cluster. Every script touches keys of one hash tag,
+//! so commands route by their first key. Pub/sub stays classic (`PUBLISH` is broadcast over the
+//! cluster bus), so a subscriber on any node hears every channel.
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisFuture, Value};
 
 use super::{Keys, StoreError, scripts};
+
+/// A connection of either kind. Cheap to clone; clones share sockets.
+#[derive(Clone)]
+pub struct Conn(Inner);
+
+#[derive(Clone)]
+enum Inner {
+    Managed(ConnectionManager),
+    Direct(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match &mut self.0 {
+            Inner::Managed(c) => c.req_packed_command(cmd),
+            Inner::Direct(c) => c.req_packed_command(cmd),
+            Inner::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match &mut self.0 {
+            Inner::Managed(c) => c.req_packed_commands(pipeline, offset, count),
+            Inner::Direct(c) => c.req_packed_commands(pipeline, offset, count),
+            Inner::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match &self.0 {
+            Inner::Managed(c) => c.get_db(),
+            Inner::Direct(c) => c.get_db(),
+            Inner::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Where Redis is.
+#[derive(Clone)]
+enum Target {
+    Standalone(Client),
+    /// The cluster, and one client per seed node for pub/sub.
+    Cluster {
+        cluster: Box<ClusterClient>,
+        seeds: Vec<Client>,
+    },
+}
 
 /// A handle on Redis and the namespace's key names. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    client: Client,
-    conn: ConnectionManager,
+    target: Target,
+    conn: Conn,
     timeout: Duration,
     keys: Keys,
 }
@@ -20,20 +82,41 @@ pub struct Store {
 impl Store {
     /// Builds the handle without connecting, so a process can start (and report itself not
     /// ready) while Redis is down. Every command and connection attempt is bounded by
-    /// `timeout`.
+    /// `timeout`. Must be called inside a Tokio runtime.
     pub fn connect_lazy(url: &str, namespace: &str, timeout: Duration) -> Result<Self, StoreError> {
-        let client = Client::open(url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
-        Ok(Self { client, conn, timeout, keys: Keys::new(namespace) })
+        let (target, conn) = match cluster_seeds(url) {
+            Some(seeds) => {
+                let cluster = ClusterClient::builder(seeds.clone())
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    .retries(2)
+                    .max_retry_wait(500)
+                    .build()?;
+                let conn = cluster.get_pending_async_connection_with_config(cluster_config(timeout, timeout));
+                let seeds = seeds.iter().map(|s| Client::open(s.as_str())).collect::<Result<Vec<_>, _>>()?;
+                (Target::Cluster { cluster: Box::new(cluster), seeds }, Inner::Cluster(conn))
+            }
+            None => {
+                let client = Client::open(url)?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(Some(timeout))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(500));
+                let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
+                (Target::Standalone(client), Inner::Managed(conn))
+            }
+        };
+        Ok(Self { target, conn: Conn(conn), timeout, keys: Keys::new(namespace) })
+    }
+
+    /// Whether this store speaks to a Redis Cluster, where one command may not span hash tags.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.target, Target::Cluster { .. })
     }
 
     /// A connection for one operation. Clones share the underlying socket.
-    pub fn conn(&self) -> ConnectionManager {
+    pub fn conn(&self) -> Conn {
         self.conn.clone()
     }
 
@@ -44,18 +127,37 @@ impl Store {
     /// A dedicated connection for blocking commands (`XREADGROUP BLOCK`), which would stall
     /// every other caller of a shared multiplexed connection. Its response timeout covers
     /// `block` plus the usual command timeout.
-    pub async fn blocking_connection(&self, block: Duration) -> Result<MultiplexedConnection, StoreError> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(block + self.timeout));
-        Ok(self.client.get_multiplexed_async_connection_with_config(&config).await?)
+    pub async fn blocking_connection(&self, block: Duration) -> Result<Conn, StoreError> {
+        let inner = match &self.target {
+            Target::Standalone(client) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(block + self.timeout));
+                Inner::Direct(client.get_multiplexed_async_connection_with_config(&config).await?)
+            }
+            Target::Cluster { cluster, .. } => Inner::Cluster(
+                cluster.get_async_connection_with_config(cluster_config(self.timeout, block + self.timeout)).await?,
+            ),
+        };
+        Ok(Conn(inner))
     }
 
-    /// A pub/sub connection of its own.
+    /// A pub/sub connection of its own. On a Cluster, the first seed node that answers: classic
+    /// pub/sub reaches every node.
     pub async fn pubsub(&self) -> Result<redis::aio::PubSub, StoreError> {
-        Ok(tokio::time::timeout(self.timeout, self.client.get_async_pubsub())
-            .await
-            .map_err(|_| StoreError::Timeout(self.timeout))??)
+        let clients = match &self.target {
+            Target::Standalone(client) => std::slice::from_ref(client),
+            Target::Cluster { seeds, .. } => seeds.as_slice(),
+        };
+        let mut last = StoreError::Timeout(self.timeout);
+        for client in clients {
+            match tokio::time::timeout(self.timeout, client.get_async_pubsub()).await {
+                Ok(Ok(pubsub)) => return Ok(pubsub),
+                Ok(Err(err)) => last = err.into(),
+                Err(_) => last = StoreError::Timeout(self.timeout),
+            }
+        }
+        Err(last)
     }
 
     /// `PING`, bounded by the command timeout.
@@ -69,7 +171,8 @@ impl Store {
         }
     }
 
-    /// Loads every script, so a broken one fails at boot rather than on a request.
+    /// Loads every script, so a broken one fails at boot rather than on a request. (On a
+    /// Cluster this reaches one node; `EVALSHA` falls back to `EVAL` on the others.)
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
         let mut conn = self.conn();
         for script in scripts::all() {
@@ -78,14 +181,90 @@ impl Store {
         Ok(())
     }
 
-    /// `WAIT replicas timeout`: how many replicas acknowledged this connection's writes.
-    pub async fn wait_for_replicas(&self, replicas: u32, timeout: Duration) -> Result<u32, StoreError> {
-        let mut conn = self.conn();
-        let acked: u32 = redis::cmd("WAIT")
-            .arg(replicas)
-            .arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
-            .query_async(&mut conn)
-            .await?;
+    /// `WAIT replicas timeout`: how many replicas acknowledged this connection's writes. On a
+    /// Cluster, `key` picks the primary whose replicas are asked.
+    pub async fn wait_for_replicas(&self, key: &str, replicas: u32, timeout: Duration) -> Result<u32, StoreError> {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+        let acked: u32 = match &self.conn.0 {
+            Inner::Cluster(conn) => {
+                let route = Route::new(key_slot(key), SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                let reply = conn.clone().route_command(wait, routing).await?;
+                redis::from_redis_value(reply).map_err(|err| StoreError::UnexpectedReply(err.to_string()))?
+            }
+            _ => wait.query_async(&mut self.conn()).await?,
+        };
         Ok(acked)
+    }
+}
+
+fn cluster_config(connect: Duration, response: Duration) -> ClusterConfig {
+    ClusterConfig::new().set_connection_timeout(connect).set_response_timeout(response)
+}
+
+/// The seed node URLs of a `redis+cluster://` or `rediss+cluster://` URL; `None` for any other.
+fn cluster_seeds(url: &str) -> Option<Vec<String>> {
+    let (scheme, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
+        ("redis", rest)
+    } else {
+        ("rediss", url.strip_prefix("rediss+cluster://")?)
+    };
+    let (userinfo, hosts) = match rest.rsplit_once('@') {
+        Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
+        None => (String::new(), rest),
+    };
+    Some(
+        hosts
+            .split(',')
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .map(|host| format!("{scheme}://{userinfo}{host}"))
+            .collect(),
+    )
+}
+
+/// The Cluster hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).
+fn key_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let close = bytes[open + 1..].iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &bytes[open + 1..open + 1 + close])
+        })
+        .unwrap_or(bytes);
+    let mut crc: u16 = 0;
+    for &byte in tagged {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_urls_name_their_seed_nodes() {
+        assert_eq!(cluster_seeds("redis://a:1"), None);
+        assert_eq!(
+            cluster_seeds("redis+cluster://u:p@a:1,b:2").unwrap(),
+            vec!["redis://u:p@a:1".to_owned(), "redis://u:p@b:2".to_owned()]
+        );
+        assert_eq!(cluster_seeds("rediss+cluster://a:1").unwrap(), vec!["rediss://a:1".to_owned()]);
+    }
+
+    #[test]
+    fn key_slots_match_redis() {
+        // Values from `CLUSTER KEYSLOT`.
+        assert_eq!(key_slot("foo"), 12182);
+        assert_eq!(key_slot("{user1000}.following"), key_slot("user1000"));
+        assert_eq!(key_slot("123456789"), 12739);
+        assert_eq!(key_slot("a{}b"), key_slot("a{}b"));
     }
 }

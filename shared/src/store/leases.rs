@@ -4,11 +4,10 @@
 use std::time::Duration;
 
 use redis::Value;
-use redis::aio::MultiplexedConnection;
 use redis::streams::StreamReadReply;
 
 use super::reply::{Reply, code};
-use super::{Store, StoreError, WORKER_GROUP, scripts};
+use super::{Conn, Store, StoreError, WORKER_GROUP, scripts};
 use crate::task::{TaskId, TaskStatus};
 
 /// A stream entry naming a task to claim.
@@ -120,7 +119,7 @@ impl Store {
     /// dedicated connection (see [`Store::blocking_connection`]).
     pub async fn read_deliveries(
         &self,
-        conn: &mut MultiplexedConnection,
+        conn: &mut Conn,
         shards: &[u8],
         consumer: &str,
         count: usize,

@@ -17,7 +17,7 @@ mod reply;
 mod scripts;
 mod tasks;
 
-pub use connection::Store;
+pub use connection::{Conn, Store};
 pub use error::StoreError;
 pub use keys::{Keys, ShardKeys, TaskKeys, TenantKeys, WORKER_GROUP};
 pub use leases::{Claim, Delivery, Finish, Lease, Parked, Reclaimed, Renewal};

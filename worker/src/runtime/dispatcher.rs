@@ -1,4 +1,11 @@
 //! Reads deliveries from the shard streams, as many as there are free slots, and claims them.
+//!
+//! On a standalone Redis one reader blocks on every shard stream at once, holding the free
+//! slots it reads for. A Cluster refuses a read across hash tags, so there each shard gets a
+//! reader of its own; those readers must not hold slots while they block (with more shards than
+//! slots, idle readers would starve busy shards), so each waits until a slot is free, reads at
+//! most one delivery, then takes a slot for it. Several readers may pass that check together:
+//! the surplus waits for a slot (at most one delivery per shard), pending under this consumer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +20,18 @@ const BLOCK: Duration = Duration::from_millis(1_000);
 
 pub(super) async fn run(shared: Arc<Shared>) {
     let shards: Vec<u8> = (0..shared.config.queue_shards.min(256)).map(|s| s as u8).collect();
+    if !shared.store.is_cluster() {
+        return read(shared, shards, true).await;
+    }
+    let readers: Vec<_> =
+        shards.into_iter().map(|shard| tokio::spawn(read(shared.clone(), vec![shard], false))).collect();
+    for reader in readers {
+        let _ = reader.await;
+    }
+}
+
+/// One reader over `shards`. With `hold_slots`, it holds the free slots while it blocks.
+async fn read(shared: Arc<Shared>, shards: Vec<u8>, hold_slots: bool) {
     let mut conn = None;
     let mut backoff = Duration::from_millis(100);
     while !shared.stop_claiming.is_cancelled() {
@@ -21,8 +40,14 @@ pub(super) async fn run(shared: Arc<Shared>) {
             () = shared.stop_claiming.cancelled() => return,
         };
         let mut permits = vec![first];
-        while let Ok(p) = shared.slots.clone().try_acquire_owned() {
-            permits.push(p);
+        if hold_slots {
+            while let Ok(p) = shared.slots.clone().try_acquire_owned() {
+                permits.push(p);
+            }
+        }
+        let count = permits.len();
+        if !hold_slots {
+            permits.clear();
         }
         if conn.is_none() {
             match shared.store.blocking_connection(BLOCK).await {
@@ -36,7 +61,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
             }
         }
         let Some(c) = conn.as_mut() else { continue };
-        match shared.store.read_deliveries(c, &shards, &shared.worker_id, permits.len(), BLOCK).await {
+        match shared.store.read_deliveries(c, &shards, &shared.worker_id, count, BLOCK).await {
             Ok(deliveries) => {
                 backoff = Duration::from_millis(100);
                 // COUNT applies per stream, so a read over several shards may deliver more

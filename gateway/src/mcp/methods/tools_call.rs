@@ -180,7 +180,10 @@ async fn create(
     let created = write_task(call, &id, tool, arguments, shape, answers).await?;
     let replicas = state.config.durability_replicas;
     if replicas > 0 {
-        let acked = state.store.wait_for_replicas(replicas, state.config.durability_timeout()).await;
+        let acked = state
+            .store
+            .wait_for_replicas(&state.store.keys().task(&id).record, replicas, state.config.durability_timeout())
+            .await;
         if !matches!(acked, Ok(n) if n >= replicas) {
             tracing::error!(task_id = %id, wanted = replicas, acked = ?acked.as_ref().ok(), "create not acknowledged by replicas; cancelling it");
             // Nobody holds the handle: cancel it so no work runs for it (best effort; it

@@ -1,0 +1,109 @@
+//! The whole lifecycle and listen against a local 3-master Redis Cluster (issue 8): every script
+//! stays inside one hash tag, deliveries are read shard by shard, and pub/sub reaches every
+//! process whichever node it is connected to.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use taskgate_shared::task::TaskId;
+use taskgate_tests::{Stack, meta_without_tasks};
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn statuses_of(message: &Value) -> Option<String> {
+    (message["method"] == "notifications/tasks").then(|| message["params"]["status"].as_str().unwrap().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_and_listen_on_a_cluster() {
+    let stack = Stack::builder().cluster(3).gateways(2).workers(2).spawn().await;
+    let (a, b) = (stack.client(0), stack.client(1));
+
+    // Input and listen across replicas.
+    let task_id = a.create_task("generate_report", json!({"size": "small"})).await;
+    let (request, mut stream) =
+        b.open_stream("subscriptions/listen", json!({"notifications": {"taskIds": [&task_id]}})).await;
+    assert_eq!(stream.status, 200);
+    let ack = stream.next_message(PATIENCE).await.expect("the acknowledgement");
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
+    assert_eq!(ack["params"]["notifications"]["taskIds"], json!([task_id]));
+    b.wait_for_status(&task_id, "input_required", PATIENCE).await;
+    let r =
+        b.update_task(&task_id, json!({"approve_outline": {"action": "accept", "content": {"approved": true}}})).await;
+    assert_eq!(r.result()["resultType"], "complete", "{}", r.text);
+    let done = a.wait_for_status(&task_id, "completed", PATIENCE).await;
+    assert!(done["result"]["structuredContent"].is_object(), "{done}");
+    let mut seen: Vec<String> = Vec::new();
+    while seen.last().map(String::as_str) != Some("completed") {
+        let message = stream.next_message(PATIENCE).await.expect("notifications until the end");
+        if let Some(status) = statuses_of(&message)
+            && seen.last() != Some(&status)
+        {
+            seen.push(status);
+        }
+    }
+    // The stream may open after `working`; it starts from the current snapshot.
+    assert!(seen.iter().any(|s| s == "input_required"), "{seen:?}");
+    let closing = stream.next_message(PATIENCE).await.expect("the closing result");
+    assert_eq!(closing["id"], request["id"]);
+    assert_eq!(closing["result"]["resultType"], "complete");
+
+    // Many tasks land on every shard, hence on every node, and all complete.
+    let mut ids = Vec::new();
+    for i in 0..48 {
+        let client = if i % 2 == 0 { &a } else { &b };
+        ids.push(client.create_task("sleep", json!({"ms": 0})).await);
+    }
+    for id in &ids {
+        a.wait_for_status(id, "completed", PATIENCE).await;
+    }
+    let shards: std::collections::HashSet<u8> = ids.iter().map(|id| TaskId::parse(id).unwrap().shard()).collect();
+    assert!(shards.len() >= 8, "tasks spread over shards: {shards:?}");
+    let mut nodes_with_tasks = 0;
+    for node in std::iter::once(&stack.redis).chain(&stack.cluster_nodes) {
+        let mut conn = node.connection().await;
+        let keys: i64 = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+        if keys > 0 {
+            nodes_with_tasks += 1;
+        }
+    }
+    assert_eq!(nodes_with_tasks, 3, "every master holds some of the state");
+
+    // A running task is cancelled through its worker's signal channel, across the cluster bus.
+    let running = a.create_task("sleep", json!({"ms": 60_000})).await;
+    a.wait_for_status(&running, "working", PATIENCE).await;
+    assert!(b.cancel_task(&running).await.result().is_object());
+    let r = a.wait_for_status(&running, "cancelled", Duration::from_secs(5)).await;
+    assert_eq!(r["statusMessage"], "Sleep was cancelled.");
+
+    // An inline call waits on the gateway's event subscription.
+    let r = a.call("tools/call", json!({"name": "noop", "arguments": {}, "_meta": meta_without_tasks()})).await;
+    assert_eq!(r.result()["resultType"], "complete", "{}", r.text);
+
+    for service in stack.gateways.iter().chain(&stack.workers) {
+        let log = service.log();
+        assert!(!log.contains("CROSSSLOT"), "a cross-slot command: {log}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_task_is_reclaimed_on_a_cluster() {
+    let mut stack = Stack::builder().cluster(3).workers(2).worker_args(&["--lease-ms", "1000"]).spawn().await;
+    let client = stack.client(0);
+    let task_id = client.create_task("sleep", json!({"ms": 1500})).await;
+    let id = TaskId::parse(&task_id).unwrap();
+    let key = stack.store().keys().task(&id).record;
+    let store = stack.store();
+    let holder = taskgate_tests::eventually(PATIENCE, "a worker to claim the task", || {
+        let (store, key) = (store.clone(), key.clone());
+        async move {
+            let mut conn = store.conn();
+            redis::cmd("HGET").arg(&key).arg("holder").query_async::<Option<String>>(&mut conn).await.ok().flatten()
+        }
+    })
+    .await;
+    let index: usize = holder.split('-').next().unwrap().trim_start_matches('w').parse().unwrap();
+    stack.workers[index].kill().await;
+    let done = client.wait_for_status(&task_id, "completed", PATIENCE).await;
+    assert_eq!(done["result"]["structuredContent"]["fencingToken"], 2, "the second claim finished it");
+}
