@@ -5,9 +5,12 @@ pub mod auth;
 mod catalogue;
 pub mod config;
 mod events;
+#[doc(hidden)]
+pub mod fuzzing;
 mod http;
 mod limits;
 mod mcp;
+mod metrics;
 mod mrtr;
 
 use std::sync::Arc;
@@ -60,6 +63,7 @@ impl AppState {
             tracing::warn!("no --request-state-keys: MRTR retries must reach this replica");
         }
         let store = Store::connect_lazy(&config.redis_url, &config.namespace, config.redis_timeout())?;
+        metrics::init();
         let catalogue = Arc::new(catalogue::CatalogueCache::new(store.clone()));
         let origin_policy = http::OriginPolicy::new(
             config.allowed_origins.clone(),
@@ -115,4 +119,9 @@ pub async fn run(
     refresher.abort();
     hub.abort();
     served
+}
+
+/// Unix time in milliseconds by this host's clock.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }

@@ -18,6 +18,7 @@ pub(crate) const RATE_LIMITED: i64 = -31429;
 
 /// The error for a refused request.
 pub(crate) fn refused(limit: Limit, retry_after_ms: u64) -> RpcError {
+    crate::metrics::METRICS.rate_limited.with_label_values(&[limit.as_str()]).inc();
     RpcError::new(ErrorKind::Application(RATE_LIMITED), "rate limit exceeded")
         .with_data(json!({ "limit": limit.as_str(), "retryAfterMs": retry_after_ms }))
 }

@@ -9,7 +9,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
-    taskgate_shared::telemetry::init_logging(config.log_format);
+    let _telemetry = taskgate_shared::telemetry::init(config.log_format, "taskgate-gateway");
     config.validate()?;
     if config.auth == AuthMode::None {
         tracing::warn!(listen = %config.listen, "AUTHENTICATION IS OFF (--auth none): every caller is tenant 'default', principal 'anonymous'");

@@ -48,6 +48,10 @@ pub struct Config {
     #[arg(long, env = "TASKGATE_MAX_RECLAIMS", default_value_t = 3)]
     pub max_reclaims: u32,
 
+    /// Serve `/metrics`, `/healthz` and `/readyz` on this address (off when unset).
+    #[arg(long, env = "TASKGATE_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+
     /// This worker's id (lease holder name). Defaults to host name, pid and a random suffix.
     #[arg(long, env = "TASKGATE_WORKER_ID")]
     pub worker_id: Option<String>,

@@ -2,6 +2,7 @@
 //! input, writes outcomes. Tool code runs only here.
 
 pub mod config;
+mod metrics;
 pub mod packs;
 mod runtime;
 pub mod tool;
@@ -24,6 +25,8 @@ pub enum StartError {
     Override(#[from] config::BadOverride),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    MetricsListen { addr: std::net::SocketAddr, source: std::io::Error },
 }
 
 /// Runs the worker until `shutdown` resolves, then drains (see the README's operations notes).
@@ -31,6 +34,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let tools = packs::registry(&config.tools)?;
     let specs = config.specs(&tools)?;
     let store = Store::connect_lazy(&config.redis_url, &config.namespace, config.redis_timeout())?;
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::MetricsListen { addr, source })?,
+        ),
+        None => None,
+    };
     let shared = Arc::new(runtime::Shared {
         worker_id: config.worker_id(),
         slots: Arc::new(Semaphore::new(config.concurrency as usize)),
@@ -43,6 +52,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         drain_over: CancellationToken::new(),
         executions: TaskTracker::new(),
     });
+    if let Some(listener) = metrics_listener {
+        tracing::info!(listen = ?listener.local_addr().ok(), "serving /metrics, /healthz and /readyz");
+        tokio::spawn(metrics::serve(shared.clone(), listener));
+    }
     runtime::run(shared, shutdown).await;
     Ok(())
 }

@@ -7,7 +7,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
-    taskgate_shared::telemetry::init_logging(config.log_format);
+    let _telemetry = taskgate_shared::telemetry::init(config.log_format, "taskgate-worker");
     taskgate_worker::run(config, shutdown_signal()).await?;
     Ok(())
 }

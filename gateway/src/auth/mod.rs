@@ -29,6 +29,17 @@ pub(crate) enum AuthError {
     InsufficientScope,
 }
 
+impl AuthError {
+    /// The reason, for logs and the `reason` label (a closed set of static strings).
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::Invalid(reason) => reason,
+            Self::InsufficientScope => "insufficient_scope",
+        }
+    }
+}
+
 /// The configured authentication mode.
 pub(crate) enum Authenticator {
     Anonymous,

@@ -4,7 +4,7 @@ mod guard;
 mod mirror;
 mod probes;
 pub(crate) mod reply;
-mod transport;
+pub(crate) mod transport;
 
 use axum::Router;
 use axum::routing::{get, post};
@@ -21,6 +21,7 @@ pub fn router(state: AppState) -> Router {
         .route("/mcp", post(transport::handle))
         .route("/healthz", get(probes::healthz))
         .route("/readyz", get(probes::readyz))
+        .route("/metrics", get(crate::metrics::serve))
         .route("/.well-known/oauth-protected-resource", get(probes::resource_metadata))
         .route("/.well-known/oauth-protected-resource/{*path}", get(probes::resource_metadata))
         .with_state(state)

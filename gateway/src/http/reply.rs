@@ -45,9 +45,16 @@ pub(crate) fn json(status: StatusCode, body: &Value) -> Response {
     response
 }
 
-/// A JSON-RPC error response.
+/// A JSON-RPC error response, marked with its outcome for the request metrics.
 pub(crate) fn error(status: StatusCode, id: &RequestId, err: &RpcError) -> Response {
-    json(status, &envelope::failure(id, err))
+    let mut response = json(status, &envelope::failure(id, err));
+    let outcome = if err.kind == ErrorKind::Internal || status.is_server_error() {
+        crate::metrics::Outcome::ServerError
+    } else {
+        crate::metrics::Outcome::ClientError
+    };
+    response.extensions_mut().insert(outcome);
+    response
 }
 
 /// A JSON-RPC error response with the status its stage implies.

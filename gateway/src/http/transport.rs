@@ -3,52 +3,122 @@
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use std::time::Instant;
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, Limited};
 use serde_json::Value;
-use taskgate_shared::protocol::{RpcError, envelope};
+use taskgate_shared::protocol::{Incoming, RpcError, envelope};
+use taskgate_shared::telemetry::trace;
+use tracing::Instrument as _;
 
 use super::reply;
 use crate::AppState;
 use crate::mcp;
+use crate::metrics::{self, METRICS, Outcome};
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 pub(crate) async fn handle(State(state): State<AppState>, request: Request) -> Response {
+    let started = Instant::now();
+    let request_id = request_id(request.headers());
+    let (method, mut response) = respond(&state, &request_id, request).await;
+    let outcome = match response.extensions().get::<Outcome>() {
+        Some(outcome) => *outcome,
+        None if response.status().is_server_error() => Outcome::ServerError,
+        None if response.status().is_client_error() => Outcome::ClientError,
+        None => Outcome::Ok,
+    };
+    METRICS.request(method, outcome, started.elapsed());
+    METRICS.response(response.status().as_u16());
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert(REQUEST_ID, value);
+    }
+    response
+}
+
+/// The request's id for logs: a sane `X-Request-Id` from the caller (or its load balancer), else
+/// a new one.
+fn request_id(headers: &HeaderMap) -> String {
+    headers
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            (1..=64).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+        })
+        .map_or_else(|| format!("req_{:016x}", rand::random::<u64>()), str::to_owned)
+}
+
+/// The request's `traceparent`: `_meta.traceparent` first, else the HTTP header; only if well
+/// formed.
+fn traceparent(headers: &HeaderMap, message: &Incoming) -> Option<String> {
+    let from_meta = message.params.as_ref().and_then(|p| p.get("_meta")).and_then(|m| m.get("traceparent"));
+    from_meta
+        .and_then(Value::as_str)
+        .or_else(|| headers.get("traceparent").and_then(|v| v.to_str().ok()))
+        .and_then(trace::parse_traceparent)
+}
+
+/// Answers one POST; returns the method label with the response.
+async fn respond(state: &AppState, request_id: &str, request: Request) -> (&'static str, Response) {
     let (parts, body) = request.into_parts();
+    let refused = |response| ("invalid", response);
     if let Err((status, err)) = state.origin_policy.check(&parts.headers, parts.uri.authority().map(|a| a.as_str())) {
-        return reply::error(status, &Value::Null, &err);
+        return refused(reply::error(status, &Value::Null, &err));
     }
     if let Err((status, err)) = negotiate(&parts.headers) {
-        return reply::error(status, &Value::Null, &err);
+        return refused(reply::error(status, &Value::Null, &err));
     }
-    let bytes = match read_body(&state, &parts.headers, body).await {
+    let bytes = match read_body(state, &parts.headers, body).await {
         Ok(bytes) => bytes,
-        Err((status, err)) => return reply::error(status, &Value::Null, &err),
+        Err((status, err)) => return refused(reply::error(status, &Value::Null, &err)),
     };
     let message = match envelope::parse(&bytes) {
         Ok(message) => message,
-        Err(bad) => return reply::rpc_error(&bad.id, &bad.error, reply::Stage::Envelope),
+        Err(bad) => return refused(reply::rpc_error(&bad.id, &bad.error, reply::Stage::Envelope)),
     };
-    let principal = match state.auth.authenticate(&parts.headers).await {
-        Ok(principal) => principal,
-        Err(err) => {
-            tracing::info!(reason = ?err, "request refused by authentication");
-            let id = message.id.clone().unwrap_or(Value::Null);
-            return match &state.challenge {
-                Some(challenge) => challenge.respond(&err, &id),
-                None => reply::error(StatusCode::UNAUTHORIZED, &id, &RpcError::internal()),
-            };
-        }
-    };
-    if message.is_notification() {
-        // Core defines no client-to-server notifications over HTTP; accepting is all there is.
-        return StatusCode::ACCEPTED.into_response();
+    let method = metrics::method_label(&message.method);
+    let span = tracing::info_span!(
+        "mcp.request",
+        otel.name = method,
+        otel.kind = "server",
+        rpc.system = "jsonrpc",
+        method,
+        request_id,
+        tenant = tracing::field::Empty,
+        task_id = tracing::field::Empty,
+    );
+    if let Some(parent) = traceparent(&parts.headers, &message) {
+        trace::set_parent(&span, &parent);
     }
-    mcp::handle(&state, &parts.headers, principal, message).await
+    let response = async {
+        let principal = match state.auth.authenticate(&parts.headers).await {
+            Ok(principal) => principal,
+            Err(err) => {
+                tracing::info!(reason = err.label(), "request refused by authentication");
+                METRICS.auth_failures.with_label_values(&[err.label()]).inc();
+                let id = message.id.clone().unwrap_or(Value::Null);
+                return match &state.challenge {
+                    Some(challenge) => challenge.respond(&err, &id),
+                    None => reply::error(StatusCode::UNAUTHORIZED, &id, &RpcError::internal()),
+                };
+            }
+        };
+        tracing::Span::current().record("tenant", principal.tenant.as_str());
+        if message.is_notification() {
+            // Core defines no client-to-server notifications over HTTP; accepting is all there is.
+            return StatusCode::ACCEPTED.into_response();
+        }
+        mcp::handle(state, &parts.headers, principal, message).await
+    }
+    .instrument(span)
+    .await;
+    (method, response)
 }
 
 /// `Content-Type` must be JSON (415) and `Accept` must list both JSON and SSE (406).
-fn negotiate(headers: &HeaderMap) -> Result<(), (StatusCode, RpcError)> {
+pub(crate) fn negotiate(headers: &HeaderMap) -> Result<(), (StatusCode, RpcError)> {
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(media_type);
     if content_type.as_deref() != Some("application/json") {
         let err = RpcError::invalid_request("Content-Type must be application/json");

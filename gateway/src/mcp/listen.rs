@@ -20,6 +20,7 @@ use taskgate_shared::task::{Owner, Snapshot, TaskId};
 use tokio_util::sync::CancellationToken;
 
 use crate::events::{Wake, Watch};
+use crate::metrics::METRICS;
 
 /// Open listen streams per principal on this replica.
 #[derive(Default)]
@@ -40,12 +41,14 @@ impl StreamCounts {
             return None;
         }
         *open += 1;
+        METRICS.sse_streams.inc();
         Some(StreamSlot { counts: self.clone(), key })
     }
 }
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
+        METRICS.sse_streams.dec();
         if let Ok(mut counts) = self.counts.0.lock()
             && let Some(open) = counts.get_mut(&self.key)
         {
@@ -187,6 +190,9 @@ impl Listen {
         if task.done || snapshot.version <= task.last_version {
             return false;
         }
+        if task.last_version > 0 && snapshot.version > task.last_version + 1 {
+            METRICS.sse_coalesced.inc_by(snapshot.version - task.last_version - 1);
+        }
         task.last_version = snapshot.version;
         task.done = snapshot.status.is_terminal();
         true
@@ -217,6 +223,9 @@ impl Listen {
                 match self.store.get_task(&id).await {
                     Ok(Some(snapshot)) if snapshot.owner == self.owner => {
                         if self.take(&snapshot) {
+                            // Both clocks are wall clocks: Redis `TIME` wrote `updated`.
+                            let lag_ms = crate::now_ms().saturating_sub(snapshot.updated_at_ms.max(0) as u64);
+                            METRICS.sse_lag.observe(lag_ms as f64 / 1000.0);
                             return Some(self.notification(&snapshot));
                         }
                     }

@@ -19,6 +19,8 @@ use serde_json::{Map, Value};
 use taskgate_shared::protocol::{Incoming, RpcError, ValidMeta, meta};
 
 use taskgate_shared::store::StoreError;
+use taskgate_shared::telemetry::metrics::TASKS;
+use taskgate_shared::telemetry::trace;
 use taskgate_shared::task::TaskId;
 
 use crate::AppState;
@@ -27,7 +29,7 @@ use crate::http::reply::{self, Stage};
 
 /// The methods taskgate serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Method {
+pub(crate) enum Method {
     Discover,
     ToolsList,
     ToolsCall,
@@ -72,7 +74,7 @@ pub(crate) struct Call<'a> {
 /// Runs one request through the ladder and the method.
 pub(crate) async fn handle(state: &AppState, headers: &HeaderMap, principal: Principal, message: Incoming) -> Response {
     let id = message.id.clone().unwrap_or(Value::Null);
-    let (method, params, meta) = match admit(state, headers, &message) {
+    let (method, params, meta) = match admit(state.config.strict_headers, headers, &message) {
         Ok(admitted) => admitted,
         Err(err) => return reply::rpc_error(&id, &err, Stage::Envelope),
     };
@@ -108,16 +110,16 @@ pub(crate) async fn handle(state: &AppState, headers: &HeaderMap, principal: Pri
     }
 }
 
-/// Steps 1–6 of the ladder.
-fn admit<'m>(
-    state: &AppState,
+/// Steps 1–6 of the ladder: nothing here reads Redis.
+pub(crate) fn admit<'m>(
+    strict_headers: bool,
     headers: &HeaderMap,
     message: &'m Incoming,
 ) -> Result<(Method, &'m Map<String, Value>, ValidMeta), RpcError> {
     let method = Method::route(&message.method)?;
     let params = message.params_object()?;
     let meta = meta::validate(params, |version| {
-        crate::http::check_mirrored_headers(headers, version, &message.method, params, state.config.strict_headers)
+        crate::http::check_mirrored_headers(headers, version, &message.method, params, strict_headers)
     })?;
     if method.requires_tasks_extension() && !meta.declares_tasks() {
         return Err(RpcError::missing_tasks_extension());
@@ -131,8 +133,11 @@ pub(crate) fn task_not_found() -> RpcError {
 }
 
 /// `params.taskId`, parsed. Anything that is not a well-formed id is simply not found.
+/// Well-formed ids are recorded on the request's span, so every log line names the task.
 pub(crate) fn task_id(params: &Map<String, Value>) -> Result<TaskId, RpcError> {
-    params.get("taskId").and_then(Value::as_str).and_then(TaskId::parse).ok_or_else(task_not_found)
+    let id = params.get("taskId").and_then(Value::as_str).and_then(TaskId::parse).ok_or_else(task_not_found)?;
+    tracing::Span::current().record("task_id", id.as_str());
+    Ok(id)
 }
 
 /// Storage failures are logged here, once, and reach the client as a bare -32603.
@@ -162,7 +167,10 @@ pub(crate) async fn write_task(
     let arguments = arguments.to_string();
     let answers: Vec<(String, String)> = answers.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
     let capabilities = Value::Object(call.meta.capabilities.clone()).to_string();
-    state
+    // The worker's span joins the trace as a child of this request's span when traces are
+    // exported; otherwise the client's own context is passed on.
+    let traceparent = trace::traceparent_of(&tracing::Span::current()).or_else(|| client_traceparent(call));
+    let created = state
         .store
         .create_task(taskgate_shared::store::NewTask {
             id,
@@ -172,11 +180,25 @@ pub(crate) async fn write_task(
             ttl_ms: shape.ttl_ms,
             poll_interval_ms: shape.poll_interval_ms,
             status_message: shape.status_message,
-            traceparent: call.meta.traceparent.as_deref(),
+            traceparent: traceparent.as_deref(),
             client_capabilities: &capabilities,
             answers: &answers,
             counted: state.config.tenant_max_active_tasks > 0,
         })
         .await
-        .map_err(storage_error)
+        .map_err(storage_error)?;
+    tracing::Span::current().record("task_id", id.as_str());
+    crate::metrics::METRICS.tasks_created.with_label_values(&[tool]).inc();
+    TASKS.transition("none", "working");
+    Ok(created)
+}
+
+/// The client's W3C trace context: `_meta.traceparent`, else the `traceparent` header; only
+/// if well formed.
+pub(crate) fn client_traceparent(call: &Call<'_>) -> Option<String> {
+    call.meta
+        .traceparent
+        .as_deref()
+        .or_else(|| call.headers.get("traceparent").and_then(|v| v.to_str().ok()))
+        .and_then(trace::parse_traceparent)
 }

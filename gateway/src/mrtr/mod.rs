@@ -1,7 +1,7 @@
 //! Multi round-trip requests (SEP-2322) for `tools/call`: the continuation state, the answers
 //! gathered so far, and the capability gate on what may be asked.
 
-mod state;
+pub(crate) mod state;
 
 use std::collections::BTreeMap;
 

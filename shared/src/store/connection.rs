@@ -15,7 +15,11 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisFuture, Value};
 
+use tracing::Instrument as _;
+
 use super::{Keys, StoreError, scripts};
+use crate::telemetry::metrics::REDIS;
+use crate::telemetry::trace;
 
 /// A connection of either kind. Cheap to clone; clones share sockets.
 #[derive(Clone)]
@@ -28,13 +32,16 @@ enum Inner {
     Cluster(ClusterConnection),
 }
 
+/// Every command is timed and counted (`taskgate_redis_*`), and gets a span when traces are
+/// exported.
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match &mut self.0 {
+        let sent = match &mut self.0 {
             Inner::Managed(c) => c.req_packed_command(cmd),
             Inner::Direct(c) => c.req_packed_command(cmd),
             Inner::Cluster(c) => c.req_packed_command(cmd),
-        }
+        };
+        Box::pin(observed(command_label(cmd), sent))
     }
 
     fn req_packed_commands<'a>(
@@ -43,11 +50,12 @@ impl ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        match &mut self.0 {
+        let sent = match &mut self.0 {
             Inner::Managed(c) => c.req_packed_commands(pipeline, offset, count),
             Inner::Direct(c) => c.req_packed_commands(pipeline, offset, count),
             Inner::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
+        };
+        Box::pin(observed("pipeline", sent))
     }
 
     fn get_db(&self) -> i64 {
@@ -57,6 +65,35 @@ impl ConnectionLike for Conn {
             Inner::Cluster(c) => c.get_db(),
         }
     }
+}
+
+async fn observed<T>(command: &'static str, sent: RedisFuture<'_, T>) -> redis::RedisResult<T> {
+    let start = std::time::Instant::now();
+    let reply = if trace::enabled() {
+        sent.instrument(tracing::info_span!("redis", otel.name = command, db.system = "redis")).await
+    } else {
+        sent.await
+    };
+    REDIS.observe(command, start.elapsed(), reply.is_err());
+    reply
+}
+
+/// The metric label of a command: its name, or `script:<name>` for one of ours. Only names
+/// taskgate sends are possible; anything else is `other`.
+fn command_label(cmd: &Cmd) -> &'static str {
+    let mut args = cmd.args_iter().filter_map(|arg| match arg {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    let Some(name) = args.next() else { return "other" };
+    if name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL") {
+        return args.next().and_then(scripts::label_of).unwrap_or("script:other");
+    }
+    const KNOWN: &[&str] = &[
+        "PING", "HMGET", "HGET", "HGETALL", "HSET", "HDEL", "DEL", "ZADD", "ZREM", "ZRANGEBYSCORE", "XREADGROUP",
+        "XAUTOCLAIM", "XGROUP", "XINFO", "XRANGE", "XPENDING", "XLEN", "WAIT", "SCRIPT", "PUBLISH", "EXISTS",
+    ];
+    KNOWN.iter().find(|known| name.eq_ignore_ascii_case(known.as_bytes())).copied().unwrap_or("other")
 }
 
 /// Where Redis is.

@@ -1,6 +1,7 @@
 //! The worker's operations: read deliveries, claim with a fenced lease, renew, report status,
 //! park for input, finish, release, and reap expired leases.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::Value;
@@ -410,4 +411,87 @@ fn stream_entry(v: &Value) -> Option<Delivery> {
     let fields: Vec<String> = fields.iter().filter_map(super::reply::as_string).collect();
     let id = fields.chunks_exact(2).find(|kv| kv[0] == "id").map(|kv| kv[1].clone())?;
     Some(Delivery { task_id: TaskId::parse(&id)?, entry_id })
+}
+
+/// The dispatch backlog: tasks enqueued and not yet claimed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// Entries not yet delivered plus entries delivered but not yet claimed.
+    pub depth: u64,
+    /// Enqueue time (ms, from the stream entry id) of the oldest such entry.
+    pub oldest_ms: Option<u64>,
+}
+
+impl Store {
+    /// Reads the backlog of every shard: 2 round trips per shard, each within one slot.
+    pub async fn backlog(&self, shards: u16) -> Result<Backlog, StoreError> {
+        let reads = (0..shards.min(256)).map(|shard| self.shard_backlog(shard as u8));
+        let mut total = Backlog::default();
+        for shard in futures::future::join_all(reads).await {
+            let shard = shard?;
+            total.depth += shard.depth;
+            total.oldest_ms = match (total.oldest_ms, shard.oldest_ms) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        Ok(total)
+    }
+
+    async fn shard_backlog(&self, shard: u8) -> Result<Backlog, StoreError> {
+        let stream = self.keys().shard(shard).stream;
+        let mut conn = self.conn();
+        let (groups, pending): (Vec<HashMap<String, Value>>, Value) = redis::pipe()
+            .cmd("XINFO")
+            .arg("GROUPS")
+            .arg(&stream)
+            .cmd("XPENDING")
+            .arg(&stream)
+            .arg(WORKER_GROUP)
+            .query_async(&mut conn)
+            .await?;
+        let Some(group) = groups.iter().find(|g| g.get("name").and_then(super::reply::as_string).as_deref() == Some(WORKER_GROUP))
+        else {
+            return Ok(Backlog::default());
+        };
+        let int = |field: &str| match group.get(field) {
+            Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
+            _ => 0,
+        };
+        // Summary form: [count, smallest id, greatest id, consumers].
+        let (pending_count, oldest_pending) = match &pending {
+            Value::Array(parts) => (
+                match parts.first() {
+                    Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
+                    _ => 0,
+                },
+                parts.get(1).and_then(super::reply::as_string).and_then(|id| entry_ms(&id)),
+            ),
+            _ => (0, None),
+        };
+        let lag = int("lag");
+        let mut oldest = oldest_pending;
+        if lag > 0 {
+            let last = group.get("last-delivered-id").and_then(super::reply::as_string).unwrap_or_else(|| "0-0".into());
+            let next: Vec<(String, HashMap<String, String>)> = redis::cmd("XRANGE")
+                .arg(&stream)
+                .arg(format!("({last}"))
+                .arg("+")
+                .arg("COUNT")
+                .arg(1)
+                .query_async(&mut conn)
+                .await?;
+            let undelivered = next.first().and_then(|(id, _)| entry_ms(id));
+            oldest = match (oldest, undelivered) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        Ok(Backlog { depth: lag + pending_count, oldest_ms: oldest })
+    }
+}
+
+/// The milliseconds part of a stream entry id (`<ms>-<seq>`): when it was added.
+pub fn entry_ms(id: &str) -> Option<u64> {
+    id.split_once('-').and_then(|(ms, _)| ms.parse().ok())
 }

@@ -24,6 +24,28 @@ script!(RELEASE_TASK, "scripts/release_task.lua");
 script!(ADMIT, "scripts/admit.lua");
 script!(POLL_TASK, "scripts/poll_task.lua");
 
+/// The script's label for metrics and spans (`script:<name>`), by its SHA-1.
+pub(super) fn label_of(sha: &[u8]) -> Option<&'static str> {
+    static NAMES: LazyLock<Vec<(String, &'static str)>> = LazyLock::new(|| {
+        let names = [
+            "script:create_task",
+            "script:claim_task",
+            "script:extend_lease",
+            "script:set_status",
+            "script:request_input",
+            "script:accept_input",
+            "script:finish_task",
+            "script:cancel_task",
+            "script:reclaim_task",
+            "script:release_task",
+            "script:admit",
+            "script:poll_task",
+        ];
+        all().iter().zip(names).map(|(script, name)| (script.get_hash().to_owned(), name)).collect()
+    });
+    NAMES.iter().find(|(hash, _)| hash.as_bytes() == sha).map(|(_, name)| *name)
+}
+
 /// Every script, for loading at boot so a broken one fails start-up rather than a request.
 pub(super) fn all() -> [&'static Script; 12] {
     [

@@ -38,6 +38,8 @@ pub enum Answered {
     Applied {
         version: u64,
         resumed: bool,
+        /// When resumed: how long the task waited in `input_required`.
+        waited: Option<std::time::Duration>,
     },
 }
 
@@ -46,8 +48,8 @@ pub enum Answered {
 pub enum CancelOutcome {
     NotFound,
     AlreadyTerminal,
-    /// Queued or parked: cancelled at once.
-    Cancelled,
+    /// Queued or parked: cancelled at once, from this status.
+    Cancelled { from: TaskStatus },
     /// Running: flagged, and the lease holder signalled.
     Signalled,
 }
@@ -129,7 +131,11 @@ impl Store {
         }
         let reply = Reply::new(call.invoke_async(&mut self.conn()).await?);
         Ok(match reply.code()? {
-            code::OK => Answered::Applied { version: reply.int(1)? as u64, resumed: reply.int(2)? == 1 },
+            code::OK => Answered::Applied {
+                version: reply.int(1)? as u64,
+                resumed: reply.int(2)? == 1,
+                waited: u64::try_from(reply.int(3)?).ok().map(std::time::Duration::from_millis),
+            },
             code::NOTHING => Answered::Ignored,
             code::NOT_FOUND => Answered::NotFound,
             _ => return Err(reply.unexpected_code()),
@@ -162,7 +168,9 @@ impl Store {
             .await?;
         let reply = Reply::new(reply);
         Ok(match reply.code()? {
-            code::OK => CancelOutcome::Cancelled,
+            code::OK => CancelOutcome::Cancelled {
+                from: TaskStatus::parse(&reply.string(2)?).ok_or_else(|| reply.unexpected_code())?,
+            },
             2 => CancelOutcome::Signalled,
             code::NOTHING => CancelOutcome::AlreadyTerminal,
             code::NOT_FOUND => CancelOutcome::NotFound,

@@ -10,10 +10,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use taskgate_shared::store::Delivery;
+use taskgate_shared::store::{Delivery, entry_ms};
+use taskgate_shared::telemetry::metrics::TASKS;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::{Shared, execution};
+use crate::metrics::METRICS;
 
 /// How long one `XREADGROUP` blocks; also how quickly a drain is noticed.
 const BLOCK: Duration = Duration::from_millis(1_000);
@@ -101,7 +103,14 @@ pub(super) fn spawn_claim(shared: &Arc<Shared>, delivery: Delivery, permit: Owne
     let shared2 = shared.clone();
     shared.executions.spawn(async move {
         match shared2.store.claim(&delivery, &shared2.worker_id, shared2.config.lease()).await {
-            Ok(Some(claim)) => execution::run(shared2, claim).await,
+            Ok(Some(claim)) => {
+                METRICS.leases_taken.inc();
+                if let Some(enqueued) = entry_ms(&delivery.entry_id) {
+                    let waited = super::now_ms().saturating_sub(enqueued);
+                    TASKS.left_state("queued", Duration::from_millis(waited));
+                }
+                execution::run(shared2, claim).await
+            }
             Ok(None) => {}
             // The entry stays pending under this consumer; the reaper hands it on later.
             Err(err) => tracing::warn!(task_id = %delivery.task_id, error = %err, "claim failed"),

@@ -2,13 +2,18 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde_json::Value;
 use taskgate_shared::protocol::RpcError;
 use taskgate_shared::store::{Claim, Finish, Lease, Parked};
 use taskgate_shared::task::TaskId;
+use taskgate_shared::telemetry::metrics::TASKS;
+use taskgate_shared::telemetry::trace;
+use tracing::Instrument as _;
 
 use super::Shared;
+use crate::metrics::METRICS;
 use crate::tool::{ToolContext, ToolError, ToolOutput};
 
 const CANCELLED: &str = "Cancellation was acknowledged by the worker.";
@@ -24,7 +29,39 @@ enum Outcome {
     Release,
 }
 
+impl Outcome {
+    /// The `outcome` label of the tool's run time.
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Done(Ok(_)) => "completed",
+            Self::Done(Err(ToolError::Rpc(_))) | Self::Panicked => "failed",
+            Self::Done(Err(ToolError::Cancelled(_))) | Self::CancelIgnored => "cancelled",
+            Self::Done(Err(ToolError::Suspend)) => "input_required",
+            Self::Done(Err(ToolError::LeaseLost)) | Self::LeaseLost => "lease_lost",
+            Self::Release => "released",
+        }
+    }
+}
+
+/// Runs the claimed task inside its execution span, which joins the trace of the request that
+/// created the task (the record's traceparent).
 pub(super) async fn run(shared: Arc<Shared>, claim: Claim) {
+    let span = tracing::info_span!(
+        "task.execute",
+        otel.name = "task.execute",
+        otel.kind = "consumer",
+        task_id = %claim.task_id,
+        tool = %claim.tool,
+        fence = claim.fence,
+    );
+    if let Some(parent) = claim.traceparent.as_deref().and_then(trace::parse_traceparent) {
+        trace::set_parent(&span, &parent);
+    }
+    execute(shared, claim).instrument(span).await
+}
+
+async fn execute(shared: Arc<Shared>, claim: Claim) {
+    let started = Instant::now();
     let task_id = claim.task_id.clone();
     let held = shared.held.insert(task_id.clone(), claim.fence);
     if claim.cancel_requested {
@@ -50,7 +87,8 @@ pub(super) async fn run(shared: Arc<Shared>, claim: Claim) {
                 held.cancel.clone(),
             ));
             let run_ctx = ctx.clone();
-            let mut handle = tokio::spawn(async move { tool.call(arguments, &run_ctx).await });
+            let mut handle =
+                tokio::spawn(async move { tool.call(arguments, &run_ctx).await }.instrument(tracing::Span::current()));
             let grace = shared.config.cancel_grace();
             let outcome = tokio::select! {
                 joined = &mut handle => match joined {
@@ -63,8 +101,14 @@ pub(super) async fn run(shared: Arc<Shared>, claim: Claim) {
                 () = shared.drain_over.cancelled() => Outcome::Release,
             };
             handle.abort();
+            METRICS.tool_run(&claim.tool, outcome.label(), started.elapsed());
             if let Outcome::Done(Err(ToolError::Suspend)) = outcome {
-                if park(&shared, &task_id, claim.fence, &ctx).await {
+                let parked = park(&shared, &task_id, claim.fence, &ctx).await;
+                if let Some(to) = parked {
+                    TASKS.transition("working", to);
+                    TASKS.left_state("working", started.elapsed());
+                }
+                if parked.is_some_and(|to| to != "input_required") {
                     super::reaper::release_active(&shared, &claim.tenant, &task_id).await;
                 }
                 shared.held.remove(&task_id);
@@ -73,14 +117,17 @@ pub(super) async fn run(shared: Arc<Shared>, claim: Claim) {
             outcome
         }
     };
-    if write(&shared, &task_id, claim.fence, outcome).await {
+    if let Some(to) = write(&shared, &task_id, claim.fence, outcome).await {
+        TASKS.transition("working", to);
+        TASKS.left_state("working", started.elapsed());
         super::reaper::release_active(&shared, &claim.tenant, &task_id).await;
     }
     shared.held.remove(&task_id);
 }
 
-/// Parks the task; `true` when it ended instead (cancelled, or failed on a reused key).
-async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) -> bool {
+/// Parks the task; the status it left `working` for (`input_required`, or the terminal status
+/// it ended in instead), `None` when nothing was written.
+async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) -> Option<&'static str> {
     let (pending, message) = ctx.take_pending();
     // Never park for input the task's creator cannot give: the task fails with -32021 instead.
     let capabilities = ctx.client_capabilities().as_object().cloned().unwrap_or_default();
@@ -95,15 +142,16 @@ async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) 
     match shared.store.request_input(lease, message.as_deref(), &requests, CANCELLED).await {
         Ok(Parked::Parked) => {
             tracing::info!(task_id = %task_id, keys = requests.len(), "parked for input");
-            false
+            Some("input_required")
         }
         Ok(Parked::CancelledInstead) => {
             tracing::info!(task_id = %task_id, "cancelled while asking for input");
-            true
+            Some("cancelled")
         }
         Ok(Parked::LeaseLost) => {
             tracing::warn!(task_id = %task_id, "lease lost before parking; nothing written");
-            false
+            METRICS.fenced_refusals.inc();
+            None
         }
         Ok(Parked::KeyReused(key)) => {
             tracing::error!(task_id = %task_id, key = %key, "tool asked an input key that was issued before");
@@ -115,15 +163,20 @@ async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) 
         }
         Err(err) => {
             tracing::error!(task_id = %task_id, error = %err, "parking failed; the lease will expire and the task rerun");
-            false
+            None
         }
     }
 }
 
-/// Writes the outcome; `true` when the task is now terminal.
-async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) -> bool {
+/// Writes the outcome; the terminal status when the task is now terminal.
+async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) -> Option<&'static str> {
     let lease = Lease { task_id, worker: &shared.worker_id, fence };
     let store = &shared.store;
+    let mut status = match &outcome {
+        Outcome::Done(Ok(_)) => "completed",
+        Outcome::Done(Err(ToolError::Cancelled(_))) | Outcome::CancelIgnored => "cancelled",
+        _ => "failed",
+    };
     let written = match outcome {
         Outcome::Done(Ok(output)) => {
             let (result, message) = output.into_stored();
@@ -132,6 +185,7 @@ async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) 
             if result.len() > cap {
                 // Never stored in part: the task fails with the reason instead.
                 tracing::warn!(task_id = %task_id, bytes = result.len(), cap, "result over the size cap");
+                status = "failed";
                 let error = RpcError::new(
                     taskgate_shared::protocol::ErrorKind::Internal,
                     format!("the tool's result was {} bytes, over the {cap}-byte limit", result.len()),
@@ -164,33 +218,37 @@ async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) 
             return match store.release(lease, CANCELLED).await {
                 Ok(Some(ended)) => {
                     tracing::info!(task_id = %task_id, fence, "lease released");
-                    ended
+                    ended.then_some("cancelled")
                 }
-                Ok(None) => false,
+                Ok(None) => {
+                    METRICS.fenced_refusals.inc();
+                    None
+                }
                 Err(err) => {
                     tracing::error!(task_id = %task_id, error = %err, "release failed; the lease will expire");
-                    false
+                    None
                 }
             };
         }
         Outcome::Done(Err(ToolError::LeaseLost)) | Outcome::LeaseLost => {
             tracing::warn!(task_id = %task_id, fence, "lease lost; result dropped");
-            return false;
+            return None;
         }
-        Outcome::Done(Err(ToolError::Suspend)) => return false,
+        Outcome::Done(Err(ToolError::Suspend)) => return None,
     };
     match written {
         Ok(true) => {
             tracing::info!(task_id = %task_id, fence, "outcome written");
-            true
+            Some(status)
         }
         Ok(false) => {
             tracing::warn!(task_id = %task_id, fence, "write refused by fencing: lease lost");
-            false
+            METRICS.fenced_refusals.inc();
+            None
         }
         Err(err) => {
             tracing::error!(task_id = %task_id, error = %err, "outcome not written; the lease will expire and the task rerun");
-            false
+            None
         }
     }
 }

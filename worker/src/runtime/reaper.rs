@@ -10,7 +10,10 @@ use std::time::Duration;
 use serde_json::json;
 use taskgate_shared::store::Reclaimed;
 
+use taskgate_shared::telemetry::metrics::TASKS;
+
 use super::{Shared, dispatcher, now_ms};
+use crate::metrics::METRICS;
 
 const BATCH: usize = 100;
 
@@ -54,13 +57,18 @@ async fn reclaim_shard(shared: &Shared, shard: u8, failure: &str) {
         match outcome {
             Ok(Reclaimed::Nothing) => {}
             Ok(Reclaimed::Requeued) => {
+                METRICS.leases_reclaimed.inc();
                 tracing::info!(task_id = %id, "lease expired; task requeued")
             }
             Ok(Reclaimed::Failed { tenant }) => {
+                METRICS.leases_reclaimed.inc();
+                TASKS.transition("working", "failed");
                 tracing::warn!(task_id = %id, "lease expired too often; task failed");
                 release_active(shared, &tenant, &id).await;
             }
             Ok(Reclaimed::Cancelled { tenant }) => {
+                METRICS.leases_reclaimed.inc();
+                TASKS.transition("working", "cancelled");
                 tracing::info!(task_id = %id, "lease expired on a cancelled task; task cancelled");
                 release_active(shared, &tenant, &id).await;
             }

@@ -8,6 +8,7 @@ use futures::future::join_all;
 use taskgate_shared::store::{Lease, Renewal};
 
 use super::Shared;
+use crate::metrics::METRICS;
 
 pub(super) async fn run(shared: Arc<Shared>) {
     let lease = shared.config.lease();
@@ -24,12 +25,14 @@ pub(super) async fn run(shared: Arc<Shared>) {
         for ((id, task), renewal) in held.iter().zip(join_all(renewals).await) {
             match renewal {
                 Ok(Renewal::Held { cancel_requested }) => {
+                    METRICS.leases_renewed.inc();
                     if cancel_requested {
                         task.cancel.cancel();
                     }
                 }
                 Ok(Renewal::Lost) => {
                     tracing::warn!(task_id = %id, fence = task.fence, "lease lost");
+                    METRICS.leases_expired.inc();
                     task.lost.cancel();
                 }
                 // Transient: the lease may still be valid; the next round tries again.

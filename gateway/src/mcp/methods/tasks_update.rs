@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 use taskgate_shared::protocol::{RpcError, result};
 use taskgate_shared::store::Answered;
+use taskgate_shared::telemetry::metrics::TASKS;
 
 use crate::mcp::{Call, storage_error, task_id, task_not_found};
 
@@ -33,6 +34,13 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
     }
     match call.state.store.answer_inputs(&id, &owner, &answers, None).await.map_err(storage_error)? {
         Answered::NotFound => Err(task_not_found()),
+        Answered::Applied { resumed: true, waited, .. } => {
+            TASKS.transition("input_required", "working");
+            if let Some(waited) = waited {
+                TASKS.left_state("input_required", waited);
+            }
+            Ok(result::ack())
+        }
         Answered::Ignored | Answered::Applied { .. } => Ok(result::ack()),
     }
 }

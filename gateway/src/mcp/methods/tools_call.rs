@@ -55,7 +55,7 @@ pub(crate) async fn run(call: &Call<'_>, request_id: &Value) -> Result<CallOutco
         &call.state.request_state_keys,
         call.params,
         &binding.expected(),
-        now_ms(),
+        crate::now_ms(),
         call.state.config.max_input_response_bytes,
     )?;
 
@@ -147,7 +147,7 @@ impl Binding {
             method: "tools/call".into(),
             tool: self.tool.clone(),
             args: self.args_digest.clone(),
-            exp: now_ms() + self.ttl_ms,
+            exp: crate::now_ms() + self.ttl_ms,
             answers,
         }
     }
@@ -155,10 +155,6 @@ impl Binding {
     fn sign(&self, call: &Call<'_>, answers: BTreeMap<String, Value>) -> String {
         call.state.request_state_keys.sign(&self.payload(answers))
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// Writes the task and confirms it is durable before any handle leaves (invariant 5).

@@ -4,11 +4,12 @@
 -- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] answers hash   KEYS[4] shard stream
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] events channel
 -- ARGV[5] status message when resumed ('' = keep)   ARGV[6..] key, response JSON pairs
--- Returns {1, version, resumed 0|1} | {0} nothing applied | {-1} not found (or not the owner).
+-- Returns {1, version, resumed 0|1, ms spent in input_required when resumed (else -1)}
+--       | {0} nothing applied | {-1} not found (or not the owner).
 -- Publishes "<id> <version> <status>" when anything changed.
 local rcall = redis.call
 local record, inputs, answers, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'created', 'ttl')
+local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'created', 'ttl', 'parked')
 if not f[1] or f[1] ~= ARGV[2] or f[2] ~= ARGV[3] then return {-1} end
 if f[3] ~= 'input_required' then return {0} end
 local applied = 0
@@ -22,9 +23,10 @@ if applied == 0 then return {0} end
 rcall('PEXPIREAT', answers, tonumber(f[4]) + tonumber(f[5]))
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local status, resumed = 'input_required', 0
+local status, resumed, waited = 'input_required', 0, -1
 if rcall('EXISTS', inputs) == 0 then
   status, resumed = 'working', 1
+  if f[6] then waited = now - tonumber(f[6]) end
   rcall('HSET', record, 'status', status)
   if ARGV[5] ~= '' then rcall('HSET', record, 'msg', ARGV[5]) end
   rcall('XADD', stream, '*', 'id', ARGV[1])
@@ -32,4 +34,4 @@ end
 rcall('HSET', record, 'updated', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
 rcall('PUBLISH', ARGV[4], ARGV[1] .. ' ' .. ver .. ' ' .. status)
-return {1, ver, resumed}
+return {1, ver, resumed, waited}

@@ -5,7 +5,7 @@
 -- KEYS[1] task record   KEYS[2] inputs hash
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] status message
 -- ARGV[5] events channel   ARGV[6] signal channel prefix (the holder's id is appended)
--- Returns {1, version} cancelled | {2} flagged, holder signalled | {0} already terminal
+-- Returns {1, version, status before} cancelled | {2} flagged, holder signalled | {0} already terminal
 --       | {-1} not found (or not the owner).
 local rcall = redis.call
 local record, inputs = KEYS[1], KEYS[2]
@@ -24,4 +24,4 @@ rcall('DEL', inputs)
 rcall('HSET', record, 'status', 'cancelled', 'msg', ARGV[4], 'updated', now, 'cancel', 1)
 local ver = rcall('HINCRBY', record, 'ver', 1)
 rcall('PUBLISH', ARGV[5], ARGV[1] .. ' ' .. ver .. ' cancelled')
-return {1, ver}
+return {1, ver, status}

@@ -31,7 +31,7 @@ else
   end
   rcall('PEXPIREAT', issued, expires)
   rcall('PEXPIREAT', inputs, expires)
-  rcall('HSET', record, 'status', status, 'updated', now)
+  rcall('HSET', record, 'status', status, 'updated', now, 'parked', now)
   if ARGV[4] ~= '' then rcall('HSET', record, 'msg', ARGV[4]) end
 end
 local ver = rcall('HINCRBY', record, 'ver', 1)

@@ -1,0 +1,140 @@
+//! Prometheus families both processes export, registered in the process's default registry
+//! (the gateway and the worker add their own next to them). Names follow the Prometheus
+//! conventions: `taskgate_` prefix, the unit in the name, `_total` on counters. Label values are
+//! drawn from closed sets (methods, states, tool names of the catalogue, command names), never
+//! from client input.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus::{
+    Encoder as _, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, TextEncoder,
+};
+
+/// Buckets for request and command latencies (seconds).
+pub const LATENCY_BUCKETS: &[f64] =
+    &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+/// Buckets for how long tasks take or wait (seconds): a human may answer after hours.
+pub const TASK_BUCKETS: &[f64] = &[
+    0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0, 86400.0,
+];
+
+/// A counter family, registered. Definitions are static, so a failure is a bug caught by tests.
+pub fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let family = IntCounterVec::new(Opts::new(name, help), labels).expect("a valid counter definition");
+    prometheus::register(Box::new(family.clone())).expect("each family registers once");
+    family
+}
+
+pub fn counter(name: &str, help: &str) -> IntCounter {
+    let counter = IntCounter::new(name, help).expect("a valid counter definition");
+    prometheus::register(Box::new(counter.clone())).expect("each family registers once");
+    counter
+}
+
+pub fn gauge(name: &str, help: &str) -> IntGauge {
+    let gauge = IntGauge::new(name, help).expect("a valid gauge definition");
+    prometheus::register(Box::new(gauge.clone())).expect("each family registers once");
+    gauge
+}
+
+pub fn histogram_vec(name: &str, help: &str, labels: &[&str], buckets: &[f64]) -> HistogramVec {
+    let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+    let family = HistogramVec::new(opts, labels).expect("a valid histogram definition");
+    prometheus::register(Box::new(family.clone())).expect("each family registers once");
+    family
+}
+
+/// The task lifecycle, counted by whichever process made each transition.
+pub struct TaskMetrics {
+    transitions: IntCounterVec,
+    state_seconds: HistogramVec,
+}
+
+pub static TASKS: LazyLock<TaskMetrics> = LazyLock::new(|| TaskMetrics {
+    transitions: counter_vec(
+        "taskgate_task_transitions_total",
+        "Task state transitions made by this process (from \"none\" at creation).",
+        &["from", "to"],
+    ),
+    state_seconds: histogram_vec(
+        "taskgate_task_state_duration_seconds",
+        "Time a task spent in a state, observed when it left it (queued: from enqueue to claim).",
+        &["state"],
+        TASK_BUCKETS,
+    ),
+});
+
+impl TaskMetrics {
+    pub fn transition(&self, from: &str, to: &str) {
+        self.transitions.with_label_values(&[from, to]).inc();
+    }
+
+    pub fn left_state(&self, state: &str, spent: Duration) {
+        self.state_seconds.with_label_values(&[state]).observe(spent.as_secs_f64());
+    }
+}
+
+/// Every Redis command this process sends, by command (`script:<name>` for a script).
+pub struct RedisMetrics {
+    seconds: HistogramVec,
+    errors: IntCounterVec,
+}
+
+pub static REDIS: LazyLock<RedisMetrics> = LazyLock::new(|| RedisMetrics {
+    seconds: histogram_vec(
+        "taskgate_redis_command_duration_seconds",
+        "Redis round trips by command, including blocking reads.",
+        &["command"],
+        LATENCY_BUCKETS,
+    ),
+    errors: counter_vec(
+        "taskgate_redis_errors_total",
+        "Redis commands that failed (an error reply, a timeout or a lost connection).",
+        &["command"],
+    ),
+});
+
+impl RedisMetrics {
+    pub fn observe(&self, command: &str, spent: Duration, failed: bool) {
+        self.seconds.with_label_values(&[command]).observe(spent.as_secs_f64());
+        if failed {
+            self.errors.with_label_values(&[command]).inc();
+        }
+    }
+}
+
+/// Registers the shared families (their first use would otherwise).
+pub fn init() {
+    LazyLock::force(&TASKS);
+    LazyLock::force(&REDIS);
+}
+
+/// The default registry in the Prometheus text format.
+pub fn render() -> String {
+    let mut out = Vec::new();
+    // Encoding into a Vec cannot fail for the text format.
+    let _ = TextEncoder::new().encode(&prometheus::gather(), &mut out);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// The content type of [`render`]'s output.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_render_with_conventional_names() {
+        TASKS.transition("none", "working");
+        TASKS.left_state("input_required", Duration::from_secs(3));
+        REDIS.observe("HMGET", Duration::from_micros(300), true);
+        let text = render();
+        assert!(text.contains("taskgate_task_transitions_total{from=\"none\",to=\"working\"} 1"), "{text}");
+        assert!(text.contains("taskgate_task_state_duration_seconds_count{state=\"input_required\"} 1"));
+        assert!(text.contains("taskgate_redis_errors_total{command=\"HMGET\"} 1"));
+        assert!(text.contains("taskgate_redis_command_duration_seconds_bucket{command=\"HMGET\",le=\"0.0005\"} 1"));
+    }
+}

@@ -1,0 +1,118 @@
+//! The worker's Prometheus families and its small HTTP listener (`--metrics-listen`):
+//! `/metrics`, `/healthz` (the process serves) and `/readyz` (Redis answers and the worker is
+//! not draining). The backlog gauges are read from Redis on each scrape.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus::{HistogramVec, IntCounter, IntGauge};
+use taskgate_shared::telemetry::metrics::{self, TASK_BUCKETS};
+
+use crate::runtime::Shared;
+
+pub(crate) struct WorkerMetrics {
+    pub(crate) leases_taken: IntCounter,
+    pub(crate) leases_renewed: IntCounter,
+    pub(crate) leases_expired: IntCounter,
+    pub(crate) leases_reclaimed: IntCounter,
+    pub(crate) fenced_refusals: IntCounter,
+    tool_seconds: HistogramVec,
+    slots: IntGauge,
+    slots_busy: IntGauge,
+    ready: IntGauge,
+    queue_depth: IntGauge,
+    queue_oldest_age: prometheus::Gauge,
+}
+
+pub(crate) static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetrics {
+    leases_taken: metrics::counter("taskgate_worker_leases_taken_total", "Leases taken by claiming a task."),
+    leases_renewed: metrics::counter("taskgate_worker_leases_renewed_total", "Lease renewals that held."),
+    leases_expired: metrics::counter(
+        "taskgate_worker_leases_expired_total",
+        "Leases this worker lost before its tool finished (expired and taken by another).",
+    ),
+    leases_reclaimed: metrics::counter(
+        "taskgate_worker_leases_reclaimed_total",
+        "Expired leases of other (dead) workers that this worker's reaper reclaimed.",
+    ),
+    fenced_refusals: metrics::counter(
+        "taskgate_worker_fenced_writes_refused_total",
+        "Writes refused because this worker's fencing token was stale.",
+    ),
+    tool_seconds: metrics::histogram_vec(
+        "taskgate_worker_tool_duration_seconds",
+        "Run time of one tool execution, by tool and outcome.",
+        &["tool", "outcome"],
+        TASK_BUCKETS,
+    ),
+    slots: metrics::gauge("taskgate_worker_slots", "Tools this worker may run at once (--concurrency)."),
+    slots_busy: metrics::gauge("taskgate_worker_slots_busy", "Slots in use."),
+    ready: metrics::gauge("taskgate_worker_ready", "1 when Redis answers and the worker is not draining, else 0."),
+    queue_depth: metrics::gauge(
+        "taskgate_queue_depth",
+        "Tasks enqueued and not yet claimed, over all shards (read from Redis at scrape).",
+    ),
+    queue_oldest_age: {
+        let gauge = prometheus::Gauge::new(
+            "taskgate_queue_oldest_age_seconds",
+            "Age of the oldest task enqueued and not yet claimed (0 when none; read at scrape).",
+        )
+        .expect("a valid gauge definition");
+        prometheus::register(Box::new(gauge.clone())).expect("each family registers once");
+        gauge
+    },
+});
+
+impl WorkerMetrics {
+    pub(crate) fn tool_run(&self, tool: &str, outcome: &str, spent: Duration) {
+        self.tool_seconds.with_label_values(&[tool, outcome]).observe(spent.as_secs_f64());
+    }
+}
+
+/// Serves until the process ends. A bind failure is fatal: the operator asked for the listener.
+pub(crate) async fn serve(shared: Arc<Shared>, listener: tokio::net::TcpListener) {
+    metrics::init();
+    METRICS.slots.set(i64::from(shared.config.concurrency));
+    let app = Router::new()
+        .route("/metrics", get(scrape))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(shared);
+    if let Err(err) = axum::serve(listener, app).await {
+        tracing::error!(error = %err, "the metrics listener failed");
+    }
+}
+
+async fn is_ready(shared: &Shared) -> bool {
+    !shared.stop_claiming.is_cancelled() && shared.store.ping().await.is_ok()
+}
+
+async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str) {
+    match is_ready(&shared).await {
+        true => (StatusCode::OK, "ready"),
+        false => (StatusCode::SERVICE_UNAVAILABLE, "not ready"),
+    }
+}
+
+async fn scrape(State(shared): State<Arc<Shared>>) -> Response {
+    METRICS.ready.set(i64::from(is_ready(&shared).await));
+    let busy = shared.config.concurrency as usize - shared.slots.available_permits().min(shared.config.concurrency as usize);
+    METRICS.slots_busy.set(busy as i64);
+    match shared.store.backlog(shared.config.queue_shards).await {
+        Ok(backlog) => {
+            METRICS.queue_depth.set(backlog.depth as i64);
+            let age_ms = backlog.oldest_ms.map_or(0, |oldest| crate::runtime::now_ms().saturating_sub(oldest));
+            METRICS.queue_oldest_age.set(age_ms as f64 / 1000.0);
+        }
+        // The gauges keep their last value; the failure shows in taskgate_redis_errors_total.
+        Err(err) => tracing::warn!(error = %err, "reading the backlog for /metrics failed"),
+    }
+    let mut response = metrics::render().into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(metrics::CONTENT_TYPE));
+    response
+}
