@@ -54,6 +54,7 @@ fn build_binaries() {
 pub struct Service {
     binary: Binary,
     args: Vec<String>,
+    env: Vec<(String, String)>,
     child: Option<Child>,
     log: PathBuf,
     /// For a gateway: its base URL.
@@ -61,8 +62,14 @@ pub struct Service {
 }
 
 impl Service {
-    pub(crate) async fn spawn(binary: Binary, args: Vec<String>, log: PathBuf, url: Option<String>) -> Self {
-        let mut service = Self { binary, args, child: None, log, url };
+    pub(crate) async fn spawn(
+        binary: Binary,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        log: PathBuf,
+        url: Option<String>,
+    ) -> Self {
+        let mut service = Self { binary, args, env, child: None, log, url };
         service.start().await;
         service
     }
@@ -73,6 +80,7 @@ impl Service {
             .args(&self.args)
             .env("RUST_LOG", "info")
             .env_remove("TASKGATE_AUTH")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log)

@@ -13,9 +13,16 @@ pub struct StackBuilder {
     redis_args: Vec<String>,
     auth_args: Vec<String>,
     cluster_masters: usize,
+    env: Vec<(String, String)>,
 }
 
 impl StackBuilder {
+    /// Sets an environment variable for every gateway and worker.
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
     /// Runs on a local Redis Cluster of this many primaries instead of one server.
     pub fn cluster(mut self, masters: usize) -> Self {
         self.cluster_masters = masters;
@@ -86,6 +93,7 @@ impl StackBuilder {
             gateway_args: self.gateway_args,
             worker_args: self.worker_args,
             auth_args: self.auth_args,
+            env: self.env,
             logs,
         };
         for _ in 0..self.gateways {
@@ -112,6 +120,7 @@ pub struct Stack {
     gateway_args: Vec<String>,
     worker_args: Vec<String>,
     auth_args: Vec<String>,
+    env: Vec<(String, String)>,
     logs: tempfile::TempDir,
 }
 
@@ -126,6 +135,7 @@ impl Stack {
             redis_args: Vec::new(),
             auth_args: vec!["--auth".into(), "none".into()],
             cluster_masters: 0,
+            env: Vec::new(),
         }
     }
 
@@ -157,7 +167,8 @@ impl Stack {
         args.extend(self.gateway_args.iter().cloned());
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let log = self.logs.path().join(format!("gateway-{i}.log"));
-        let service = Service::spawn(Binary::Gateway, args, log, Some(format!("http://127.0.0.1:{port}"))).await;
+        let url = Some(format!("http://127.0.0.1:{port}"));
+        let service = Service::spawn(Binary::Gateway, args, self.env.clone(), log, url).await;
         self.gateways.push(service);
         i
     }
@@ -178,7 +189,7 @@ impl Stack {
         args.extend(self.worker_args.iter().cloned());
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let log = self.logs.path().join(format!("worker-{i}.log"));
-        self.workers.push(Service::spawn(Binary::Worker, args, log, None).await);
+        self.workers.push(Service::spawn(Binary::Worker, args, self.env.clone(), log, None).await);
         i
     }
 

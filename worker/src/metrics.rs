@@ -51,7 +51,7 @@ pub(crate) static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetr
         TASK_BUCKETS,
     ),
     slots: metrics::gauge("taskgate_worker_slots", "Tools this worker may run at once (--concurrency)."),
-    slots_busy: metrics::gauge("taskgate_worker_slots_busy", "Slots in use."),
+    slots_busy: metrics::gauge("taskgate_worker_slots_busy", "Tasks this worker is running now."),
     ready: metrics::gauge("taskgate_worker_ready", "1 when Redis answers and the worker is not draining, else 0."),
     queue_depth: metrics::gauge(
         "taskgate_queue_depth",
@@ -101,8 +101,8 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str)
 
 async fn scrape(State(shared): State<Arc<Shared>>) -> Response {
     METRICS.ready.set(i64::from(is_ready(&shared).await));
-    let busy = shared.config.concurrency as usize - shared.slots.available_permits().min(shared.config.concurrency as usize);
-    METRICS.slots_busy.set(busy as i64);
+    // Tasks held, not semaphore permits: the delivery reader holds free permits while it waits.
+    METRICS.slots_busy.set(shared.held.len() as i64);
     match shared.store.backlog(shared.config.queue_shards).await {
         Ok(backlog) => {
             METRICS.queue_depth.set(backlog.depth as i64);

@@ -44,9 +44,7 @@ fn request_id(headers: &HeaderMap) -> String {
     headers
         .get(REQUEST_ID)
         .and_then(|v| v.to_str().ok())
-        .filter(|v| {
-            (1..=64).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
-        })
+        .filter(|v| (1..=64).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b)))
         .map_or_else(|| format!("req_{:016x}", rand::random::<u64>()), str::to_owned)
 }
 

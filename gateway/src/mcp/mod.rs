@@ -19,9 +19,9 @@ use serde_json::{Map, Value};
 use taskgate_shared::protocol::{Incoming, RpcError, ValidMeta, meta};
 
 use taskgate_shared::store::StoreError;
+use taskgate_shared::task::TaskId;
 use taskgate_shared::telemetry::metrics::TASKS;
 use taskgate_shared::telemetry::trace;
-use taskgate_shared::task::TaskId;
 
 use crate::AppState;
 use crate::auth::Principal;

@@ -90,8 +90,27 @@ fn command_label(cmd: &Cmd) -> &'static str {
         return args.next().and_then(scripts::label_of).unwrap_or("script:other");
     }
     const KNOWN: &[&str] = &[
-        "PING", "HMGET", "HGET", "HGETALL", "HSET", "HDEL", "DEL", "ZADD", "ZREM", "ZRANGEBYSCORE", "XREADGROUP",
-        "XAUTOCLAIM", "XGROUP", "XINFO", "XRANGE", "XPENDING", "XLEN", "WAIT", "SCRIPT", "PUBLISH", "EXISTS",
+        "PING",
+        "HMGET",
+        "HGET",
+        "HGETALL",
+        "HSET",
+        "HDEL",
+        "DEL",
+        "ZADD",
+        "ZREM",
+        "ZRANGEBYSCORE",
+        "XREADGROUP",
+        "XAUTOCLAIM",
+        "XGROUP",
+        "XINFO",
+        "XRANGE",
+        "XPENDING",
+        "XLEN",
+        "WAIT",
+        "SCRIPT",
+        "PUBLISH",
+        "EXISTS",
     ];
     KNOWN.iter().find(|known| name.eq_ignore_ascii_case(known.as_bytes())).copied().unwrap_or("other")
 }

@@ -450,7 +450,8 @@ impl Store {
             .arg(WORKER_GROUP)
             .query_async(&mut conn)
             .await?;
-        let Some(group) = groups.iter().find(|g| g.get("name").and_then(super::reply::as_string).as_deref() == Some(WORKER_GROUP))
+        let Some(group) =
+            groups.iter().find(|g| g.get("name").and_then(super::reply::as_string).as_deref() == Some(WORKER_GROUP))
         else {
             return Ok(Backlog::default());
         };

@@ -49,7 +49,9 @@ pub enum CancelOutcome {
     NotFound,
     AlreadyTerminal,
     /// Queued or parked: cancelled at once, from this status.
-    Cancelled { from: TaskStatus },
+    Cancelled {
+        from: TaskStatus,
+    },
     /// Running: flagged, and the lease holder signalled.
     Signalled,
 }

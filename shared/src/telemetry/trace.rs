@@ -76,10 +76,7 @@ mod tests {
     fn only_w3c_traceparents_are_accepted() {
         let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         assert_eq!(parse_traceparent(good).as_deref(), Some(good));
-        assert_eq!(
-            parse_traceparent("00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01").as_deref(),
-            Some(good)
-        );
+        assert_eq!(parse_traceparent("00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01").as_deref(), Some(good));
         for bad in [
             "",
             "garbage",
