@@ -134,6 +134,12 @@ pub struct Config {
     #[arg(long, env = "TASKGATE_CATALOGUE_REFRESH_MS", default_value_t = 2_000)]
     pub catalogue_refresh_ms: u64,
 
+    /// On SIGTERM, how long to keep serving with readiness off before closing the listener, in
+    /// milliseconds: the time load balancers take to stop routing here (Kubernetes: a few
+    /// seconds, below `terminationGracePeriodSeconds`).
+    #[arg(long, env = "TASKGATE_SHUTDOWN_DELAY_MS", default_value_t = 0)]
+    pub shutdown_delay_ms: u64,
+
     /// How long an inline `tools/call` waits for the worker's result, in milliseconds.
     #[arg(long, env = "TASKGATE_INLINE_TIMEOUT_MS", default_value_t = 60_000)]
     pub inline_timeout_ms: u64,
@@ -263,6 +269,10 @@ impl Config {
 
     pub fn durability_timeout(&self) -> Duration {
         Duration::from_millis(self.durability_timeout_ms)
+    }
+
+    pub fn shutdown_delay(&self) -> Duration {
+        Duration::from_millis(self.shutdown_delay_ms)
     }
 
     pub fn inline_timeout(&self) -> Duration {

@@ -49,8 +49,10 @@ pub struct AppState {
     events: Arc<events::EventHub>,
     request_state_keys: mrtr::StateKeys,
     origin_policy: Arc<http::OriginPolicy>,
-    /// Fired on shutdown: ends every listen stream with its graceful result, so the server can
-    /// drain (axum's graceful shutdown waits for open SSE bodies).
+    /// Fired on SIGTERM: readiness turns off while requests are still served.
+    draining: tokio_util::sync::CancellationToken,
+    /// Fired after `--shutdown-delay-ms`: ends every listen stream with its graceful result, so
+    /// the server can drain (axum's graceful shutdown waits for open SSE bodies).
     shutdown: tokio_util::sync::CancellationToken,
     listen_streams: Arc<mcp::listen::StreamCounts>,
 }
@@ -79,18 +81,20 @@ impl AppState {
             events: Arc::default(),
             request_state_keys,
             origin_policy: Arc::new(origin_policy),
+            draining: tokio_util::sync::CancellationToken::new(),
             shutdown: tokio_util::sync::CancellationToken::new(),
             listen_streams: Arc::default(),
         })
     }
 
     fn shutting_down(&self) -> bool {
-        self.shutdown.is_cancelled()
+        self.draining.is_cancelled()
     }
 }
 
-/// Serves until `shutdown` resolves. Readiness turns off first, so load balancers stop sending
-/// new requests while in-flight ones finish.
+/// Serves until `shutdown` resolves, then drains: readiness turns off at once, new requests are
+/// still served for `--shutdown-delay-ms` (while load balancers notice), then listen streams end
+/// with their graceful result, the listener closes, and in-flight requests finish.
 pub async fn run(
     state: AppState,
     listener: TcpListener,
@@ -103,6 +107,8 @@ pub async fn run(
     let hub = tokio::spawn(state.events.clone().run(state.store.clone()));
     let refresher = tokio::spawn(state.catalogue.clone().refresh_forever(state.config.catalogue_refresh()));
     let streams = state.shutdown.clone();
+    let draining = state.draining.clone();
+    let delay = state.config.shutdown_delay();
     let app = router(state);
     // Small SSE writes must not wait on Nagle's algorithm and the peer's delayed ACK (~40 ms).
     let listener = listener.tap_io(|stream| {
@@ -113,7 +119,11 @@ pub async fn run(
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
+            draining.cancel();
+            tracing::info!(delay = ?delay, "shutting down: readiness off");
+            tokio::time::sleep(delay).await;
             streams.cancel();
+            tracing::info!("shutting down: listen streams ended, no new connections");
         })
         .await;
     refresher.abort();
