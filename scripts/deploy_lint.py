@@ -376,8 +376,11 @@ def cross_checks(target, docs):
             ref = d["spec"]["scaleTargetRef"]["name"]
             if ref not in {w["metadata"]["name"] for w in workloads}:
                 fail(f"{target}: {name_of(d)} scales {ref}, which is not rendered")
-            elif kind == "ScaledObject" and deployments.get(ref, {}).get("spec", {}).get("replicas") is not None:
+            elif deployments.get(ref, {}).get("spec", {}).get("replicas") is not None:
+                # Every `kubectl apply` would reset the count the autoscaler chose.
                 fail(f"{target}: {name_of(d)} scales {ref}, whose manifest still fixes spec.replicas")
+            if ref == "taskgate-gateway" and kind == "HorizontalPodAutoscaler" and d["spec"].get("minReplicas", 1) < 2:
+                fail(f"{target}: the gateway autoscaler must keep at least 2 replicas")
 
     # The rendered rule is the one in k8s/base (which `rules-check` compares with alerts.yml).
     # (The dev overlay leaves the monitoring objects out: dev clusters seldom have their CRDs.)

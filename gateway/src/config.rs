@@ -27,7 +27,7 @@ pub struct Config {
     #[arg(long, env = "TASKGATE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
-    /// Redis URL (`redis://`, `rediss://`).
+    /// Redis URL: `redis://…`, or `redis+cluster://host:port,host:port` for a Cluster.
     #[arg(long, env = "TASKGATE_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
 

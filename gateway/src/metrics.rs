@@ -77,6 +77,14 @@ pub(crate) fn init() {
     METRICS.sse_streams.set(0);
 }
 
+/// A cancel that ended a queued or parked task at the gateway: the transition (a running task
+/// is ended by its worker, which counts it).
+pub(crate) fn count_cancel(outcome: taskgate_shared::store::CancelOutcome) {
+    if let taskgate_shared::store::CancelOutcome::Cancelled { from } = outcome {
+        metrics::TASKS.transition(from.as_str(), "cancelled");
+    }
+}
+
 /// The method label: the methods taskgate knows, else `other` (never client text).
 pub(crate) fn method_label(method: &str) -> &'static str {
     const KNOWN: &[&str] = &[

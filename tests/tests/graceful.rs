@@ -12,7 +12,7 @@ const PATIENCE: Duration = Duration::from_secs(20);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminated_gateway_drains_before_it_exits() {
     let mut stack = Stack::builder()
-        .gateway_args(&["--shutdown-delay-ms", "1500"])
+        .gateway_args(&["--shutdown-delay-ms", "3000"])
         .worker_args(&["--tools", "conformance"])
         .spawn()
         .await;
@@ -20,7 +20,8 @@ async fn a_terminated_gateway_drains_before_it_exits() {
     let base = stack.gateways[0].url.clone().unwrap();
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
 
-    // A task to listen to, and an inline call that takes a second.
+    // A task to listen to, and an inline call that outlasts the delay, so it is still in flight
+    // when the listener closes.
     let task_id = client.create_task("slow_compute", json!({"seconds": 30})).await;
     let (request, mut stream) =
         client.open_stream("subscriptions/listen", json!({"notifications": {"taskIds": [&task_id]}})).await;
@@ -28,8 +29,9 @@ async fn a_terminated_gateway_drains_before_it_exits() {
     let in_flight = {
         let client = stack.client(0);
         tokio::spawn(async move {
-            let params = json!({"name": "slow_compute", "arguments": {"seconds": 1}, "_meta": meta_without_tasks()});
-            client.call("tools/call", params).await
+            let params = json!({"name": "slow_compute", "arguments": {"seconds": 5}, "_meta": meta_without_tasks()});
+            let reply = client.call("tools/call", params).await;
+            (reply, Instant::now())
         })
     };
     tokio::time::sleep(Duration::from_millis(200)).await; // let the call reach the gateway
@@ -44,7 +46,7 @@ async fn a_terminated_gateway_drains_before_it_exits() {
     // Still serving while load balancers catch up.
     let r = client.call("tools/list", json!({})).await;
     assert_eq!(r.status, 200, "{}", r.text);
-    assert!(terminated.elapsed() < Duration::from_millis(1500), "checked within the delay");
+    assert!(terminated.elapsed() < Duration::from_millis(3000), "checked within the delay");
 
     // The listen stream ends with its graceful result once the delay is over.
     loop {
@@ -54,9 +56,11 @@ async fn a_terminated_gateway_drains_before_it_exits() {
             break;
         }
     }
-    assert!(terminated.elapsed() >= Duration::from_millis(1500), "streams end after the delay");
-    let r = in_flight.await.unwrap();
+    let closed = Instant::now();
+    assert!(closed - terminated >= Duration::from_millis(3000), "streams end after the delay");
+    let (r, answered) = in_flight.await.unwrap();
     assert_eq!(r.result()["resultType"], "complete", "the in-flight call finished: {}", r.text);
+    assert!(answered > closed, "the call was still in flight when the listener closed");
     assert_eq!(stack.gateways[0].wait_exit(PATIENCE).await, Some(0));
     // The task itself is untouched: another replica still serves it.
     stack.add_gateway(&[]).await;

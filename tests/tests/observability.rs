@@ -92,7 +92,7 @@ async fn metrics_after_a_full_lifecycle() {
     let keys = api_keys_file(stack.scratch_dir());
     stack.add_gateway_with_auth(&["--auth", "api-keys", "--api-keys-file", keys.to_str().unwrap()]).await;
     let metrics_port = free_port();
-    stack.add_worker(&["--metrics-listen", &format!("127.0.0.1:{metrics_port}"), "--lease-ms", "600"]).await;
+    stack.add_worker(&["--metrics-listen", &format!("127.0.0.1:{metrics_port}"), "--lease-ms", "1500"]).await;
     let gateway_metrics = format!("{}/metrics", stack.gateways[0].url.as_deref().unwrap());
     let worker_base = format!("http://127.0.0.1:{metrics_port}");
     let client = stack.client_as(0, "secret-key-alice");
@@ -120,7 +120,6 @@ async fn metrics_after_a_full_lifecycle() {
     client.get_task(&report).await;
     let r = client.get_task(&report).await;
     assert_eq!(r.error_code(), Some(-31429), "{}", r.text);
-    tokio::time::sleep(Duration::from_millis(600)).await;
     client.wait_for_status(&report, "completed", PATIENCE).await;
 
     // A parked task cancelled by the client (at the gateway) and a running one (at the worker).
@@ -128,7 +127,7 @@ async fn metrics_after_a_full_lifecycle() {
     client.wait_for_status(&parked, "input_required", PATIENCE).await;
     client.cancel_task(&parked).await;
     let running = client.create_task("sleep", json!({"ms": 60_000})).await;
-    // Held long enough for the 600 ms lease to be renewed.
+    // Held long enough for the 1.5 s lease to be renewed.
     eventually(PATIENCE, "a lease renewal", || async {
         let worker = Scrape::of(&format!("{worker_base}/metrics")).await;
         (worker.get("taskgate_worker_leases_renewed_total", &[]) >= 1.0).then_some(())
@@ -322,6 +321,15 @@ impl Receiver {
         port
     }
 
+    /// How many spans named `name` have no parent.
+    fn roots(&self, name: &str) -> usize {
+        let spans = self.0.lock().unwrap();
+        spans
+            .iter()
+            .filter(|(_, s)| s["name"] == name && s["parentSpanId"].as_str().unwrap_or_default().is_empty())
+            .count()
+    }
+
     /// The spans of one trace, as (service, span).
     fn trace(&self, trace_id: &str) -> Vec<(String, Value)> {
         self.0.lock().unwrap().iter().filter(|(_, s)| s["traceId"].as_str() == Some(trace_id)).cloned().collect()
@@ -380,7 +388,12 @@ async fn one_trace_from_the_request_to_the_worker() {
         );
     }
 
-    // A malformed traceparent is ignored: the request starts a trace of its own.
+    // A malformed traceparent is ignored: the request starts a trace of its own, as a root.
+    let roots_before = receiver.roots("tools/call");
     let task_id = traced_call(&client, "00-zz-not-a-trace", false).await;
     client.wait_for_status(&task_id, "completed", PATIENCE).await;
+    eventually(PATIENCE, "a root span for the request", || async {
+        (receiver.roots("tools/call") > roots_before).then_some(())
+    })
+    .await;
 }

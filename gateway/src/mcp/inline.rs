@@ -140,8 +140,9 @@ impl Drop for InlineRun {
         // creates a new task): stop this one.
         let (store, id, owner) = (self.store.clone(), self.id.clone(), self.owner.clone());
         tokio::spawn(async move {
-            if let Err(err) = store.cancel_task(&id, &owner, "The inline call ended.").await {
-                tracing::warn!(task_id = %id, error = %err, "could not cancel an abandoned inline call");
+            match store.cancel_task(&id, &owner, "The inline call ended.").await {
+                Ok(outcome) => crate::metrics::count_cancel(outcome),
+                Err(err) => tracing::warn!(task_id = %id, error = %err, "could not cancel an abandoned inline call"),
             }
         });
     }

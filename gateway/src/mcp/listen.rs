@@ -62,6 +62,9 @@ impl Drop for StreamSlot {
 
 /// How often an open stream re-reads its tasks without a wake-up.
 const BACKSTOP: std::time::Duration = std::time::Duration::from_secs(10);
+/// Bounds of the wait between re-reads while Redis fails.
+const RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(200);
+const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What a listen request asked for, once checked.
 pub(crate) struct Subscription {
@@ -100,6 +103,8 @@ pub(crate) struct Listen {
     /// Re-reads every open task now and then: a wake-up lost in transit (a Cluster bus link
     /// down, a failover) delays a snapshot by at most this period instead of forever.
     backstop: tokio::time::Interval,
+    /// The current wait between failed re-reads (zero while Redis answers).
+    retry_delay: std::time::Duration,
     shutdown: CancellationToken,
     phase: Phase,
     /// Whether the filter named `taskIds` at all (then the acknowledgement lists the subset
@@ -130,10 +135,13 @@ impl Listen {
             initial: accepted.into(),
             watch,
             backstop: {
-                let mut every = tokio::time::interval_at(tokio::time::Instant::now() + BACKSTOP, BACKSTOP);
+                // Jittered, so streams opened together do not re-read together.
+                let first = BACKSTOP + BACKSTOP.mul_f64(rand::random::<f64>());
+                let mut every = tokio::time::interval_at(tokio::time::Instant::now() + first, BACKSTOP);
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 every
             },
+            retry_delay: std::time::Duration::ZERO,
             shutdown,
             phase: Phase::Ack,
             task_filter,
@@ -222,6 +230,7 @@ impl Listen {
                 let id = self.tasks[i].id.clone();
                 match self.store.get_task(&id).await {
                     Ok(Some(snapshot)) if snapshot.owner == self.owner => {
+                        self.retry_delay = std::time::Duration::ZERO;
                         if self.take(&snapshot) {
                             // Both clocks are wall clocks: Redis `TIME` wrote `updated`.
                             let lag_ms = crate::now_ms().saturating_sub(snapshot.updated_at_ms.max(0) as u64);
@@ -232,9 +241,20 @@ impl Listen {
                     // Expired (or gone): nothing more will ever come for it.
                     Ok(_) => self.tasks[i].done = true,
                     Err(err) => {
-                        tracing::warn!(task_id = %id, error = %err, "listen: re-read failed; retrying");
+                        // Redis is failing: back off (logging once per outage), and still end
+                        // with the graceful result on shutdown.
+                        if self.retry_delay.is_zero() {
+                            tracing::warn!(task_id = %id, error = %err, "listen: re-read failed; retrying with backoff");
+                        }
+                        self.retry_delay = (self.retry_delay * 2).clamp(RETRY_MIN, RETRY_MAX);
                         self.dirty.push_back(i);
-                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                        tokio::select! {
+                            () = tokio::time::sleep(self.retry_delay) => {}
+                            () = self.shutdown.cancelled() => {
+                                self.phase = Phase::Finished;
+                                return Some(self.closing_result());
+                            }
+                        }
                     }
                 }
                 continue;

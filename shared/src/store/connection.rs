@@ -3,7 +3,7 @@
 //! replicated primary) and to a Redis Cluster.
 //!
 //! **Cluster.** A URL `redis+cluster://[user:pass@]host:port[,host:port…]` (or
-//! `rediss+cluster://`) names seed nodes of a Cluster. Every script touches keys of one hash tag,
+//! `rediss+cluster://`, once TLS is built in) names seed nodes of a Cluster. Every script touches keys of one hash tag,
 //! so commands route by their first key. Pub/sub stays classic (`PUBLISH` is broadcast over the
 //! cluster bus), so a subscriber on any node hears every channel.
 
@@ -41,7 +41,7 @@ impl ConnectionLike for Conn {
             Inner::Direct(c) => c.req_packed_command(cmd),
             Inner::Cluster(c) => c.req_packed_command(cmd),
         };
-        Box::pin(observed(command_label(cmd), sent))
+        Box::pin(observed(command_label(cmd), sent, failed))
     }
 
     fn req_packed_commands<'a>(
@@ -55,7 +55,7 @@ impl ConnectionLike for Conn {
             Inner::Direct(c) => c.req_packed_commands(pipeline, offset, count),
             Inner::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         };
-        Box::pin(observed("pipeline", sent))
+        Box::pin(observed("pipeline", sent, |replies: &Vec<Value>| replies.iter().any(failed)))
     }
 
     fn get_db(&self) -> i64 {
@@ -67,15 +67,28 @@ impl ConnectionLike for Conn {
     }
 }
 
-async fn observed<T>(command: &'static str, sent: RedisFuture<'_, T>) -> redis::RedisResult<T> {
+/// Times and counts one command (or pipeline). Error replies arrive as `Ok(ServerError)` at
+/// this level, so `is_error` looks inside the reply. Spans are made only inside a traced
+/// operation: background loops (reads, renewals, reaping, probes) would otherwise start a new
+/// trace per command.
+async fn observed<T>(
+    command: &'static str,
+    sent: RedisFuture<'_, T>,
+    is_error: impl Fn(&T) -> bool,
+) -> redis::RedisResult<T> {
     let start = std::time::Instant::now();
-    let reply = if trace::enabled() {
+    let reply = if trace::enabled() && !tracing::Span::current().is_none() {
         sent.instrument(tracing::info_span!("redis", otel.name = command, db.system = "redis")).await
     } else {
         sent.await
     };
-    REDIS.observe(command, start.elapsed(), reply.is_err());
+    REDIS.observe(command, start.elapsed(), reply.as_ref().map_or(true, &is_error));
     reply
+}
+
+/// An error reply, except `NOSCRIPT`: the client loads the script and retries at once.
+fn failed(reply: &Value) -> bool {
+    matches!(reply, Value::ServerError(err) if err.code() != "NOSCRIPT")
 }
 
 /// The metric label of a command: its name, or `script:<name>` for one of ours. Only names

@@ -416,14 +416,14 @@ fn stream_entry(v: &Value) -> Option<Delivery> {
 /// The dispatch backlog: tasks enqueued and not yet claimed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Backlog {
-    /// Entries not yet delivered plus entries delivered but not yet claimed.
+    /// Entries not yet claimed (delivered or not).
     pub depth: u64,
     /// Enqueue time (ms, from the stream entry id) of the oldest such entry.
     pub oldest_ms: Option<u64>,
 }
 
 impl Store {
-    /// Reads the backlog of every shard: 2 round trips per shard, each within one slot.
+    /// Reads the backlog of every shard: one round trip per shard, the shards concurrently.
     pub async fn backlog(&self, shards: u16) -> Result<Backlog, StoreError> {
         let reads = (0..shards.min(256)).map(|shard| self.shard_backlog(shard as u8));
         let mut total = Backlog::default();
@@ -438,57 +438,23 @@ impl Store {
         Ok(total)
     }
 
+    /// `claim_task` deletes every entry it takes (claimed or skipped), so a shard's stream holds
+    /// exactly the entries not yet claimed, oldest first: one pipeline, within the shard's slot.
     async fn shard_backlog(&self, shard: u8) -> Result<Backlog, StoreError> {
         let stream = self.keys().shard(shard).stream;
-        let mut conn = self.conn();
-        let (groups, pending): (Vec<HashMap<String, Value>>, Value) = redis::pipe()
-            .cmd("XINFO")
-            .arg("GROUPS")
+        type Entries = Vec<(String, HashMap<String, String>)>;
+        let (depth, oldest): (u64, Entries) = redis::pipe()
+            .cmd("XLEN")
             .arg(&stream)
-            .cmd("XPENDING")
+            .cmd("XRANGE")
             .arg(&stream)
-            .arg(WORKER_GROUP)
-            .query_async(&mut conn)
+            .arg("-")
+            .arg("+")
+            .arg("COUNT")
+            .arg(1)
+            .query_async(&mut self.conn())
             .await?;
-        let Some(group) =
-            groups.iter().find(|g| g.get("name").and_then(super::reply::as_string).as_deref() == Some(WORKER_GROUP))
-        else {
-            return Ok(Backlog::default());
-        };
-        let int = |field: &str| match group.get(field) {
-            Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
-            _ => 0,
-        };
-        // Summary form: [count, smallest id, greatest id, consumers].
-        let (pending_count, oldest_pending) = match &pending {
-            Value::Array(parts) => (
-                match parts.first() {
-                    Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
-                    _ => 0,
-                },
-                parts.get(1).and_then(super::reply::as_string).and_then(|id| entry_ms(&id)),
-            ),
-            _ => (0, None),
-        };
-        let lag = int("lag");
-        let mut oldest = oldest_pending;
-        if lag > 0 {
-            let last = group.get("last-delivered-id").and_then(super::reply::as_string).unwrap_or_else(|| "0-0".into());
-            let next: Vec<(String, HashMap<String, String>)> = redis::cmd("XRANGE")
-                .arg(&stream)
-                .arg(format!("({last}"))
-                .arg("+")
-                .arg("COUNT")
-                .arg(1)
-                .query_async(&mut conn)
-                .await?;
-            let undelivered = next.first().and_then(|(id, _)| entry_ms(id));
-            oldest = match (oldest, undelivered) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-        }
-        Ok(Backlog { depth: lag + pending_count, oldest_ms: oldest })
+        Ok(Backlog { depth, oldest_ms: oldest.first().and_then(|(id, _)| entry_ms(id)) })
     }
 }
 

@@ -1,11 +1,14 @@
 //! Reads deliveries from the shard streams, as many as there are free slots, and claims them.
 //!
-//! On a standalone Redis one reader blocks on every shard stream at once, holding the free
-//! slots it reads for. A Cluster refuses a read across hash tags, so there each shard gets a
-//! reader of its own; those readers must not hold slots while they block (with more shards than
-//! slots, idle readers would starve busy shards), so each waits until a slot is free, reads at
-//! most one delivery, then takes a slot for it. Several readers may pass that check together:
-//! the surplus waits for a slot (at most one delivery per shard), pending under this consumer.
+//! A reader holds the slots it reads for while it blocks, so it never takes work this worker
+//! cannot start at once. On a standalone Redis one reader blocks on every shard stream with one
+//! `XREADGROUP`, holding every free slot. A Cluster refuses a read across hash tags, so there each
+//! shard gets a reader of its own that holds one slot and blocks briefly ([`CLUSTER_BLOCK`]); the
+//! semaphore is fair, so with fewer free slots than shards the readers take turns, and a task on
+//! any shard waits at most about `shards / free slots × CLUSTER_BLOCK` for a reader.
+//!
+//! On drain, nothing more is claimed: a delivery read but not yet started stays pending under
+//! this consumer, and another worker's reaper takes it over.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,23 +20,33 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::{Shared, execution};
 use crate::metrics::METRICS;
 
-/// How long one `XREADGROUP` blocks; also how quickly a drain is noticed.
+/// How long one `XREADGROUP` over every shard blocks; also how quickly a drain is noticed.
 const BLOCK: Duration = Duration::from_millis(1_000);
+
+/// How long a Cluster shard reader blocks before it lets another reader have its slot.
+const CLUSTER_BLOCK: Duration = Duration::from_millis(200);
 
 pub(super) async fn run(shared: Arc<Shared>) {
     let shards: Vec<u8> = (0..shared.config.queue_shards.min(256)).map(|s| s as u8).collect();
     if !shared.store.is_cluster() {
-        return read(shared, shards, true).await;
+        return read(shared, shards, Reader { greedy: true, block: BLOCK }).await;
     }
+    let reader = Reader { greedy: false, block: CLUSTER_BLOCK };
     let readers: Vec<_> =
-        shards.into_iter().map(|shard| tokio::spawn(read(shared.clone(), vec![shard], false))).collect();
+        shards.into_iter().map(|shard| tokio::spawn(read(shared.clone(), vec![shard], reader))).collect();
     for reader in readers {
         let _ = reader.await;
     }
 }
 
-/// One reader over `shards`. With `hold_slots`, it holds the free slots while it blocks.
-async fn read(shared: Arc<Shared>, shards: Vec<u8>, hold_slots: bool) {
+#[derive(Clone, Copy)]
+struct Reader {
+    /// Take every free slot (one reader over all shards) rather than one.
+    greedy: bool,
+    block: Duration,
+}
+
+async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
     let mut conn = None;
     let mut backoff = Duration::from_millis(100);
     while !shared.stop_claiming.is_cancelled() {
@@ -42,17 +55,13 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, hold_slots: bool) {
             () = shared.stop_claiming.cancelled() => return,
         };
         let mut permits = vec![first];
-        if hold_slots {
+        if reader.greedy {
             while let Ok(p) = shared.slots.clone().try_acquire_owned() {
                 permits.push(p);
             }
         }
-        let count = permits.len();
-        if !hold_slots {
-            permits.clear();
-        }
         if conn.is_none() {
-            match shared.store.blocking_connection(BLOCK).await {
+            match shared.store.blocking_connection(reader.block).await {
                 Ok(c) => conn = Some(c),
                 Err(err) => {
                     tracing::warn!(error = %err, "cannot open the delivery connection");
@@ -63,20 +72,27 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, hold_slots: bool) {
             }
         }
         let Some(c) = conn.as_mut() else { continue };
-        match shared.store.read_deliveries(c, &shards, &shared.worker_id, count, BLOCK).await {
+        match shared.store.read_deliveries(c, &shards, &shared.worker_id, permits.len(), reader.block).await {
             Ok(deliveries) => {
                 backoff = Duration::from_millis(100);
                 // COUNT applies per stream, so a read over several shards may deliver more
                 // than there were free slots. The surplus is ours now (pending under this
-                // consumer): it waits for slots rather than for the stale-delivery takeover.
+                // consumer): it waits for slots rather than for the stale-delivery takeover,
+                // unless the worker drains meanwhile.
                 for delivery in deliveries {
                     let permit = match permits.pop() {
                         Some(permit) => permit,
-                        None => match shared.slots.clone().acquire_owned().await {
-                            Ok(permit) => permit,
-                            Err(_) => return,
+                        None => tokio::select! {
+                            permit = shared.slots.clone().acquire_owned() => match permit {
+                                Ok(permit) => permit,
+                                Err(_) => return,
+                            },
+                            () = shared.stop_claiming.cancelled() => return,
                         },
                     };
+                    if shared.stop_claiming.is_cancelled() {
+                        return;
+                    }
                     spawn_claim(&shared, delivery, permit);
                 }
             }

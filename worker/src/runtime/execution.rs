@@ -101,6 +101,7 @@ async fn execute(shared: Arc<Shared>, claim: Claim) {
                 () = shared.drain_over.cancelled() => Outcome::Release,
             };
             handle.abort();
+            held.ending.cancel();
             METRICS.tool_run(&claim.tool, outcome.label(), started.elapsed());
             if let Outcome::Done(Err(ToolError::Suspend)) = outcome {
                 let parked = park(&shared, &task_id, claim.fence, &ctx).await;
@@ -117,6 +118,7 @@ async fn execute(shared: Arc<Shared>, claim: Claim) {
             outcome
         }
     };
+    held.ending.cancel();
     if let Some(to) = write(&shared, &task_id, claim.fence, outcome).await {
         TASKS.transition("working", to);
         TASKS.left_state("working", started.elapsed());

@@ -14,6 +14,9 @@ pub(crate) struct HeldTask {
     pub(crate) cancel: CancellationToken,
     /// This worker's lease is gone: stop at once and write nothing.
     pub(crate) lost: CancellationToken,
+    /// The run is over and its outcome is being written: a renewal refused from now on means
+    /// the write (finish, park, release) ended the lease, not that it was lost.
+    pub(crate) ending: CancellationToken,
 }
 
 #[derive(Debug, Default)]
@@ -21,7 +24,12 @@ pub(crate) struct Held(Mutex<HashMap<TaskId, HeldTask>>);
 
 impl Held {
     pub(crate) fn insert(&self, id: TaskId, fence: u64) -> HeldTask {
-        let task = HeldTask { fence, cancel: CancellationToken::new(), lost: CancellationToken::new() };
+        let task = HeldTask {
+            fence,
+            cancel: CancellationToken::new(),
+            lost: CancellationToken::new(),
+            ending: CancellationToken::new(),
+        };
         if let Ok(mut map) = self.0.lock() {
             map.insert(id, task.clone());
         }

@@ -30,6 +30,8 @@ pub(super) async fn run(shared: Arc<Shared>) {
                         task.cancel.cancel();
                     }
                 }
+                // Our own outcome write ended the lease: nothing was lost.
+                Ok(Renewal::Lost) if task.ending.is_cancelled() => {}
                 Ok(Renewal::Lost) => {
                     tracing::warn!(task_id = %id, fence = task.fence, "lease lost");
                     METRICS.leases_expired.inc();

@@ -184,7 +184,9 @@ async fn create(
             tracing::error!(task_id = %id, wanted = replicas, acked = ?acked.as_ref().ok(), "create not acknowledged by replicas; cancelling it");
             // Nobody holds the handle: cancel it so no work runs for it (best effort; it
             // expires by TTL otherwise).
-            let _ = state.store.cancel_task(&id, &owner, "The task could not be made durable.").await;
+            if let Ok(outcome) = state.store.cancel_task(&id, &owner, "The task could not be made durable.").await {
+                crate::metrics::count_cancel(outcome);
+            }
             return Err(RpcError::new(ErrorKind::Internal, "the task could not be made durable; it was not created"));
         }
     }
