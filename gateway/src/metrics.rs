@@ -80,8 +80,11 @@ pub(crate) fn init() {
 /// A cancel that ended a queued or parked task at the gateway: the transition (a running task
 /// is ended by its worker, which counts it).
 pub(crate) fn count_cancel(outcome: taskgate_shared::store::CancelOutcome) {
-    if let taskgate_shared::store::CancelOutcome::Cancelled { from } = outcome {
+    if let taskgate_shared::store::CancelOutcome::Cancelled { from, waited } = outcome {
         metrics::TASKS.transition(from.as_str(), "cancelled");
+        if let Some(waited) = waited {
+            metrics::TASKS.left_state(from.as_str(), waited);
+        }
     }
 }
 

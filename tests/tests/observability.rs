@@ -184,11 +184,11 @@ async fn metrics_after_a_full_lifecycle() {
     assert_eq!(transition(&w, "working", "cancelled"), 1.0);
 
     // Time in each state: queued (4 claims: 3 tasks, one resumed), working (4 exits),
-    // input_required (1 resume).
+    // input_required (1 resume, 1 cancel while parked).
     let in_state = |s: &Scrape, state: &str| s.get("taskgate_task_state_duration_seconds_count", &[("state", state)]);
     assert_eq!(in_state(&w, "queued"), 4.0);
     assert_eq!(in_state(&w, "working"), 4.0);
-    assert_eq!(in_state(&g, "input_required"), 1.0);
+    assert_eq!(in_state(&g, "input_required"), 2.0);
     assert!(g.get("taskgate_task_state_duration_seconds_sum", &[("state", "input_required")]) > 0.0);
 
     // Leases and fencing.

@@ -48,9 +48,11 @@ pub enum Answered {
 pub enum CancelOutcome {
     NotFound,
     AlreadyTerminal,
-    /// Queued or parked: cancelled at once, from this status.
+    /// Queued or parked: cancelled at once, from this status (`waited`: how long it had been
+    /// parked, when it was).
     Cancelled {
         from: TaskStatus,
+        waited: Option<std::time::Duration>,
     },
     /// Running: flagged, and the lease holder signalled.
     Signalled,
@@ -172,6 +174,7 @@ impl Store {
         Ok(match reply.code()? {
             code::OK => CancelOutcome::Cancelled {
                 from: TaskStatus::parse(&reply.string(2)?).ok_or_else(|| reply.unexpected_code())?,
+                waited: u64::try_from(reply.int(3)?).ok().map(std::time::Duration::from_millis),
             },
             2 => CancelOutcome::Signalled,
             code::NOTHING => CancelOutcome::AlreadyTerminal,

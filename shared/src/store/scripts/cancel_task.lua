@@ -5,11 +5,12 @@
 -- KEYS[1] task record   KEYS[2] inputs hash
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] status message
 -- ARGV[5] events channel   ARGV[6] signal channel prefix (the holder's id is appended)
--- Returns {1, version, status before} cancelled | {2} flagged, holder signalled | {0} already terminal
+-- Returns {1, version, status before, ms spent in input_required if it was parked (else -1)}
+--         cancelled | {2} flagged, holder signalled | {0} already terminal
 --       | {-1} not found (or not the owner).
 local rcall = redis.call
 local record, inputs = KEYS[1], KEYS[2]
-local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'holder')
+local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'holder', 'parked')
 if not f[1] or f[1] ~= ARGV[2] or f[2] ~= ARGV[3] then return {-1} end
 local status = f[3]
 if status ~= 'working' and status ~= 'input_required' then return {0} end
@@ -24,4 +25,6 @@ rcall('DEL', inputs)
 rcall('HSET', record, 'status', 'cancelled', 'msg', ARGV[4], 'updated', now, 'cancel', 1)
 local ver = rcall('HINCRBY', record, 'ver', 1)
 rcall('PUBLISH', ARGV[5], ARGV[1] .. ' ' .. ver .. ' cancelled')
-return {1, ver, status}
+local waited = -1
+if status == 'input_required' and f[5] then waited = now - tonumber(f[5]) end
+return {1, ver, status, waited}
