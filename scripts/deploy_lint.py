@@ -65,127 +65,113 @@ _LABEL_SELECTOR = {
 }
 _DURATION = {"type": "string", "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"}
 
+def _resource(spec):
+    """A custom resource's schema: the usual envelope around a schema of its `spec`."""
+    return {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {"apiVersion": _STR, "kind": _STR, "metadata": _METADATA, "spec": spec},
+        "additionalProperties": False,
+    }
+
+
 CUSTOM_SCHEMAS = {
-    ("monitoring.coreos.com/v1", "ServiceMonitor"): {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): _resource({
         "type": "object",
-        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "required": ["selector", "endpoints"],
         "properties": {
-            "apiVersion": _STR, "kind": _STR, "metadata": _METADATA,
-            "spec": {
-                "type": "object",
-                "required": ["selector", "endpoints"],
-                "properties": {
-                    "selector": _LABEL_SELECTOR,
-                    "namespaceSelector": {"type": "object"},
-                    "jobLabel": _STR,
-                    "endpoints": {
-                        "type": "array", "minItems": 1,
-                        "items": {
-                            "type": "object",
-                            "required": ["port"],
-                            "properties": {
-                                "port": _STR, "path": {"type": "string", "pattern": "^/"},
-                                "scheme": {"enum": ["http", "https"]},
-                                "interval": _DURATION, "scrapeTimeout": _DURATION,
-                                "honorLabels": {"type": "boolean"},
-                                "relabelings": {"type": "array"}, "metricRelabelings": {"type": "array"},
-                            },
-                            "additionalProperties": False,
-                        },
+            "selector": _LABEL_SELECTOR,
+            "namespaceSelector": {"type": "object"},
+            "jobLabel": _STR,
+            "endpoints": {
+                "type": "array", "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["port"],
+                    "properties": {
+                        "port": _STR, "path": {"type": "string", "pattern": "^/"},
+                        "scheme": {"enum": ["http", "https"]},
+                        "interval": _DURATION, "scrapeTimeout": _DURATION,
+                        "honorLabels": {"type": "boolean"},
+                        "relabelings": {"type": "array"}, "metricRelabelings": {"type": "array"},
                     },
+                    "additionalProperties": False,
                 },
-                "additionalProperties": False,
             },
         },
         "additionalProperties": False,
-    },
-    ("monitoring.coreos.com/v1", "PrometheusRule"): {
+    }),
+    ("monitoring.coreos.com/v1", "PrometheusRule"): _resource({
         "type": "object",
-        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "required": ["groups"],
         "properties": {
-            "apiVersion": _STR, "kind": _STR, "metadata": _METADATA,
-            "spec": {
-                "type": "object",
-                "required": ["groups"],
-                "properties": {
-                    "groups": {
-                        "type": "array", "minItems": 1,
-                        "items": {
-                            "type": "object",
-                            "required": ["name", "rules"],
-                            "properties": {
-                                "name": _STR, "interval": _DURATION,
-                                "rules": {
-                                    "type": "array", "minItems": 1,
-                                    "items": {
-                                        "type": "object",
-                                        "required": ["expr"],
-                                        "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
-                                        "properties": {
-                                            "alert": _STR, "record": _STR, "expr": _STR, "for": _DURATION,
-                                            "keep_firing_for": _DURATION,
-                                            "labels": _STR_MAP, "annotations": _STR_MAP,
-                                        },
-                                        "additionalProperties": False,
-                                    },
+            "groups": {
+                "type": "array", "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["name", "rules"],
+                    "properties": {
+                        "name": _STR, "interval": _DURATION,
+                        "rules": {
+                            "type": "array", "minItems": 1,
+                            "items": {
+                                "type": "object",
+                                "required": ["expr"],
+                                "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
+                                "properties": {
+                                    "alert": _STR, "record": _STR, "expr": _STR, "for": _DURATION,
+                                    "keep_firing_for": _DURATION,
+                                    "labels": _STR_MAP, "annotations": _STR_MAP,
                                 },
+                                "additionalProperties": False,
                             },
-                            "additionalProperties": False,
                         },
                     },
+                    "additionalProperties": False,
                 },
-                "additionalProperties": False,
             },
         },
         "additionalProperties": False,
-    },
-    ("keda.sh/v1alpha1", "ScaledObject"): {
+    }),
+    ("keda.sh/v1alpha1", "ScaledObject"): _resource({
         "type": "object",
-        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "required": ["scaleTargetRef", "triggers"],
         "properties": {
-            "apiVersion": _STR, "kind": _STR, "metadata": _METADATA,
-            "spec": {
-                "type": "object",
-                "required": ["scaleTargetRef", "triggers"],
-                "properties": {
-                    "scaleTargetRef": {
-                        "type": "object", "required": ["name"],
-                        "properties": {"apiVersion": _STR, "kind": _STR, "name": _STR},
-                        "additionalProperties": False,
-                    },
-                    "pollingInterval": {"type": "integer", "minimum": 1},
-                    "cooldownPeriod": {"type": "integer", "minimum": 0},
-                    "initialCooldownPeriod": {"type": "integer", "minimum": 0},
-                    "minReplicaCount": {"type": "integer", "minimum": 0},
-                    "maxReplicaCount": {"type": "integer", "minimum": 1},
-                    "idleReplicaCount": {"type": "integer", "minimum": 0},
-                    "fallback": {
-                        "type": "object", "required": ["failureThreshold", "replicas"],
-                        "properties": {"failureThreshold": {"type": "integer", "minimum": 1},
-                                       "replicas": {"type": "integer", "minimum": 0},
-                                       "behavior": _STR},
-                        "additionalProperties": False,
-                    },
-                    "advanced": {"type": "object"},
-                    "triggers": {
-                        "type": "array", "minItems": 1,
-                        "items": {
-                            "type": "object", "required": ["type", "metadata"],
-                            "properties": {
-                                "type": _STR, "name": _STR, "metadata": _STR_MAP,
-                                "metricType": {"enum": ["AverageValue", "Value", "Utilization"]},
-                                "authenticationRef": {"type": "object"},
-                                "useCachedMetrics": {"type": "boolean"},
-                            },
-                            "additionalProperties": False,
-                        },
-                    },
-                },
+            "scaleTargetRef": {
+                "type": "object", "required": ["name"],
+                "properties": {"apiVersion": _STR, "kind": _STR, "name": _STR},
                 "additionalProperties": False,
+            },
+            "pollingInterval": {"type": "integer", "minimum": 1},
+            "cooldownPeriod": {"type": "integer", "minimum": 0},
+            "initialCooldownPeriod": {"type": "integer", "minimum": 0},
+            "minReplicaCount": {"type": "integer", "minimum": 0},
+            "maxReplicaCount": {"type": "integer", "minimum": 1},
+            "idleReplicaCount": {"type": "integer", "minimum": 0},
+            "fallback": {
+                "type": "object", "required": ["failureThreshold", "replicas"],
+                "properties": {"failureThreshold": {"type": "integer", "minimum": 1},
+                               "replicas": {"type": "integer", "minimum": 0},
+                               "behavior": _STR},
+                "additionalProperties": False,
+            },
+            "advanced": {"type": "object"},
+            "triggers": {
+                "type": "array", "minItems": 1,
+                "items": {
+                    "type": "object", "required": ["type", "metadata"],
+                    "properties": {
+                        "type": _STR, "name": _STR, "metadata": _STR_MAP,
+                        "metricType": {"enum": ["AverageValue", "Value", "Utilization"]},
+                        "authenticationRef": {"type": "object"},
+                        "useCachedMetrics": {"type": "boolean"},
+                    },
+                    "additionalProperties": False,
+                },
             },
         },
         "additionalProperties": False,
-    },
+    }),
 }
 
 # The keys each trigger type needs (KEDA's scaler documentation).

@@ -130,8 +130,3 @@ pub async fn run(
     hub.abort();
     served
 }
-
-/// Unix time in milliseconds by this host's clock.
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}

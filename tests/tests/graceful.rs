@@ -34,7 +34,12 @@ async fn a_terminated_gateway_drains_before_it_exits() {
             (reply, Instant::now())
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await; // let the call reach the gateway
+    // In flight once the gateway has written its (hidden) task: the second slow_compute task.
+    eventually(PATIENCE, "the inline call to reach the gateway", || async {
+        let metrics = http.get(format!("{base}/metrics")).send().await.ok()?.text().await.ok()?;
+        metrics.contains("taskgate_tasks_created_total{tool=\"slow_compute\"} 2").then_some(())
+    })
+    .await;
 
     let terminated = Instant::now();
     stack.gateways[0].signal("TERM");

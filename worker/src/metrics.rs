@@ -106,7 +106,7 @@ async fn scrape(State(shared): State<Arc<Shared>>) -> Response {
     match shared.store.backlog(shared.config.queue_shards).await {
         Ok(backlog) => {
             METRICS.queue_depth.set(backlog.depth as i64);
-            let age_ms = backlog.oldest_ms.map_or(0, |oldest| crate::runtime::now_ms().saturating_sub(oldest));
+            let age_ms = backlog.oldest_ms.map_or(0, |oldest| taskgate_shared::task::now_ms().saturating_sub(oldest));
             METRICS.queue_oldest_age.set(age_ms as f64 / 1000.0);
         }
         // The gauges keep their last value; the failure shows in taskgate_redis_errors_total.

@@ -233,7 +233,8 @@ impl Listen {
                         self.retry_delay = std::time::Duration::ZERO;
                         if self.take(&snapshot) {
                             // Both clocks are wall clocks: Redis `TIME` wrote `updated`.
-                            let lag_ms = crate::now_ms().saturating_sub(snapshot.updated_at_ms.max(0) as u64);
+                            let lag_ms =
+                                taskgate_shared::task::now_ms().saturating_sub(snapshot.updated_at_ms.max(0) as u64);
                             METRICS.sse_lag.observe(lag_ms as f64 / 1000.0);
                             return Some(self.notification(&snapshot));
                         }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde_json::json;
+use taskgate_shared::task::now_ms;
 
 use super::create;
 use crate::client::{Client, LoadError, SseReader};
@@ -69,8 +70,4 @@ pub(super) async fn prepare(config: &Config, client: Client, recorder: Arc<Recor
         })
     });
     Ok((op, lags))
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }

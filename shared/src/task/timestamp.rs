@@ -2,6 +2,11 @@
 
 use time::OffsetDateTime;
 
+/// Unix time in milliseconds by this host's clock (a hint: task timestamps come from Redis).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
 /// `2026-08-21T10:30:00.123Z` from Unix milliseconds (Redis `TIME`, so every replica agrees).
 pub fn iso8601_ms(unix_ms: i64) -> String {
     let t = OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ms) * 1_000_000)

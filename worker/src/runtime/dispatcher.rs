@@ -122,7 +122,7 @@ pub(super) fn spawn_claim(shared: &Arc<Shared>, delivery: Delivery, permit: Owne
             Ok(Some(claim)) => {
                 METRICS.leases_taken.inc();
                 if let Some(enqueued) = entry_ms(&delivery.entry_id) {
-                    let waited = super::now_ms().saturating_sub(enqueued);
+                    let waited = taskgate_shared::task::now_ms().saturating_sub(enqueued);
                     TASKS.left_state("queued", Duration::from_millis(waited));
                 }
                 execution::run(shared2, claim).await

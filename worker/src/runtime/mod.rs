@@ -99,8 +99,3 @@ async fn publish_tools(shared: Arc<Shared>) {
         }
     }
 }
-
-/// Unix time in milliseconds, by this host's clock (only ever used as a hint).
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}

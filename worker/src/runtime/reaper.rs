@@ -12,7 +12,9 @@ use taskgate_shared::store::Reclaimed;
 
 use taskgate_shared::telemetry::metrics::TASKS;
 
-use super::{Shared, dispatcher, now_ms};
+use taskgate_shared::task::now_ms;
+
+use super::{Shared, dispatcher};
 use crate::metrics::METRICS;
 
 const BATCH: usize = 100;

@@ -55,7 +55,7 @@ pub(crate) async fn run(call: &Call<'_>, request_id: &Value) -> Result<CallOutco
         &call.state.request_state_keys,
         call.params,
         &binding.expected(),
-        crate::now_ms(),
+        taskgate_shared::task::now_ms(),
         call.state.config.max_input_response_bytes,
     )?;
 
@@ -147,7 +147,7 @@ impl Binding {
             method: "tools/call".into(),
             tool: self.tool.clone(),
             args: self.args_digest.clone(),
-            exp: crate::now_ms() + self.ttl_ms,
+            exp: taskgate_shared::task::now_ms() + self.ttl_ms,
             answers,
         }
     }
