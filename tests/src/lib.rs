@@ -6,11 +6,13 @@
 //! worker packages have integration tests of their own.
 
 mod client;
+mod fault_proxy;
 mod process;
 mod redis_server;
 mod stack;
 
 pub use client::{McpClient, Reply, SseItem, SseStream, ack, meta, meta_without_tasks, standard_headers};
+pub use fault_proxy::{Fault, FaultProxy};
 pub use process::{Binary, Service};
 pub use redis_server::{RedisCluster, RedisServer};
 pub use stack::{Stack, StackBuilder};

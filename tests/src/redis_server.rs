@@ -87,6 +87,13 @@ impl RedisServer {
             .expect("redis connection")
     }
 
+    /// Sends a signal by name (`STOP`, `CONT`).
+    pub fn signal(&self, name: &str) {
+        let pid = self.child.as_ref().and_then(Child::id).expect("running");
+        let status = std::process::Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{name} failed");
+    }
+
     /// `kill -9`.
     pub async fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

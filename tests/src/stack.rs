@@ -175,10 +175,17 @@ impl Stack {
 
     /// Starts another worker. Returns its index.
     pub async fn add_worker(&mut self, extra: &[&str]) -> usize {
+        let url = self.redis_url.clone();
+        self.add_worker_via(&url, extra).await
+    }
+
+    /// Starts a worker that reaches Redis at `redis_url` (a [`crate::FaultProxy`] in front of
+    /// the stack's server, say). Returns its index.
+    pub async fn add_worker_via(&mut self, redis_url: &str, extra: &[&str]) -> usize {
         let i = self.workers.len();
         let mut args = vec![
             "--redis-url".into(),
-            self.redis_url.clone(),
+            redis_url.to_owned(),
             "--namespace".into(),
             self.namespace.clone(),
             "--worker-id".into(),

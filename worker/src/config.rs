@@ -73,6 +73,11 @@ pub struct Config {
     #[arg(long, env = "TASKGATE_REDIS_TIMEOUT_MS", default_value_t = 2_000)]
     pub redis_timeout_ms: u64,
 
+    /// Directory where the demo `ledger` tool appends one line per step, a side effect outside
+    /// Redis that shows whether two runs of one task ever overlapped (unset: `ledger` refuses).
+    #[arg(long, env = "TASKGATE_LEDGER_DIR")]
+    pub ledger_dir: Option<std::path::PathBuf>,
+
     /// Log format: auto (JSON unless on a terminal), json or text.
     #[arg(long, env = "TASKGATE_LOG_FORMAT", default_value = "auto")]
     pub log_format: LogFormat,
@@ -103,6 +108,10 @@ impl Config {
             }
         }
         Ok(specs.into_values().collect())
+    }
+
+    pub fn pack_options(&self) -> crate::packs::PackOptions {
+        crate::packs::PackOptions { ledger_dir: self.ledger_dir.clone() }
     }
 
     pub fn lease(&self) -> Duration {

@@ -31,7 +31,7 @@ pub enum StartError {
 
 /// Runs the worker until `shutdown` resolves, then drains (see the README's operations notes).
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
-    let tools = packs::registry(&config.tools)?;
+    let tools = packs::registry(&config.tools, &config.pack_options())?;
     let specs = config.specs(&tools)?;
     let store = Store::connect_lazy(&config.redis_url, &config.namespace, config.redis_timeout())?;
     let metrics_listener = match config.metrics_listen {

@@ -90,6 +90,11 @@ pub enum Reclaimed {
     Cancelled {
         tenant: String,
     },
+    /// The task had already ended (a replay of a reclaim that ran, or a stale index entry);
+    /// the owner's tenant, so that its active-task slot is released.
+    AlreadyEnded {
+        tenant: String,
+    },
 }
 
 impl Store {
@@ -381,6 +386,7 @@ impl Store {
             code::OK => Reclaimed::Requeued,
             2 => Reclaimed::Failed { tenant: reply.string(2)? },
             3 => Reclaimed::Cancelled { tenant: reply.string(2)? },
+            4 => Reclaimed::AlreadyEnded { tenant: reply.string(1)? },
             _ => return Err(reply.unexpected_code()),
         })
     }

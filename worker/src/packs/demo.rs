@@ -10,8 +10,15 @@ use taskgate_shared::tools::{Execution, ToolSpec};
 
 use crate::tool::{BoxFuture, Tool, ToolContext, ToolError, ToolOutput, answer_action, elicitation_form};
 
-pub(super) fn tools() -> Vec<Arc<dyn Tool>> {
-    vec![Arc::new(GenerateReport), Arc::new(DualApproval), Arc::new(Sleep), Arc::new(Faulty), Arc::new(Noop)]
+pub(super) fn tools(options: &super::PackOptions) -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(GenerateReport),
+        Arc::new(DualApproval),
+        Arc::new(Sleep),
+        Arc::new(Faulty),
+        Arc::new(Noop),
+        Arc::new(Ledger { dir: options.ledger_dir.clone() }),
+    ]
 }
 
 fn spec(
@@ -140,8 +147,8 @@ impl Tool for Faulty {
     fn spec(&self) -> ToolSpec {
         spec(
             "faulty",
-            "Fails on purpose: mode tool_error, rpc_error or panic.",
-            json!({"type":"object","properties":{"mode":{"type":"string","enum":["tool_error","rpc_error","panic"]}},"required":["mode"]}),
+            "Fails on purpose: mode tool_error, rpc_error, panic, or suspend (asks to wait for input without naming any).",
+            json!({"type":"object","properties":{"mode":{"type":"string","enum":["tool_error","rpc_error","panic","suspend"]}},"required":["mode"]}),
             600_000,
             500,
             None,
@@ -156,6 +163,8 @@ impl Tool for Faulty {
                     RpcError::new(ErrorKind::InvalidParams, "the job could not run")
                         .with_data(json!({"reason": "demo"})),
                 )),
+                // A buggy tool: suspends without asking anything, so nobody could ever answer.
+                Some("suspend") => Err(ToolError::Suspend),
                 _ => panic!("faulty tool panicked on purpose"),
             }
         })
@@ -183,4 +192,58 @@ impl Tool for Noop {
     fn call<'a>(&'a self, _arguments: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async { Ok(ToolOutput::text("ok")) })
     }
+}
+
+/// Appends one line per step (`<fencing token> <step>`) to `<ledger dir>/<task id>`, a side
+/// effect outside Redis that fencing cannot guard. Two runs of one task overlapped exactly when
+/// the file's tokens ever go down: what the exclusivity tests check.
+struct Ledger {
+    dir: Option<std::path::PathBuf>,
+}
+
+impl Tool for Ledger {
+    fn spec(&self) -> ToolSpec {
+        spec(
+            "ledger",
+            "Appends one line per step to a file named after the task (the worker needs --ledger-dir); shows that two runs of one task never overlap.",
+            json!({"type":"object","properties":{
+                "steps":{"type":"integer","minimum":1,"maximum":10_000},
+                "stepMs":{"type":"integer","minimum":0,"maximum":60_000}
+            },"required":["steps"]}),
+            3_600_000,
+            500,
+            Some("Writing the ledger."),
+        )
+    }
+
+    fn call<'a>(&'a self, arguments: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let Some(dir) = &self.dir else {
+                return Err(ToolError::Rpc(RpcError::new(
+                    ErrorKind::Internal,
+                    "the ledger tool needs the worker's --ledger-dir",
+                )));
+            };
+            let steps = arguments.get("steps").and_then(Value::as_u64).unwrap_or(1);
+            let step = Duration::from_millis(arguments.get("stepMs").and_then(Value::as_u64).unwrap_or(0));
+            let path = dir.join(ctx.task_id());
+            for n in 0..steps {
+                ctx.checkpoint()?;
+                append_line(&path, &format!("{} {n}\n", ctx.fencing_token())).map_err(|err| {
+                    ToolError::Rpc(RpcError::new(ErrorKind::Internal, format!("ledger not written: {err}")))
+                })?;
+                tokio::time::sleep(step).await;
+            }
+            Ok(ToolOutput::text(format!("Wrote {steps} ledger lines.")).structured(json!({
+                "steps": steps,
+                "fencingToken": ctx.fencing_token(),
+            })))
+        })
+    }
+}
+
+/// One `O_APPEND` write: lines of concurrent writers never interleave within a line.
+fn append_line(path: &std::path::Path, line: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    std::fs::OpenOptions::new().create(true).append(true).open(path)?.write_all(line.as_bytes())
 }

@@ -16,12 +16,19 @@ pub type Registry = BTreeMap<String, Arc<dyn Tool>>;
 #[error("unknown tool pack {0:?} (available: demo, conformance)")]
 pub struct UnknownPack(pub String);
 
+/// What packs may need from the worker's configuration.
+#[derive(Debug, Clone, Default)]
+pub struct PackOptions {
+    /// Where the demo `ledger` tool appends its lines (it refuses to run without one).
+    pub ledger_dir: Option<std::path::PathBuf>,
+}
+
 /// Builds the registry of the named packs.
-pub fn registry(packs: &[String]) -> Result<Registry, UnknownPack> {
+pub fn registry(packs: &[String], options: &PackOptions) -> Result<Registry, UnknownPack> {
     let mut tools: Registry = BTreeMap::new();
     for pack in packs {
         let pack_tools = match pack.trim() {
-            "demo" => demo::tools(),
+            "demo" => demo::tools(options),
             "conformance" => conformance::tools(),
             other => return Err(UnknownPack(other.to_owned())),
         };

@@ -58,6 +58,7 @@ async fn reclaim_shard(shared: &Shared, shard: u8, failure: &str) {
             .await;
         match outcome {
             Ok(Reclaimed::Nothing) => {}
+            Ok(Reclaimed::AlreadyEnded { tenant }) => release_active(shared, &tenant, &id).await,
             Ok(Reclaimed::Requeued) => {
                 METRICS.leases_reclaimed.inc();
                 tracing::info!(task_id = %id, "lease expired; task requeued")

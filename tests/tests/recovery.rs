@@ -1,0 +1,508 @@
+//! Recovery and exclusivity, one test per way a task could be stranded, run twice at once, or
+//! leak a count. Each builds its leftover state by hand (through Redis, a fault proxy or a
+//! paused process) instead of hoping a chaos run reaches it, and most run on standalone Redis
+//! and on a 3-master Cluster.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use redis::Value as RedisValue;
+use serde_json::{Value, json};
+use taskgate_shared::store::{Delivery, Finish, Lease, NewTask, Reclaimed, Store, WORKER_GROUP};
+use taskgate_shared::task::{Owner, TaskId};
+use taskgate_tests::{FaultProxy, RedisServer, Stack, StackBuilder, eventually, meta_without_tasks};
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Topology {
+    Standalone,
+    Cluster,
+}
+
+fn builder(topology: Topology) -> StackBuilder {
+    match topology {
+        Topology::Standalone => Stack::builder(),
+        Topology::Cluster => Stack::builder().cluster(3),
+    }
+}
+
+/// `mod name { standalone, cluster }` around `async fn name(Topology)`.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn standalone() {
+                super::$name(super::Topology::Standalone).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn cluster() {
+                super::$name(super::Topology::Cluster).await
+            }
+        }
+    )*};
+}
+
+on_both!(
+    an_unclaimed_delivery_is_recovered_by_an_idle_worker,
+    a_worker_that_reclaims_its_own_task_stops_the_old_run,
+    script_replays_answer_what_the_first_run_did,
+    gateway_side_cancels_release_the_active_count,
+    a_listen_stream_survives_a_version_rollback,
+    task_reads_are_atomic,
+    a_suspend_that_asks_nothing_fails_the_task,
+    stream_consumers_do_not_pile_up,
+);
+
+/// Runs one command on whichever node holds `key` (the store's connection routes by key).
+async fn cmd<T: redis::FromRedisValue>(store: &Store, command: &redis::Cmd) -> T {
+    command.query_async(&mut store.conn()).await.expect("the command runs")
+}
+
+/// A task's record field.
+async fn field(store: &Store, id: &TaskId, name: &str) -> Option<String> {
+    cmd(store, redis::cmd("HGET").arg(store.keys().task(id).record).arg(name)).await
+}
+
+/// Creates the worker group on `stream` the way a worker would (a test without workers needs it
+/// to read deliveries by hand).
+async fn ensure_group(store: &Store, stream: &str) {
+    let created: redis::RedisResult<()> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream)
+        .arg(WORKER_GROUP)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(&mut store.conn())
+        .await;
+    if let Err(err) = created {
+        assert_eq!(err.code(), Some("BUSYGROUP"), "{err}");
+    }
+}
+
+/// The consumers of the worker group on `stream`, with their pending counts.
+async fn consumers(store: &Store, stream: &str) -> Vec<(String, u64)> {
+    let reply: Vec<std::collections::HashMap<String, RedisValue>> =
+        cmd(store, redis::cmd("XINFO").arg("CONSUMERS").arg(stream).arg(WORKER_GROUP)).await;
+    reply
+        .into_iter()
+        .map(|c| {
+            let name = redis::from_redis_value::<String>(c["name"].clone()).unwrap();
+            let pending = redis::from_redis_value::<u64>(c["pending"].clone()).unwrap();
+            (name, pending)
+        })
+        .collect()
+}
+
+/// The ledger file of a task: the fencing token of every step, in the order written.
+fn ledger(dir: &std::path::Path, task_id: &str) -> Vec<u64> {
+    std::fs::read_to_string(dir.join(task_id))
+        .unwrap_or_default()
+        .lines()
+        .map(|line| line.split(' ').next().and_then(|t| t.parse().ok()).expect("a ledger line"))
+        .collect()
+}
+
+/// Two runs overlapped exactly when a token goes down.
+fn assert_no_overlap(tokens: &[u64], what: &str) {
+    assert!(tokens.windows(2).all(|w| w[0] <= w[1]), "{what}: runs of one task overlapped: {tokens:?}");
+}
+
+/// Finding: a stream entry that was read but never claimed (its reader died between
+/// `XREADGROUP` and the claim) must be taken over by an idle worker within a few lease lengths,
+/// not left until the task's expiry.
+async fn an_unclaimed_delivery_is_recovered_by_an_idle_worker(topology: Topology) {
+    let mut stack = builder(topology).workers(0).spawn().await;
+    let client = stack.client(0);
+    let task_id = client.create_task("noop", json!({})).await;
+    let id = TaskId::parse(&task_id).unwrap();
+    let store = stack.store();
+    let stream = store.keys().task(&id).stream;
+    ensure_group(&store, &stream).await;
+    let read: Option<redis::streams::StreamReadReply> = cmd(
+        &store,
+        redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(WORKER_GROUP)
+            .arg("ghost")
+            .arg("COUNT")
+            .arg(1)
+            .arg("STREAMS")
+            .arg(&stream)
+            .arg(">"),
+    )
+    .await;
+    assert_eq!(read.map(|r| r.keys[0].ids.len()), Some(1), "the ghost consumer holds the delivery");
+
+    stack.add_worker(&["--lease-ms", "1000"]).await;
+    client.wait_for_status(&task_id, "completed", Duration::from_secs(6)).await;
+}
+
+/// Finding: a worker that re-claims its own task after losing the lease (reclaimed by hand here,
+/// as another reaper would after the lease ran out) runs the new claim alone. The old run stops
+/// at its next renewal, and its end does not take the new run's lease bookkeeping with it, so
+/// the new run is renewed to the end and completes under its own token.
+async fn a_worker_that_reclaims_its_own_task_stops_the_old_run(topology: Topology) {
+    let ledger_dir = tempfile::tempdir().unwrap();
+    let dir = ledger_dir.path().display().to_string();
+    let stack = builder(topology).worker_args(&["--lease-ms", "1000", "--ledger-dir", &dir]).spawn().await;
+    let client = stack.client(0);
+    let task_id = client.create_task("ledger", json!({"steps": 80, "stepMs": 50})).await;
+    let id = TaskId::parse(&task_id).unwrap();
+    let store = stack.store();
+    eventually(PATIENCE, "the first run to write", || async { (ledger(ledger_dir.path(), &task_id).len() >= 3).then_some(()) })
+        .await;
+    // Past a lease into the run, so the new claim outlives the old run's lease bookkeeping.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let keys = store.keys().task(&id);
+    // What `reclaim_task` does to an expired lease: holder gone, counted, requeued.
+    let _: RedisValue = cmd(
+        &store,
+        redis::cmd("EVAL")
+            .arg(
+                "redis.call('HDEL', KEYS[1], 'holder', 'lease'); redis.call('ZREM', KEYS[2], ARGV[1]); \
+                 redis.call('HINCRBY', KEYS[1], 'reclaims', 1); redis.call('XADD', KEYS[3], '*', 'id', ARGV[1]); return 1",
+            )
+            .arg(3)
+            .arg(&keys.record)
+            .arg(&keys.leases)
+            .arg(&keys.stream)
+            .arg(&task_id),
+    )
+    .await;
+    let done = client.wait_for_status(&task_id, "completed", PATIENCE).await;
+    assert_eq!(done["result"]["structuredContent"]["fencingToken"], 2, "{done}");
+    assert_eq!(field(&store, &id, "reclaims").await.as_deref(), Some("1"), "only the reclaim made by hand");
+    let tokens = ledger(ledger_dir.path(), &task_id);
+    let first_new = tokens.iter().position(|t| *t == 2).expect("the second run wrote");
+    let old_after = tokens[first_new..].iter().filter(|t| **t == 1).count();
+    // The old run stops at its next renewal (a third of the lease): a few 50 ms steps at most.
+    assert!(old_after <= 12, "the old run went on after the new claim: {old_after} steps, {tokens:?}");
+}
+
+/// Finding: a script re-sent after a lost reply (a timeout, or a Cluster retry after a dropped
+/// connection) answers what its first run did, instead of a refusal that is then believed.
+async fn script_replays_answer_what_the_first_run_did(topology: Topology) {
+    let stack = builder(topology).workers(0).spawn().await;
+    let store = stack.store();
+    let owner = Owner { tenant: "acme".into(), principal: "alice".into() };
+    let id = TaskId::generate(16);
+    let task = NewTask {
+        id: &id,
+        owner: &owner,
+        tool: "sleep",
+        arguments: "{\"ms\":1}",
+        ttl_ms: 60_000,
+        poll_interval_ms: 500,
+        status_message: None,
+        traceparent: None,
+        client_capabilities: "{}",
+        answers: &[],
+        counted: true,
+    };
+    // create: the same owner repeating the same id gets the task it made.
+    let created = store.create_task(task.clone()).await.expect("created");
+    assert_eq!(store.create_task(task.clone()).await.expect("a replayed create answers"), created);
+    let stranger = Owner { tenant: "acme".into(), principal: "mallory".into() };
+    assert!(store.create_task(NewTask { owner: &stranger, ..task.clone() }).await.is_err(), "not another owner's");
+
+    // claim: the same worker and entry get the same claim.
+    let keys = store.keys().task(&id);
+    ensure_group(&store, &keys.stream).await;
+    let mut reader = store.blocking_connection(Duration::from_millis(100)).await.unwrap();
+    let shard = id.shard();
+    let deliveries = store.read_deliveries(&mut reader, &[shard], "w-replay", 10, Duration::from_millis(100)).await.unwrap();
+    let delivery: Delivery = deliveries.into_iter().find(|d| d.task_id == id).expect("delivered");
+    let lease = Duration::from_secs(30);
+    let first = store.claim(&delivery, "w-replay", lease).await.unwrap().expect("claimed");
+    let again = store.claim(&delivery, "w-replay", lease).await.unwrap().expect("a replayed claim answers");
+    assert_eq!((again.fence, &again.tool), (first.fence, &first.tool));
+    assert!(store.claim(&delivery, "w-other", lease).await.unwrap().is_none(), "not another worker's");
+
+    // finish: a replayed completion is reported written, not as a lost lease.
+    let held = Lease { task_id: &id, worker: "w-replay", fence: first.fence };
+    let outcome = Finish::Completed { result: "{\"content\":[]}", message: None };
+    assert!(store.finish(held, outcome.clone()).await.unwrap());
+    assert!(store.finish(held, outcome).await.unwrap(), "a replayed finish answers written");
+    let stale = Lease { task_id: &id, worker: "w-replay", fence: first.fence + 1 };
+    assert!(!store.finish(stale, Finish::Cancelled { message: "x" }).await.unwrap(), "other tokens stay refused");
+    assert_eq!(field(&store, &id, "status").await.as_deref(), Some("completed"));
+
+    // reclaim: a replay that finds the task already ended says so, with the tenant to release.
+    let reclaimed = store.reclaim(&id, 3, "{}", "failed", "cancelled").await.unwrap();
+    assert_eq!(reclaimed, Reclaimed::AlreadyEnded { tenant: "acme".into() });
+}
+
+/// Finding: every way the gateway itself ends a counted task releases its active-task slot: an
+/// inline call that timed out, and a create whose replicas never acknowledged it.
+async fn gateway_side_cancels_release_the_active_count(topology: Topology) {
+    let stack = builder(topology)
+        .workers(0)
+        .gateway_args(&["--tenant-max-active-tasks", "1", "--inline-timeout-ms", "200"])
+        .spawn()
+        .await;
+    let client = stack.client(0);
+    let inline = client.call("tools/call", json!({"name": "noop", "arguments": {}, "_meta": meta_without_tasks()})).await;
+    assert_eq!(inline.error_code(), Some(-32603), "the inline call times out: {}", inline.text);
+    eventually(Duration::from_secs(5), "a create to be admitted again", || async {
+        let r = client.call("tools/call", json!({"name": "noop", "arguments": {}})).await;
+        (r.result()["resultType"] == "task").then_some(())
+    })
+    .await;
+    drop(stack);
+
+    // No replica will ever acknowledge: each create fails, and none holds a slot.
+    let stack = builder(topology)
+        .workers(0)
+        .gateway_args(&[
+            "--tenant-max-active-tasks",
+            "1",
+            "--durability-replicas",
+            "1",
+            "--durability-timeout-ms",
+            "50",
+        ])
+        .spawn()
+        .await;
+    let client = stack.client(0);
+    for attempt in 0..3 {
+        let r = client.call("tools/call", json!({"name": "noop", "arguments": {}})).await;
+        assert_eq!(r.error_code(), Some(-32603), "attempt {attempt}: {}", r.text);
+        // The slot is released asynchronously after the failed create's cancel.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Finding: a failover that loses the latest writes sends a task's version backwards. The
+/// stream must keep delivering, the terminal snapshot included.
+async fn a_listen_stream_survives_a_version_rollback(topology: Topology) {
+    let stack = builder(topology).workers(0).spawn().await;
+    let client = stack.client(0);
+    let task_id = client.create_task("sleep", json!({"ms": 60_000})).await;
+    let id = TaskId::parse(&task_id).unwrap();
+    let store = stack.store();
+    let record = store.keys().task(&id).record;
+    let channel = store.keys().events_channel();
+    let (body, mut stream) =
+        client.open_stream("subscriptions/listen", json!({"notifications": {"taskIds": [task_id]}})).await;
+    let subscription = body["id"].clone();
+    let ack = stream.next_message(PATIENCE).await.unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
+    let first = stream.next_message(PATIENCE).await.unwrap();
+    assert_eq!(first["params"]["status"], "working");
+
+    // Three status changes land (version 4) and are seen...
+    let _: () = cmd(&store, redis::cmd("HSET").arg(&record).arg("ver").arg(4).arg("msg").arg("Step four.")).await;
+    let _: i64 = cmd(&store, redis::cmd("PUBLISH").arg(&channel).arg(format!("{task_id} 4 working"))).await;
+    let seen = stream.next_message(PATIENCE).await.unwrap();
+    assert_eq!(seen["params"]["statusMessage"], "Step four.", "{seen}");
+    // ...then a failover loses them: the record is back at version 1.
+    let _: () = cmd(&store, redis::cmd("HSET").arg(&record).arg("ver").arg(1).arg("msg").arg("Sleeping.")).await;
+    // The cancel writes version 2, below what the stream has sent.
+    assert_eq!(client.cancel_task(&task_id).await.result()["resultType"], "complete");
+    let terminal = stream.next_message(PATIENCE).await.expect("the terminal snapshot");
+    assert_eq!(terminal["params"]["status"], "cancelled", "{terminal}");
+    let closing = stream.next_message(PATIENCE).await.expect("the closing result");
+    assert_eq!(closing["id"], subscription, "{closing}");
+}
+
+/// Finding: a read of a task pairs its record with its inputs atomically, so `input_required`
+/// at one version never shows inputs written after an answer. Seen through `MONITOR` on every
+/// node: the inputs are only ever read inside a script (or a transaction) with the record.
+async fn task_reads_are_atomic(topology: Topology) {
+    let stack = builder(topology).workers(1).spawn().await;
+    let client = stack.client(0);
+    let task_id = client.create_task("generate_report", json!({"size": "small"})).await;
+    client.wait_for_status(&task_id, "input_required", PATIENCE).await;
+    let id = TaskId::parse(&task_id).unwrap();
+    let inputs_key = stack.store().keys().task(&id).inputs;
+
+    let nodes: Vec<&RedisServer> = std::iter::once(&stack.redis).chain(&stack.cluster_nodes).collect();
+    let mut monitors = Vec::new();
+    for node in &nodes {
+        monitors.push(monitor(node.port()).await);
+    }
+    // A listen stream reads the parked task at acceptance; an inline re-read path uses the same read.
+    let (_, mut stream) =
+        client.open_stream("subscriptions/listen", json!({"notifications": {"taskIds": [task_id]}})).await;
+    stream.next_message(PATIENCE).await.unwrap();
+    let parked = stream.next_message(PATIENCE).await.unwrap();
+    assert_eq!(parked["params"]["status"], "input_required");
+    drop(stream);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut reads = 0;
+    for lines in monitors.iter_mut().map(|m| m.take()) {
+        for line in lines.iter().filter(|l| l.contains("\"HGETALL\"") && l.contains(&inputs_key)) {
+            reads += 1;
+            assert!(line.contains(" lua]"), "the inputs were read outside a script: {line}");
+        }
+    }
+    assert!(reads > 0, "the listen stream read the task's inputs");
+}
+
+/// A `MONITOR` connection collecting lines in the background.
+struct Monitor {
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    _reader: tokio::task::JoinHandle<()>,
+}
+
+impl Monitor {
+    fn take(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.lines.lock().unwrap())
+    }
+}
+
+async fn monitor(port: u16) -> Monitor {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    socket.write_all(b"MONITOR\r\n").await.unwrap();
+    let mut reader = tokio::io::BufReader::new(socket);
+    let mut ok = String::new();
+    reader.read_line(&mut ok).await.unwrap();
+    assert_eq!(ok.trim(), "+OK");
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    let reader = tokio::spawn(async move {
+        let mut line = String::new();
+        while reader.read_line(&mut line).await.is_ok_and(|n| n > 0) {
+            sink.lock().unwrap().push(std::mem::take(&mut line));
+        }
+    });
+    Monitor { lines, _reader: reader }
+}
+
+/// Finding: a tool that suspends without asking anything would park a task nobody can answer.
+/// It fails with a clear error instead.
+async fn a_suspend_that_asks_nothing_fails_the_task(topology: Topology) {
+    let stack = builder(topology).spawn().await;
+    let client = stack.client(0);
+    let task_id = client.create_task("faulty", json!({"mode": "suspend"})).await;
+    let failed = client.wait_for_status(&task_id, "failed", PATIENCE).await;
+    let message = failed["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("without asking"), "{failed}");
+    assert_eq!(failed["error"]["code"], -32603);
+}
+
+/// Finding: each worker start added a consumer to every shard's group, forever. A worker that
+/// exits cleanly deletes its own; the idle consumers of dead workers are deleted once nothing
+/// is pending on them (a pending entry is first taken over).
+async fn stream_consumers_do_not_pile_up(topology: Topology) {
+    let mut stack = builder(topology).workers(0).spawn().await;
+    let store = stack.store();
+    let shards: Vec<String> = (0..16u8).map(|s| store.keys().shard(s).stream).collect();
+    for stream in &shards {
+        ensure_group(&store, stream).await;
+        let _: i64 = cmd(
+            &store,
+            redis::cmd("XGROUP").arg("CREATECONSUMER").arg(stream).arg(WORKER_GROUP).arg("dead-worker"),
+        )
+        .await;
+    }
+    let quitter = stack.add_worker(&["--lease-ms", "1000"]).await;
+    stack.add_worker(&["--lease-ms", "1000"]).await;
+    let quitter_id = worker_id(&stack.workers[quitter].log());
+    eventually(PATIENCE, "the quitter's consumers to exist", || async {
+        let mut names = HashSet::new();
+        for stream in &shards {
+            names.extend(consumers(&store, stream).await.into_iter().map(|(n, _)| n));
+        }
+        names.contains(&quitter_id).then_some(())
+    })
+    .await;
+    stack.workers[quitter].signal("TERM");
+    assert_eq!(stack.workers[quitter].wait_exit(PATIENCE).await, Some(0));
+    eventually(PATIENCE, "the quitter's and the dead worker's consumers to be gone", || async {
+        for stream in &shards {
+            let names: Vec<String> = consumers(&store, stream).await.into_iter().map(|(n, _)| n).collect();
+            if names.iter().any(|n| n == &quitter_id || n == "dead-worker") {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+}
+
+/// The worker id a worker logged at start.
+fn worker_id(log: &str) -> String {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|l| l["worker_id"].as_str().map(str::to_owned))
+        .expect("the worker logs its id")
+}
+
+/// Finding: a worker that cannot renew its lease stops its tool before the lease can have run
+/// out, so the run that reclaims the task never overlaps it. Its connections to Redis are
+/// stalled by a proxy while the process and its tool keep running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_worker_stops_its_tool_before_its_lease_runs_out() {
+    let ledger_dir = tempfile::tempdir().unwrap();
+    let dir = ledger_dir.path().display().to_string();
+    let mut stack = Stack::builder().workers(0).spawn().await;
+    let proxy = FaultProxy::start(([127, 0, 0, 1], stack.redis.port()).into()).await;
+    let worker_args = ["--lease-ms", "1500", "--ledger-dir", dir.as_str()];
+    stack.add_worker_via(&proxy.url(), &worker_args).await;
+    let client = stack.client(0);
+    let task_id = client.create_task("ledger", json!({"steps": 60, "stepMs": 50})).await;
+    eventually(PATIENCE, "the first run to write", || async { (ledger(ledger_dir.path(), &task_id).len() >= 3).then_some(()) })
+        .await;
+    proxy.partition();
+    stack.add_worker(&worker_args).await;
+    let done = client.wait_for_status(&task_id, "completed", PATIENCE).await;
+    proxy.heal();
+    assert_eq!(done["result"]["structuredContent"]["fencingToken"], 2, "{done}");
+    let tokens = ledger(ledger_dir.path(), &task_id);
+    assert_no_overlap(&tokens, "partitioned worker");
+    assert!(tokens.iter().filter(|t| **t == 1).count() < 60, "the partitioned run was stopped: {tokens:?}");
+    let log = stack.workers[0].log();
+    assert!(log.contains("lease no longer known to be valid"), "the partitioned worker says why it stopped");
+}
+
+/// Finding: a lease is only as good as the renewals that keep it, so a command timeout that
+/// does not fit well inside a third of the lease is refused at start.
+#[test]
+fn a_redis_timeout_too_long_for_the_lease_is_refused() {
+    let output = std::process::Command::new(taskgate_tests::Binary::Worker.path())
+        .args(["--redis-url", "redis://127.0.0.1:1", "--lease-ms", "1500", "--redis-timeout-ms", "1000"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--redis-timeout-ms") && stderr.contains("--lease-ms"), "{stderr}");
+}
+
+/// Finding: `WAIT` counts the replicas that acknowledged *this connection's* writes, so it must
+/// go on the connection that wrote the create, right behind it. Here the gateway's connection
+/// is cut just after the create's reply, and the only replica is paused: a `WAIT` sent on a
+/// fresh connection would return at once and report the create durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_counts_the_create_it_follows() {
+    let stack = Stack::builder().gateways(0).workers(0).spawn().await;
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &stack.redis.port().to_string()]).await;
+    let mut primary = stack.redis.connection().await;
+    eventually(PATIENCE, "the replica to be in sync", || {
+        let mut conn = primary.clone();
+        async move {
+            let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await.ok()?;
+            info.contains("connected_slaves:1").then_some(())
+        }
+    })
+    .await;
+    let proxy = FaultProxy::start(([127, 0, 0, 1], stack.redis.port()).into()).await;
+    let mut stack = stack;
+    stack.redis_url = proxy.url();
+    stack
+        .add_gateway(&["--durability-replicas", "1", "--durability-timeout-ms", "500", "--redis-timeout-ms", "2000"])
+        .await;
+    let client = stack.client(0);
+    // Durable while the replica answers.
+    let ok = client.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 1}})).await;
+    assert_eq!(ok.result()["resultType"], "task", "{}", ok.text);
+
+    replica.signal("STOP");
+    proxy.cut_after_reply_to(b"987654321");
+    let r = client.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 987654321}})).await;
+    replica.signal("CONT");
+    assert_eq!(r.error_code(), Some(-32603), "a create no replica acknowledged is not reported durable: {}", r.text);
+    let _: () = redis::cmd("PING").query_async(&mut primary).await.unwrap();
+}
