@@ -148,7 +148,7 @@ async fn chaos_loses_no_task_and_completes_none_twice() {
         .workers(3)
         .redis_args(&["--appendonly", "yes", "--appendfsync", "always"])
         .gateway_args(&["--redis-timeout-ms", "1000"])
-        .worker_args(&["--lease-ms", "1000", "--max-reclaims", "50", "--redis-timeout-ms", "1000"])
+        .worker_args(&["--lease-ms", "1500", "--max-reclaims", "50", "--redis-timeout-ms", "250"])
         .spawn()
         .await;
     let clients = Arc::new(vec![stack.client(0), stack.client(1)]);

@@ -27,6 +27,14 @@ fn builder(topology: Topology) -> StackBuilder {
     }
 }
 
+/// A stack with no worker running, but with the catalogue a worker published (and left
+/// behind when it was killed), so tools can be called.
+async fn without_workers(builder: StackBuilder) -> Stack {
+    let mut stack = builder.workers(1).spawn().await;
+    stack.workers[0].kill().await;
+    stack
+}
+
 /// `mod name { standalone, cluster }` around `async fn name(Topology)`.
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {$(
@@ -112,7 +120,7 @@ fn assert_no_overlap(tokens: &[u64], what: &str) {
 /// `XREADGROUP` and the claim) must be taken over by an idle worker within a few lease lengths,
 /// not left until the task's expiry.
 async fn an_unclaimed_delivery_is_recovered_by_an_idle_worker(topology: Topology) {
-    let mut stack = builder(topology).workers(0).spawn().await;
+    let mut stack = without_workers(builder(topology)).await;
     let client = stack.client(0);
     let task_id = client.create_task("noop", json!({})).await;
     let id = TaskId::parse(&task_id).unwrap();
@@ -150,8 +158,10 @@ async fn a_worker_that_reclaims_its_own_task_stops_the_old_run(topology: Topolog
     let task_id = client.create_task("ledger", json!({"steps": 80, "stepMs": 50})).await;
     let id = TaskId::parse(&task_id).unwrap();
     let store = stack.store();
-    eventually(PATIENCE, "the first run to write", || async { (ledger(ledger_dir.path(), &task_id).len() >= 3).then_some(()) })
-        .await;
+    eventually(PATIENCE, "the first run to write", || async {
+        (ledger(ledger_dir.path(), &task_id).len() >= 3).then_some(())
+    })
+    .await;
     // Past a lease into the run, so the new claim outlives the old run's lease bookkeeping.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let keys = store.keys().task(&id);
@@ -211,7 +221,8 @@ async fn script_replays_answer_what_the_first_run_did(topology: Topology) {
     ensure_group(&store, &keys.stream).await;
     let mut reader = store.blocking_connection(Duration::from_millis(100)).await.unwrap();
     let shard = id.shard();
-    let deliveries = store.read_deliveries(&mut reader, &[shard], "w-replay", 10, Duration::from_millis(100)).await.unwrap();
+    let deliveries =
+        store.read_deliveries(&mut reader, &[shard], "w-replay", 10, Duration::from_millis(100)).await.unwrap();
     let delivery: Delivery = deliveries.into_iter().find(|d| d.task_id == id).expect("delivered");
     let lease = Duration::from_secs(30);
     let first = store.claim(&delivery, "w-replay", lease).await.unwrap().expect("claimed");
@@ -236,13 +247,16 @@ async fn script_replays_answer_what_the_first_run_did(topology: Topology) {
 /// Finding: every way the gateway itself ends a counted task releases its active-task slot: an
 /// inline call that timed out, and a create whose replicas never acknowledged it.
 async fn gateway_side_cancels_release_the_active_count(topology: Topology) {
-    let stack = builder(topology)
-        .workers(0)
-        .gateway_args(&["--tenant-max-active-tasks", "1", "--inline-timeout-ms", "200"])
-        .spawn()
-        .await;
+    let stack = without_workers(builder(topology).gateway_args(&[
+        "--tenant-max-active-tasks",
+        "1",
+        "--inline-timeout-ms",
+        "200",
+    ]))
+    .await;
     let client = stack.client(0);
-    let inline = client.call("tools/call", json!({"name": "noop", "arguments": {}, "_meta": meta_without_tasks()})).await;
+    let inline =
+        client.call("tools/call", json!({"name": "noop", "arguments": {}, "_meta": meta_without_tasks()})).await;
     assert_eq!(inline.error_code(), Some(-32603), "the inline call times out: {}", inline.text);
     eventually(Duration::from_secs(5), "a create to be admitted again", || async {
         let r = client.call("tools/call", json!({"name": "noop", "arguments": {}})).await;
@@ -252,18 +266,15 @@ async fn gateway_side_cancels_release_the_active_count(topology: Topology) {
     drop(stack);
 
     // No replica will ever acknowledge: each create fails, and none holds a slot.
-    let stack = builder(topology)
-        .workers(0)
-        .gateway_args(&[
-            "--tenant-max-active-tasks",
-            "1",
-            "--durability-replicas",
-            "1",
-            "--durability-timeout-ms",
-            "50",
-        ])
-        .spawn()
-        .await;
+    let stack = without_workers(builder(topology).gateway_args(&[
+        "--tenant-max-active-tasks",
+        "1",
+        "--durability-replicas",
+        "1",
+        "--durability-timeout-ms",
+        "50",
+    ]))
+    .await;
     let client = stack.client(0);
     for attempt in 0..3 {
         let r = client.call("tools/call", json!({"name": "noop", "arguments": {}})).await;
@@ -276,7 +287,7 @@ async fn gateway_side_cancels_release_the_active_count(topology: Topology) {
 /// Finding: a failover that loses the latest writes sends a task's version backwards. The
 /// stream must keep delivering, the terminal snapshot included.
 async fn a_listen_stream_survives_a_version_rollback(topology: Topology) {
-    let stack = builder(topology).workers(0).spawn().await;
+    let stack = without_workers(builder(topology)).await;
     let client = stack.client(0);
     let task_id = client.create_task("sleep", json!({"ms": 60_000})).await;
     let id = TaskId::parse(&task_id).unwrap();
@@ -392,15 +403,20 @@ async fn stream_consumers_do_not_pile_up(topology: Topology) {
     let shards: Vec<String> = (0..16u8).map(|s| store.keys().shard(s).stream).collect();
     for stream in &shards {
         ensure_group(&store, stream).await;
-        let _: i64 = cmd(
-            &store,
-            redis::cmd("XGROUP").arg("CREATECONSUMER").arg(stream).arg(WORKER_GROUP).arg("dead-worker"),
-        )
-        .await;
+        let _: i64 =
+            cmd(&store, redis::cmd("XGROUP").arg("CREATECONSUMER").arg(stream).arg(WORKER_GROUP).arg("dead-worker"))
+                .await;
     }
     let quitter = stack.add_worker(&["--lease-ms", "1000"]).await;
-    stack.add_worker(&["--lease-ms", "1000"]).await;
     let quitter_id = worker_id(&stack.workers[quitter].log());
+    // A consumer exists once something was delivered to it (Redis 7.0 does not create one for
+    // a read that finds nothing).
+    let client = stack.client(0);
+    for _ in 0..4 {
+        let id = client.create_task("noop", json!({})).await;
+        client.wait_for_status(&id, "completed", PATIENCE).await;
+    }
+    stack.add_worker(&["--lease-ms", "1000"]).await;
     eventually(PATIENCE, "the quitter's consumers to exist", || async {
         let mut names = HashSet::new();
         for stream in &shards {
@@ -444,8 +460,10 @@ async fn a_partitioned_worker_stops_its_tool_before_its_lease_runs_out() {
     stack.add_worker_via(&proxy.url(), &worker_args).await;
     let client = stack.client(0);
     let task_id = client.create_task("ledger", json!({"steps": 60, "stepMs": 50})).await;
-    eventually(PATIENCE, "the first run to write", || async { (ledger(ledger_dir.path(), &task_id).len() >= 3).then_some(()) })
-        .await;
+    eventually(PATIENCE, "the first run to write", || async {
+        (ledger(ledger_dir.path(), &task_id).len() >= 3).then_some(())
+    })
+    .await;
     proxy.partition();
     stack.add_worker(&worker_args).await;
     let done = client.wait_for_status(&task_id, "completed", PATIENCE).await;
@@ -460,11 +478,18 @@ async fn a_partitioned_worker_stops_its_tool_before_its_lease_runs_out() {
 
 /// Finding: a lease is only as good as the renewals that keep it, so a command timeout that
 /// does not fit well inside a third of the lease is refused at start.
-#[test]
-fn a_redis_timeout_too_long_for_the_lease_is_refused() {
-    let output = std::process::Command::new(taskgate_tests::Binary::Worker.path())
+#[tokio::test]
+async fn a_redis_timeout_too_long_for_the_lease_is_refused() {
+    let worker = tokio::process::Command::new(taskgate_tests::Binary::Worker.path())
         .args(["--redis-url", "redis://127.0.0.1:1", "--lease-ms", "1500", "--redis-timeout-ms", "1000"])
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let output = tokio::time::timeout(Duration::from_secs(10), worker.wait_with_output())
+        .await
+        .expect("the worker refuses to start instead of running")
         .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -477,20 +502,21 @@ fn a_redis_timeout_too_long_for_the_lease_is_refused() {
 /// fresh connection would return at once and report the create durable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_counts_the_create_it_follows() {
-    let stack = Stack::builder().gateways(0).workers(0).spawn().await;
+    let stack = without_workers(Stack::builder()).await;
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &stack.redis.port().to_string()]).await;
     let mut primary = stack.redis.connection().await;
     eventually(PATIENCE, "the replica to be in sync", || {
         let mut conn = primary.clone();
         async move {
             let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await.ok()?;
-            info.contains("connected_slaves:1").then_some(())
+            info.contains("state=online").then_some(())
         }
     })
     .await;
     let proxy = FaultProxy::start(([127, 0, 0, 1], stack.redis.port()).into()).await;
     let mut stack = stack;
     stack.redis_url = proxy.url();
+    stack.gateways.clear();
     stack
         .add_gateway(&["--durability-replicas", "1", "--durability-timeout-ms", "500", "--redis-timeout-ms", "2000"])
         .await;
@@ -500,8 +526,8 @@ async fn wait_counts_the_create_it_follows() {
     assert_eq!(ok.result()["resultType"], "task", "{}", ok.text);
 
     replica.signal("STOP");
-    proxy.cut_after_reply_to(b"987654321");
-    let r = client.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 987654321}})).await;
+    proxy.cut_after_reply_to(b"3456789");
+    let r = client.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 3456789}})).await;
     replica.signal("CONT");
     assert_eq!(r.error_code(), Some(-32603), "a create no replica acknowledged is not reported durable: {}", r.text);
     let _: () = redis::cmd("PING").query_async(&mut primary).await.unwrap();

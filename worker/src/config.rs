@@ -69,9 +69,10 @@ pub struct Config {
     #[arg(long, env = "TASKGATE_MAX_RESULT_BYTES", default_value_t = 1024 * 1024)]
     pub max_result_bytes: usize,
 
-    /// Timeout of each Redis command and connection attempt, in milliseconds.
-    #[arg(long, env = "TASKGATE_REDIS_TIMEOUT_MS", default_value_t = 2_000)]
-    pub redis_timeout_ms: u64,
+    /// Timeout of each Redis command and connection attempt, in milliseconds. Must fit well
+    /// inside a third of the lease (at most lease/6); by default 2000, or lease/6 when smaller.
+    #[arg(long, env = "TASKGATE_REDIS_TIMEOUT_MS")]
+    pub redis_timeout_ms: Option<u64>,
 
     /// Directory where the demo `ledger` tool appends one line per step, a side effect outside
     /// Redis that shows whether two runs of one task ever overlapped (unset: `ledger` refuses).
@@ -81,6 +82,18 @@ pub struct Config {
     /// Log format: auto (JSON unless on a terminal), json or text.
     #[arg(long, env = "TASKGATE_LOG_FORMAT", default_value = "auto")]
     pub log_format: LogFormat,
+}
+
+/// A configuration the worker refuses to start with.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "--redis-timeout-ms {timeout_ms} does not fit well inside a third of --lease-ms {lease_ms}: a renewal \
+     must be answered, or time out, long before the next one is due; use at most {max_ms} ms, or a longer lease"
+)]
+pub struct TimeoutTooLong {
+    pub timeout_ms: u64,
+    pub lease_ms: u64,
+    pub max_ms: u64,
 }
 
 /// A `name=ms` override that does not parse or names no served tool.
@@ -126,8 +139,33 @@ impl Config {
         Duration::from_millis(self.cancel_grace_ms)
     }
 
+    /// The Redis command timeout: as given, or 2 s, or a sixth of the lease when that is less.
     pub fn redis_timeout(&self) -> Duration {
-        Duration::from_millis(self.redis_timeout_ms)
+        Duration::from_millis(self.redis_timeout_ms.unwrap_or(2_000).min(self.max_redis_timeout_ms()).max(1))
+    }
+
+    /// Renewals go out every third of the lease; each must be settled (answered or timed out)
+    /// within half of that, so a slow one never overlaps the next and two in a row can fail
+    /// before the lease's validity runs out.
+    fn max_redis_timeout_ms(&self) -> u64 {
+        self.lease_ms / 6
+    }
+
+    /// Checks what clap cannot: how the flags fit together.
+    pub fn validate(&self) -> Result<(), TimeoutTooLong> {
+        match self.redis_timeout_ms {
+            Some(timeout_ms) if timeout_ms > self.max_redis_timeout_ms() => {
+                Err(TimeoutTooLong { timeout_ms, lease_ms: self.lease_ms, max_ms: self.max_redis_timeout_ms() })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// How long before the lease runs out (by this worker's clock, from when the last claim or
+    /// renewal was sent) a run stops trusting it: a tenth of the lease, for clock-rate drift
+    /// between this host and Redis and for the tool to notice.
+    pub fn lease_margin(&self) -> Duration {
+        self.lease() / 10
     }
 
     pub fn worker_id(&self) -> String {

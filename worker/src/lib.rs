@@ -24,6 +24,8 @@ pub enum StartError {
     #[error(transparent)]
     Override(#[from] config::BadOverride),
     #[error(transparent)]
+    Config(#[from] config::TimeoutTooLong),
+    #[error(transparent)]
     Store(#[from] StoreError),
     #[error("cannot listen for metrics on {addr}: {source}")]
     MetricsListen { addr: std::net::SocketAddr, source: std::io::Error },
@@ -31,6 +33,7 @@ pub enum StartError {
 
 /// Runs the worker until `shutdown` resolves, then drains (see the README's operations notes).
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+    config.validate()?;
     let tools = packs::registry(&config.tools, &config.pack_options())?;
     let specs = config.specs(&tools)?;
     let store = Store::connect_lazy(&config.redis_url, &config.namespace, config.redis_timeout())?;

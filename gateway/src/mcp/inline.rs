@@ -14,12 +14,12 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use taskgate_shared::protocol::{ErrorKind, RequestId, RpcError, envelope};
-use taskgate_shared::store::Store;
 use taskgate_shared::task::{Owner, TaskId, TaskStatus};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::{Call, TaskShape, storage_error, write_task};
+use super::{Call, Durability, TaskShape, abandon_task, storage_error, write_task};
+use crate::AppState;
 use crate::events::{Wake, Watch};
 
 /// Hidden tasks outlive the inline deadline by this much, then expire.
@@ -48,7 +48,7 @@ enum Step {
 
 /// A hidden task being waited on. Dropping it before the end cancels the task.
 pub(crate) struct InlineRun {
-    store: Store,
+    state: AppState,
     id: TaskId,
     owner: Owner,
     watch: Watch,
@@ -72,9 +72,9 @@ impl InlineRun {
         let owner = call.principal.owner();
         let watch = state.events.watch(&[id.as_str()], 64);
         let shape = TaskShape { ttl_ms: hidden_ttl_ms(&state.config), poll_interval_ms, status_message: None };
-        write_task(call, &id, tool, arguments, shape, answers).await?;
+        write_task(call, &id, tool, arguments, shape, answers, Durability::Primary).await?;
         Ok(Self {
-            store: state.store.clone(),
+            state: state.clone(),
             id,
             owner,
             watch,
@@ -112,7 +112,7 @@ impl InlineRun {
 
     /// The outcome, if the task has one yet.
     async fn read(&mut self) -> Result<Option<Done>, RpcError> {
-        let Some(snapshot) = self.store.get_task(&self.id).await.map_err(storage_error)? else {
+        let Some(snapshot) = self.state.store.get_task(&self.id).await.map_err(storage_error)? else {
             return Err(RpcError::new(ErrorKind::Internal, "the call's task vanished"));
         };
         let done = match snapshot.status {
@@ -137,14 +137,9 @@ impl Drop for InlineRun {
             return;
         }
         // The client went away, the deadline passed, or the tool parked for input (a retry
-        // creates a new task): stop this one.
-        let (store, id, owner) = (self.store.clone(), self.id.clone(), self.owner.clone());
-        tokio::spawn(async move {
-            match store.cancel_task(&id, &owner, "The inline call ended.").await {
-                Ok(outcome) => crate::metrics::count_cancel(outcome),
-                Err(err) => tracing::warn!(task_id = %id, error = %err, "could not cancel an abandoned inline call"),
-            }
-        });
+        // creates a new task): stop this one and free its slot.
+        let (state, id, owner) = (self.state.clone(), self.id.clone(), self.owner.clone());
+        tokio::spawn(async move { abandon_task(&state, &id, &owner, "The inline call ended.").await });
     }
 }
 

@@ -2,9 +2,13 @@
 //! task, then a snapshot on every change, and the listen result once every task is terminal.
 //!
 //! Wake-ups only mark tasks *dirty*; a snapshot is read from Redis when the client is ready for
-//! the next event, and sent only if its version is newer than the last one sent. A slow client
-//! therefore costs at most one pending snapshot per task, always gets the newest, and never
-//! misses a terminal one (back-pressure by coalescing, not by an unbounded queue).
+//! the next event, and sent only if it differs from the last one sent for its task. A slow
+//! client therefore costs at most one pending snapshot per task, always gets the newest, and
+//! never misses a terminal one (back-pressure by coalescing, not by an unbounded queue).
+//!
+//! "Differs" is by (version, last update time), not "has a higher version": a failover that
+//! loses the latest writes sends a record's version backwards, and a stream that only took
+//! higher versions would then drop every later snapshot, the terminal one included.
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
@@ -79,7 +83,8 @@ pub(crate) struct Subscription {
 
 struct Tracked {
     id: TaskId,
-    last_version: u64,
+    /// The (version, `updated` time) of the last snapshot sent; `None` before the first.
+    last_sent: Option<(u64, i64)>,
     done: bool,
 }
 
@@ -124,7 +129,7 @@ impl Listen {
         let Subscription { id: subscription_id, owner, accepted, task_filter } = request;
         let tasks = accepted
             .iter()
-            .filter_map(|s| Some(Tracked { id: TaskId::parse(&s.task_id)?, last_version: 0, done: false }))
+            .filter_map(|s| Some(Tracked { id: TaskId::parse(&s.task_id)?, last_sent: None, done: false }))
             .collect();
         Self {
             subscription_id,
@@ -192,18 +197,10 @@ impl Listen {
         }
     }
 
-    /// Accepts a snapshot if it is newer than the last sent for its task.
+    /// Accepts a snapshot unless its task is done or it is the one last sent.
     fn take(&mut self, snapshot: &Snapshot) -> bool {
         let Some(task) = self.tasks.iter_mut().find(|t| t.id.as_str() == snapshot.task_id) else { return false };
-        if task.done || snapshot.version <= task.last_version {
-            return false;
-        }
-        if task.last_version > 0 && snapshot.version > task.last_version + 1 {
-            METRICS.sse_coalesced.inc_by(snapshot.version - task.last_version - 1);
-        }
-        task.last_version = snapshot.version;
-        task.done = snapshot.status.is_terminal();
-        true
+        take_snapshot(task, snapshot)
     }
 
     /// The next message to send, or `None` when the stream is over.
@@ -293,5 +290,55 @@ impl Listen {
         headers.insert("x-accel-buffering", axum::http::HeaderValue::from_static("no"));
         headers.insert(axum::http::header::CACHE_CONTROL, axum::http::HeaderValue::from_static("no-cache"));
         response
+    }
+}
+
+/// Whether `snapshot` should be sent for `task`, updating what was last sent.
+fn take_snapshot(task: &mut Tracked, snapshot: &Snapshot) -> bool {
+    let this = (snapshot.version, snapshot.updated_at_ms);
+    if task.done || task.last_sent == Some(this) {
+        return false;
+    }
+    if let Some((last, _)) = task.last_sent
+        && snapshot.version > last + 1
+    {
+        METRICS.sse_coalesced.inc_by(snapshot.version - last - 1);
+    }
+    task.last_sent = Some(this);
+    task.done = snapshot.status.is_terminal();
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use taskgate_shared::task::TaskStatus;
+
+    fn snapshot(version: u64, updated: i64, status: TaskStatus) -> Snapshot {
+        Snapshot {
+            task_id: "t".into(),
+            owner: Owner { tenant: "a".into(), principal: "b".into() },
+            status,
+            status_message: None,
+            created_at_ms: 0,
+            updated_at_ms: updated,
+            ttl_ms: 1,
+            poll_interval_ms: 1,
+            input_requests: Map::new(),
+            result: None,
+            error: None,
+            version,
+        }
+    }
+
+    #[test]
+    fn repeats_are_dropped_and_rollbacks_are_not() {
+        let mut task = Tracked { id: TaskId::generate(1), last_sent: None, done: false };
+        assert!(take_snapshot(&mut task, &snapshot(1, 10, TaskStatus::Working)));
+        assert!(!take_snapshot(&mut task, &snapshot(1, 10, TaskStatus::Working)), "the same snapshot twice");
+        assert!(take_snapshot(&mut task, &snapshot(4, 40, TaskStatus::Working)), "coalesced past 2 and 3");
+        // A failover lost versions 2..4; the next write is version 2 again, later in time.
+        assert!(take_snapshot(&mut task, &snapshot(2, 50, TaskStatus::Cancelled)), "the terminal one after a rollback");
+        assert!(!take_snapshot(&mut task, &snapshot(3, 60, TaskStatus::Cancelled)), "nothing after the terminal one");
     }
 }

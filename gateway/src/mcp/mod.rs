@@ -16,7 +16,7 @@ mod methods;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::{Map, Value};
-use taskgate_shared::protocol::{Incoming, RpcError, ValidMeta, meta};
+use taskgate_shared::protocol::{ErrorKind, Incoming, RpcError, ValidMeta, meta};
 
 use taskgate_shared::store::StoreError;
 use taskgate_shared::task::TaskId;
@@ -153,8 +153,19 @@ pub(crate) struct TaskShape<'a> {
     pub(crate) status_message: Option<&'a str>,
 }
 
+/// How sure a new task must be before its handle leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// Written on the primary (hidden tasks of inline calls: their result is the reply).
+    Primary,
+    /// Also acknowledged by `--durability-replicas` replicas, when configured.
+    Replicated,
+}
+
 /// Writes a new task for this call (owner, capabilities, trace context and the answers
-/// gathered so far come from the call). Returns `createdAt`.
+/// gathered so far come from the call). Returns `createdAt`. A create that failed, or that the
+/// replicas did not acknowledge, is abandoned before the error is returned: nobody holds its
+/// handle, so no work may run for it and it must not hold its tenant's active-task slot.
 pub(crate) async fn write_task(
     call: &Call<'_>,
     id: &TaskId,
@@ -162,6 +173,7 @@ pub(crate) async fn write_task(
     arguments: &Value,
     shape: TaskShape<'_>,
     answers: &std::collections::BTreeMap<String, Value>,
+    durability: Durability,
 ) -> Result<i64, RpcError> {
     let state = call.state;
     let arguments = arguments.to_string();
@@ -170,27 +182,78 @@ pub(crate) async fn write_task(
     // The worker's span joins the trace as a child of this request's span when traces are
     // exported; otherwise the client's own context is passed on.
     let traceparent = trace::traceparent_of(&tracing::Span::current()).or_else(|| client_traceparent(call));
-    let created = state
-        .store
-        .create_task(taskgate_shared::store::NewTask {
-            id,
-            owner: &call.principal.owner(),
-            tool,
-            arguments: &arguments,
-            ttl_ms: shape.ttl_ms,
-            poll_interval_ms: shape.poll_interval_ms,
-            status_message: shape.status_message,
-            traceparent: traceparent.as_deref(),
-            client_capabilities: &capabilities,
-            answers: &answers,
-            counted: state.config.tenant_max_active_tasks > 0,
-        })
-        .await
-        .map_err(storage_error)?;
+    let owner = call.principal.owner();
+    let task = taskgate_shared::store::NewTask {
+        id,
+        owner: &owner,
+        tool,
+        arguments: &arguments,
+        ttl_ms: shape.ttl_ms,
+        poll_interval_ms: shape.poll_interval_ms,
+        status_message: shape.status_message,
+        traceparent: traceparent.as_deref(),
+        client_capabilities: &capabilities,
+        answers: &answers,
+        counted: counts_active(state),
+    };
     tracing::Span::current().record("task_id", id.as_str());
+    let replicas = match durability {
+        Durability::Replicated => state.config.durability_replicas,
+        Durability::Primary => 0,
+    };
+    let written = if replicas == 0 {
+        state.store.create_task(task).await.map(|created| (created, 0))
+    } else {
+        state.store.create_task_durable(task, replicas, state.config.durability_timeout()).await
+    };
+    let created = match written {
+        Ok((created, acked)) if acked >= replicas => created,
+        Ok((_, acked)) => {
+            tracing::error!(task_id = %id, wanted = replicas, acked, "create not acknowledged by replicas; abandoning it");
+            abandon_task(state, id, &owner, "The task could not be made durable.").await;
+            return Err(RpcError::new(ErrorKind::Internal, "the task could not be made durable; it was not created"));
+        }
+        Err(err) => {
+            // The script may or may not have run: abandon whatever it left.
+            let error = storage_error(err);
+            abandon_task(state, id, &owner, "The task could not be created.").await;
+            return Err(error);
+        }
+    };
     crate::metrics::METRICS.tasks_created.with_label_values(&[tool]).inc();
     TASKS.transition("none", "working");
     Ok(created)
+}
+
+/// Whether new tasks count against their tenant's active-task cap.
+pub(crate) fn counts_active(state: &AppState) -> bool {
+    state.config.tenant_max_active_tasks > 0
+}
+
+/// Ends a task the gateway made and nobody follows (an inline call given up, a create that
+/// failed or was not made durable), and frees its active-task slot. A task a worker is running
+/// is only flagged here; that worker ends it and frees the slot. Best effort: what is left
+/// behind expires with the task.
+pub(crate) async fn abandon_task(state: &AppState, id: &TaskId, owner: &taskgate_shared::task::Owner, message: &str) {
+    match state.store.cancel_task(id, owner, message).await {
+        Ok(outcome) => {
+            crate::metrics::count_cancel(outcome);
+            if outcome != taskgate_shared::store::CancelOutcome::Signalled {
+                release_active(state, id, &owner.tenant).await;
+            }
+        }
+        Err(err) => tracing::warn!(task_id = %id, error = %err, "could not abandon the task; it expires by its TTL"),
+    }
+}
+
+/// The task is over: it no longer counts against its tenant's cap. Idempotent.
+pub(crate) async fn release_active(state: &AppState, id: &TaskId, tenant: &str) {
+    if !counts_active(state) {
+        return;
+    }
+    if let Err(err) = state.store.release_active(tenant, id).await {
+        tracing::warn!(task_id = %id, error = %err, "active-task count not updated; it heals at the task's expiry");
+    }
 }
 
 /// The client's W3C trace context: `_meta.traceparent`, else the `traceparent` header; only

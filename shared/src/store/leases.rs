@@ -180,7 +180,22 @@ impl Store {
         Ok(entries.iter().filter_map(stream_entry).collect())
     }
 
-    /// Claims a delivered task: fenced lease for `lease`, stream entry acked.
+    /// Deletes the consumers of a shard's group that have nothing pending: `own` (this worker's,
+    /// on a clean exit) whatever its idle time, others idle for at least `min_idle`. Returns how
+    /// many went.
+    pub async fn reap_consumers(&self, shard: u8, own: Option<&str>, min_idle: Duration) -> Result<u64, StoreError> {
+        let deleted: u64 = scripts::REAP_CONSUMERS
+            .key(self.keys().shard(shard).stream)
+            .arg(WORKER_GROUP)
+            .arg(millis(min_idle))
+            .arg(own.unwrap_or(""))
+            .invoke_async(&mut self.conn())
+            .await?;
+        Ok(deleted)
+    }
+
+    /// Claims a delivered task: fenced lease for `lease`, stream entry acked. Sent again for
+    /// the same worker and entry after a lost reply, it answers the same claim.
     pub async fn claim(&self, delivery: &Delivery, worker: &str, lease: Duration) -> Result<Option<Claim>, StoreError> {
         let keys = self.keys().task(&delivery.task_id);
         let reply: Vec<Value> = scripts::CLAIM_TASK

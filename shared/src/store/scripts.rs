@@ -23,6 +23,8 @@ script!(RECLAIM_TASK, "scripts/reclaim_task.lua");
 script!(RELEASE_TASK, "scripts/release_task.lua");
 script!(ADMIT, "scripts/admit.lua");
 script!(POLL_TASK, "scripts/poll_task.lua");
+script!(READ_TASK, "scripts/read_task.lua");
+script!(REAP_CONSUMERS, "scripts/reap_consumers.lua");
 
 /// The script's label for metrics and spans (`script:<name>`), by its SHA-1.
 pub(super) fn label_of(sha: &[u8]) -> Option<&'static str> {
@@ -40,6 +42,8 @@ pub(super) fn label_of(sha: &[u8]) -> Option<&'static str> {
             "script:release_task",
             "script:admit",
             "script:poll_task",
+            "script:read_task",
+            "script:reap_consumers",
         ];
         all().iter().zip(names).map(|(script, name)| (script.get_hash().to_owned(), name)).collect()
     });
@@ -47,7 +51,7 @@ pub(super) fn label_of(sha: &[u8]) -> Option<&'static str> {
 }
 
 /// Every script, for loading at boot so a broken one fails start-up rather than a request.
-pub(super) fn all() -> [&'static Script; 12] {
+pub(super) fn all() -> [&'static Script; 14] {
     [
         &CREATE_TASK,
         &CLAIM_TASK,
@@ -61,5 +65,7 @@ pub(super) fn all() -> [&'static Script; 12] {
         &RELEASE_TASK,
         &ADMIT,
         &POLL_TASK,
+        &READ_TASK,
+        &REAP_CONSUMERS,
     ]
 }

@@ -64,51 +64,59 @@ const SNAPSHOT_FIELDS: [&str; 11] =
 
 impl Store {
     /// Writes the record and enqueues it, in one script. Returns `createdAt` (ms, Redis time).
+    /// A create re-sent after a lost reply gets the same answer (the script is idempotent for
+    /// one owner, id and tool).
     pub async fn create_task(&self, task: NewTask<'_>) -> Result<i64, StoreError> {
         let keys = self.keys().task(task.id);
-        let mut call = scripts::CREATE_TASK.key(&keys.record);
-        call.key(&keys.stream)
-            .key(&keys.answers)
-            .arg(task.id.as_str())
-            .arg(&task.owner.tenant)
-            .arg(&task.owner.principal)
-            .arg(task.tool)
-            .arg(task.arguments)
-            .arg(task.ttl_ms)
-            .arg(task.poll_interval_ms)
-            .arg(task.status_message.unwrap_or(""))
-            .arg(task.traceparent.unwrap_or(""))
-            .arg(self.keys().events_channel())
-            .arg(task.client_capabilities)
-            .arg(if task.counted { "1" } else { "0" });
-        for (key, answer) in task.answers {
-            call.arg(key).arg(answer);
-        }
-        let reply = Reply::new(call.invoke_async(&mut self.conn()).await?);
-        match reply.code()? {
-            code::OK => reply.int(1),
-            // 128 random bits collided: report it rather than overwrite another task.
-            code::EXISTS => Err(StoreError::UnexpectedReply("task id already exists".into())),
-            _ => Err(reply.unexpected_code()),
-        }
+        let reply = Reply::new(create_invocation(self, &keys, &task).invoke_async(&mut self.conn()).await?);
+        created_at(&reply)
     }
 
-    /// Reads a task in one round trip. `None` when it does not exist (or expired). Ownership is
-    /// the caller's check.
+    /// [`Store::create_task`], then `WAIT replicas timeout` on the same connection, in the same
+    /// pipeline: `WAIT` counts the replicas that acknowledged the writes of the connection it
+    /// is sent on, so after a reconnect between the two it would count nothing and return at
+    /// once. `Ok((createdAt, acknowledged))`.
+    pub async fn create_task_durable(
+        &self,
+        task: NewTask<'_>,
+        replicas: u32,
+        timeout: std::time::Duration,
+    ) -> Result<(i64, u32), StoreError> {
+        let keys = self.keys().task(task.id);
+        let invocation = create_invocation(self, &keys, &task);
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(&invocation)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+        let mut conn = self.conn();
+        let reply: Result<(Vec<Value>, u32), _> = pipe.query_async(&mut conn).await;
+        let (created, acked) = match reply {
+            // This node has not seen the script: nothing ran; load it and send the pair again.
+            Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                invocation.load_async(&mut conn).await?;
+                pipe.query_async(&mut conn).await?
+            }
+            other => other?,
+        };
+        Ok((created_at(&Reply::new(created))?, acked))
+    }
+
+    /// Reads a task in one round trip, its record and outstanding inputs atomically. `None` when
+    /// it does not exist (or expired). Ownership is the caller's check.
     pub async fn get_task(&self, id: &TaskId) -> Result<Option<Snapshot>, StoreError> {
         let keys = self.keys().task(id);
-        let (fields, inputs): (Vec<Value>, Vec<(String, String)>) = redis::pipe()
-            .cmd("HMGET")
-            .arg(&keys.record)
-            .arg(&SNAPSHOT_FIELDS[..])
-            .hgetall(&keys.inputs)
-            .query_async(&mut self.conn())
-            .await?;
-        let fields: Vec<Option<String>> = fields.iter().map(as_string).collect();
+        let mut call = scripts::READ_TASK.key(&keys.record);
+        call.key(&keys.inputs);
+        for field in SNAPSHOT_FIELDS {
+            call.arg(field);
+        }
+        let reply = Reply::new(call.invoke_async(&mut self.conn()).await?);
+        let fields: Vec<Option<String>> = reply.array(0)?.iter().map(as_string).collect();
         if fields.iter().all(Option::is_none) {
             return Ok(None);
         }
-        snapshot_from(id, &fields, inputs).map(Some).map_err(|e| StoreError::Corrupt(e.field))
+        snapshot_from(id, &fields, reply.pairs(1)?).map(Some).map_err(|e| StoreError::Corrupt(e.field))
     }
 
     /// Stores answers to outstanding input keys (each answer is JSON text). Ownership is
@@ -181,6 +189,38 @@ impl Store {
             code::NOT_FOUND => CancelOutcome::NotFound,
             _ => return Err(reply.unexpected_code()),
         })
+    }
+}
+
+fn create_invocation<'a>(store: &Store, keys: &'a super::TaskKeys, task: &NewTask<'_>) -> redis::ScriptInvocation<'a> {
+    let mut call = scripts::CREATE_TASK.key(&keys.record);
+    call.key(&keys.stream)
+        .key(&keys.answers)
+        .arg(task.id.as_str())
+        .arg(&task.owner.tenant)
+        .arg(&task.owner.principal)
+        .arg(task.tool)
+        .arg(task.arguments)
+        .arg(task.ttl_ms)
+        .arg(task.poll_interval_ms)
+        .arg(task.status_message.unwrap_or(""))
+        .arg(task.traceparent.unwrap_or(""))
+        .arg(store.keys().events_channel())
+        .arg(task.client_capabilities)
+        .arg(if task.counted { "1" } else { "0" });
+    for (key, answer) in task.answers {
+        call.arg(key).arg(answer);
+    }
+    call
+}
+
+fn created_at(reply: &Reply) -> Result<i64, StoreError> {
+    match reply.code()? {
+        code::OK => reply.int(1),
+        // Another owner's task has this id (128 random bits collided, or a forged replay):
+        // report it rather than overwrite it.
+        code::EXISTS => Err(StoreError::UnexpectedReply("task id already exists".into())),
+        _ => Err(reply.unexpected_code()),
     }
 }
 

@@ -7,11 +7,16 @@
 //! semaphore is fair, so with fewer free slots than shards the readers take turns, and a task on
 //! any shard waits at most about `shards / free slots × CLUSTER_BLOCK` for a reader.
 //!
+//! Deliveries that some consumer read but never claimed (it died between the read and the
+//! claim, its claim failed, it drained with surplus deliveries) are taken over by the readers
+//! themselves, with the slots they already hold, at most every half lease: so the takeover runs
+//! on an idle worker, and never depends on a slot happening to be free at the right moment.
+//!
 //! On drain, nothing more is claimed: a delivery read but not yet started stays pending under
-//! this consumer, and another worker's reaper takes it over.
+//! this consumer, and another worker's reader takes it over.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use taskgate_shared::store::{Delivery, entry_ms};
 use taskgate_shared::telemetry::metrics::TASKS;
@@ -49,6 +54,8 @@ struct Reader {
 async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
     let mut conn = None;
     let mut backoff = Duration::from_millis(100);
+    let stale_every = shared.config.lease() / 2;
+    let mut stale_checked: Option<Instant> = None;
     while !shared.stop_claiming.is_cancelled() {
         let first = tokio::select! {
             permit = shared.slots.clone().acquire_owned() => match permit { Ok(p) => p, Err(_) => return },
@@ -58,6 +65,13 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
         if reader.greedy {
             while let Ok(p) = shared.slots.clone().try_acquire_owned() {
                 permits.push(p);
+            }
+        }
+        if stale_checked.is_none_or(|at| at.elapsed() >= stale_every) {
+            stale_checked = Some(Instant::now());
+            take_stale(&shared, &shards, &mut permits).await;
+            if permits.is_empty() {
+                continue;
             }
         }
         if conn.is_none() {
@@ -114,23 +128,60 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
     }
 }
 
+/// Takes over deliveries idle for longer than a lease on these shards, one per held permit,
+/// and starts claiming them; the permits used are taken out of `permits`.
+async fn take_stale(shared: &Arc<Shared>, shards: &[u8], permits: &mut Vec<OwnedSemaphorePermit>) {
+    let lease = shared.config.lease();
+    for shard in shards {
+        if permits.is_empty() || shared.stop_claiming.is_cancelled() {
+            return;
+        }
+        match shared.store.take_stale_deliveries(*shard, &shared.worker_id, lease, permits.len()).await {
+            Ok(stale) => {
+                for delivery in stale {
+                    let Some(permit) = permits.pop() else { break };
+                    tracing::info!(task_id = %delivery.task_id, "taking over an unclaimed delivery");
+                    spawn_claim(shared, delivery, permit);
+                }
+            }
+            Err(err) => tracing::warn!(shard, error = %err, "taking over stale deliveries failed"),
+        }
+    }
+}
+
 /// Claims one delivery and, if the claim holds, runs it on `permit`'s slot.
 pub(super) fn spawn_claim(shared: &Arc<Shared>, delivery: Delivery, permit: OwnedSemaphorePermit) {
     let shared2 = shared.clone();
     shared.executions.spawn(async move {
-        match shared2.store.claim(&delivery, &shared2.worker_id, shared2.config.lease()).await {
-            Ok(Some(claim)) => {
-                METRICS.leases_taken.inc();
-                if let Some(enqueued) = entry_ms(&delivery.entry_id) {
-                    let waited = taskgate_shared::task::now_ms().saturating_sub(enqueued);
-                    TASKS.left_state("queued", Duration::from_millis(waited));
-                }
-                execution::run(shared2, claim).await
+        let sent = Instant::now();
+        if let Some(claim) = claim(&shared2, &delivery).await {
+            METRICS.leases_taken.inc();
+            if let Some(enqueued) = entry_ms(&delivery.entry_id) {
+                let waited = taskgate_shared::task::now_ms().saturating_sub(enqueued);
+                TASKS.left_state("queued", Duration::from_millis(waited));
             }
-            Ok(None) => {}
-            // The entry stays pending under this consumer; the reaper hands it on later.
-            Err(err) => tracing::warn!(task_id = %delivery.task_id, error = %err, "claim failed"),
+            execution::run(shared2, claim, sent).await
         }
         drop(permit);
     });
+}
+
+/// Claims a delivery. A claim whose outcome is unknown (a timeout, a dropped connection) may
+/// have taken the lease, so it is sent again: the script answers the same claim to the same
+/// worker for the same entry, so the task is never left held by a worker that does not run it.
+async fn claim(shared: &Shared, delivery: &Delivery) -> Option<taskgate_shared::store::Claim> {
+    let mut delay = Duration::from_millis(100);
+    for attempt in 1..=3 {
+        match shared.store.claim(delivery, &shared.worker_id, shared.config.lease()).await {
+            Ok(claim) => return claim,
+            Err(err) => {
+                tracing::warn!(task_id = %delivery.task_id, attempt, error = %err, "claim outcome unknown; asking again");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+        }
+    }
+    // Still unknown: the entry stays pending under this consumer and is taken over after a
+    // lease; a lease the lost claim took expires and is reclaimed.
+    None
 }

@@ -25,6 +25,8 @@ enum Outcome {
     /// A cancel was requested and the tool did not stop within the grace period.
     CancelIgnored,
     LeaseLost,
+    /// No renewal has held for so long that the lease may have run out: stop, write nothing.
+    LeaseUnknown,
     /// Drain grace over: hand the task back.
     Release,
 }
@@ -37,7 +39,7 @@ impl Outcome {
             Self::Done(Err(ToolError::Rpc(_))) | Self::Panicked => "failed",
             Self::Done(Err(ToolError::Cancelled(_))) | Self::CancelIgnored => "cancelled",
             Self::Done(Err(ToolError::Suspend)) => "input_required",
-            Self::Done(Err(ToolError::LeaseLost)) | Self::LeaseLost => "lease_lost",
+            Self::Done(Err(ToolError::LeaseLost)) | Self::LeaseLost | Self::LeaseUnknown => "lease_lost",
             Self::Release => "released",
         }
     }
@@ -45,7 +47,7 @@ impl Outcome {
 
 /// Runs the claimed task inside its execution span, which joins the trace of the request that
 /// created the task (the record's traceparent).
-pub(super) async fn run(shared: Arc<Shared>, claim: Claim) {
+pub(super) async fn run(shared: Arc<Shared>, claim: Claim, sent: Instant) {
     let span = tracing::info_span!(
         "task.execute",
         otel.name = "task.execute",
@@ -57,13 +59,15 @@ pub(super) async fn run(shared: Arc<Shared>, claim: Claim) {
     if let Some(parent) = claim.traceparent.as_deref().and_then(trace::parse_traceparent) {
         trace::set_parent(&span, &parent);
     }
-    execute(shared, claim).instrument(span).await
+    execute(shared, claim, sent).instrument(span).await
 }
 
-async fn execute(shared: Arc<Shared>, claim: Claim) {
+/// `sent`: when the claim that took the lease was sent.
+async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
     let started = Instant::now();
     let task_id = claim.task_id.clone();
-    let held = shared.held.insert(task_id.clone(), claim.fence);
+    let (lease, margin) = (shared.config.lease(), shared.config.lease_margin());
+    let held = shared.held.insert(task_id.clone(), claim.fence, sent, lease, margin);
     if claim.cancel_requested {
         held.cancel.cancel();
     }
@@ -97,6 +101,7 @@ async fn execute(shared: Arc<Shared>, claim: Claim) {
                     Err(_) => Outcome::CancelIgnored,
                 },
                 () = held.lost.cancelled() => Outcome::LeaseLost,
+                () = held.validity_ends() => Outcome::LeaseUnknown,
                 () = async { held.cancel.cancelled().await; tokio::time::sleep(grace).await } => Outcome::CancelIgnored,
                 () = shared.drain_over.cancelled() => Outcome::Release,
             };
@@ -112,7 +117,7 @@ async fn execute(shared: Arc<Shared>, claim: Claim) {
                 if parked.is_some_and(|to| to != "input_required") {
                     super::reaper::release_active(&shared, &claim.tenant, &task_id).await;
                 }
-                shared.held.remove(&task_id);
+                shared.held.remove(&task_id, claim.fence);
                 return;
             }
             outcome
@@ -124,13 +129,22 @@ async fn execute(shared: Arc<Shared>, claim: Claim) {
         TASKS.left_state("working", started.elapsed());
         super::reaper::release_active(&shared, &claim.tenant, &task_id).await;
     }
-    shared.held.remove(&task_id);
+    shared.held.remove(&task_id, claim.fence);
 }
 
 /// Parks the task; the status it left `working` for (`input_required`, or the terminal status
 /// it ended in instead), `None` when nothing was written.
 async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) -> Option<&'static str> {
     let (pending, message) = ctx.take_pending();
+    if pending.is_empty() {
+        // Parking with nothing to answer would strand the task: nobody could resume it.
+        tracing::error!(task_id = %task_id, "the tool suspended without asking for any input");
+        let err = RpcError::new(
+            taskgate_shared::protocol::ErrorKind::Internal,
+            "the tool suspended without asking for any input, so nothing could resume it",
+        );
+        return write(shared, task_id, fence, Outcome::Done(Err(ToolError::Rpc(err)))).await;
+    }
     // Never park for input the task's creator cannot give: the task fails with -32021 instead.
     let capabilities = ctx.client_capabilities().as_object().cloned().unwrap_or_default();
     if let Err(err) =
@@ -234,6 +248,12 @@ async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) 
         }
         Outcome::Done(Err(ToolError::LeaseLost)) | Outcome::LeaseLost => {
             tracing::warn!(task_id = %task_id, fence, "lease lost; result dropped");
+            return None;
+        }
+        Outcome::LeaseUnknown => {
+            // The tool was stopped; another worker takes the task once the lease has run out.
+            tracing::warn!(task_id = %task_id, fence, "lease no longer known to be valid: tool stopped, nothing written");
+            METRICS.leases_expired.inc();
             return None;
         }
         Outcome::Done(Err(ToolError::Suspend)) => return None,

@@ -66,6 +66,7 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
     for task in tasks {
         task.abort();
     }
+    remove_consumers(&shared).await;
     tracing::info!("worker stopped");
 }
 
@@ -96,6 +97,17 @@ async fn publish_tools(shared: Arc<Shared>) {
         tick.tick().await;
         if let Err(err) = shared.store.publish_tools(&shared.specs).await {
             tracing::warn!(error = %err, "could not publish tools");
+        }
+    }
+}
+
+/// On a clean exit, deletes this worker's consumer from every shard's group, unless deliveries
+/// are still pending on it (another worker's reader takes those over, and the consumer goes
+/// once it is empty and idle).
+async fn remove_consumers(shared: &Shared) {
+    for shard in 0..shared.config.queue_shards.min(256) {
+        if let Err(err) = shared.store.reap_consumers(shard as u8, Some(&shared.worker_id), Duration::MAX).await {
+            tracing::warn!(shard, error = %err, "could not delete this worker's consumer");
         }
     }
 }

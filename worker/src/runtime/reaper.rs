@@ -2,7 +2,8 @@
 //! re-checks the record inside its script).
 //!
 //! - Expired leases: requeue the task (or fail it past `--max-reclaims`).
-//! - Deliveries a dead consumer read but never claimed: take them over and claim them.
+//! - Consumers of dead workers, once nothing is pending on them (the readers take pending
+//!   deliveries over; see the dispatcher).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +15,7 @@ use taskgate_shared::telemetry::metrics::TASKS;
 
 use taskgate_shared::task::now_ms;
 
-use super::{Shared, dispatcher};
+use super::Shared;
 use crate::metrics::METRICS;
 
 const BATCH: usize = 100;
@@ -33,8 +34,9 @@ pub(super) async fn run(shared: Arc<Shared>) {
         tick.tick().await;
         for shard in 0..shared.config.queue_shards.min(256) {
             reclaim_shard(&shared, shard as u8, &failure).await;
-            if !shared.stop_claiming.is_cancelled() {
-                take_stale(&shared, shard as u8, lease).await;
+            // A consumer idle for two leases is not reading: a live worker reads every second.
+            if let Err(err) = shared.store.reap_consumers(shard as u8, None, lease * 2).await {
+                tracing::warn!(shard, error = %err, "deleting idle consumers failed");
             }
         }
     }
@@ -87,29 +89,5 @@ pub(super) async fn release_active(shared: &Shared, tenant: &str, id: &taskgate_
     }
     if let Err(err) = shared.store.release_active(tenant, id).await {
         tracing::warn!(task_id = %id, error = %err, "active-task count not updated; it heals at the task's expiry");
-    }
-}
-
-/// Takes over unclaimed deliveries idle for longer than a lease, up to the free slots.
-async fn take_stale(shared: &Arc<Shared>, shard: u8, min_idle: Duration) {
-    let mut permits = Vec::new();
-    while permits.len() < BATCH {
-        match shared.slots.clone().try_acquire_owned() {
-            Ok(p) => permits.push(p),
-            Err(_) => break,
-        }
-    }
-    if permits.is_empty() {
-        return;
-    }
-    match shared.store.take_stale_deliveries(shard, &shared.worker_id, min_idle, permits.len()).await {
-        Ok(stale) => {
-            for delivery in stale {
-                let Some(permit) = permits.pop() else { break };
-                tracing::info!(task_id = %delivery.task_id, "taking over an unclaimed delivery");
-                dispatcher::spawn_claim(shared, delivery, permit);
-            }
-        }
-        Err(err) => tracing::warn!(shard, error = %err, "taking stale deliveries failed"),
     }
 }

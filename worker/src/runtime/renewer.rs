@@ -12,11 +12,13 @@ use crate::metrics::METRICS;
 
 pub(super) async fn run(shared: Arc<Shared>) {
     let lease = shared.config.lease();
+    let margin = shared.config.lease_margin();
     let mut tick = tokio::time::interval(lease / 3);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let held = shared.held.snapshot();
+        let sent = std::time::Instant::now();
         let renewals = held.iter().map(|(id, task)| {
             let store = &shared.store;
             let worker = shared.worker_id.as_str();
@@ -26,6 +28,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
             match renewal {
                 Ok(Renewal::Held { cancel_requested }) => {
                     METRICS.leases_renewed.inc();
+                    task.renewed(sent, lease, margin);
                     if cancel_requested {
                         task.cancel.cancel();
                     }
@@ -37,8 +40,9 @@ pub(super) async fn run(shared: Arc<Shared>) {
                     METRICS.leases_expired.inc();
                     task.lost.cancel();
                 }
-                // Transient: the lease may still be valid; the next round tries again.
-                Err(err) => tracing::warn!(task_id = %id, error = %err, "lease renewal failed"),
+                // Maybe transient: the next round tries again, and the run stops on its own
+                // once its validity has passed.
+                Err(err) => tracing::warn!(task_id = %id, fence = task.fence, error = %err, "lease renewal failed"),
             }
         }
     }

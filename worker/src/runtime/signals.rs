@@ -25,8 +25,10 @@ pub(super) async fn run(shared: Arc<Shared>) {
                         let Ok(payload) = msg.get_payload::<String>() else {
                             continue;
                         };
-                        if let Some(task) = TaskId::parse(&payload).and_then(|id| shared.held.get(&id)) {
-                            task.cancel.cancel();
+                        if let Some(id) = TaskId::parse(&payload) {
+                            for run in shared.held.runs_of(&id) {
+                                run.cancel.cancel();
+                            }
                         }
                     }
                     tracing::warn!("signal channel closed; resubscribing");

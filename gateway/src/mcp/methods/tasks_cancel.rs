@@ -5,7 +5,7 @@ use serde_json::Value;
 use taskgate_shared::protocol::{RpcError, result};
 use taskgate_shared::store::CancelOutcome;
 
-use crate::mcp::{Call, storage_error, task_id, task_not_found};
+use crate::mcp::{Call, release_active, storage_error, task_id, task_not_found};
 
 const CANCELLED_MESSAGE: &str = "The task was cancelled.";
 
@@ -15,13 +15,13 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
     let outcome = call.state.store.cancel_task(&id, &owner, CANCELLED_MESSAGE).await.map_err(storage_error)?;
     match outcome {
         CancelOutcome::NotFound => Err(task_not_found()),
-        CancelOutcome::Cancelled { .. } => {
+        // Already terminal may be this same cancel re-sent after a lost reply: releasing again
+        // is harmless, and skipping it could leave the slot held.
+        CancelOutcome::Cancelled { .. } | CancelOutcome::AlreadyTerminal => {
             crate::metrics::count_cancel(outcome);
-            if let Err(err) = call.state.store.release_active(&owner.tenant, &id).await {
-                tracing::warn!(task_id = %id, error = %err, "active-task count not updated; it heals at expiry");
-            }
+            release_active(call.state, &id, &owner.tenant).await;
             Ok(result::ack())
         }
-        CancelOutcome::AlreadyTerminal | CancelOutcome::Signalled => Ok(result::ack()),
+        CancelOutcome::Signalled => Ok(result::ack()),
     }
 }

@@ -12,12 +12,12 @@ use std::collections::BTreeMap;
 
 use axum::response::Response;
 use serde_json::{Map, Value};
-use taskgate_shared::protocol::{ErrorKind, RpcError, result};
+use taskgate_shared::protocol::{RpcError, result};
 use taskgate_shared::task::{Owner, Snapshot, TaskId, TaskStatus};
 use taskgate_shared::tools::{Execution, ToolSpec};
 
 use crate::mcp::inline::{self, Done, Forwarding, InlineRun};
-use crate::mcp::{Call, TaskShape, write_task};
+use crate::mcp::{Call, Durability, TaskShape, write_task};
 use crate::mrtr::{self, Expected, StatePayload};
 
 /// Either a JSON result or an SSE response already under way.
@@ -157,7 +157,8 @@ impl Binding {
     }
 }
 
-/// Writes the task and confirms it is durable before any handle leaves (invariant 5).
+/// Writes the task and confirms it is durable before any handle leaves (a handle that later
+/// answers "not found" is never acceptable).
 async fn create(
     call: &Call<'_>,
     id: TaskId,
@@ -166,30 +167,13 @@ async fn create(
     spec: &ToolSpec,
     answers: &BTreeMap<String, Value>,
 ) -> Result<Snapshot, RpcError> {
-    let state = call.state;
     let owner: Owner = call.principal.owner();
     let shape = TaskShape {
         ttl_ms: spec.ttl_ms,
         poll_interval_ms: spec.poll_interval_ms,
         status_message: spec.status_message.as_deref(),
     };
-    let created = write_task(call, &id, tool, arguments, shape, answers).await?;
-    let replicas = state.config.durability_replicas;
-    if replicas > 0 {
-        let acked = state
-            .store
-            .wait_for_replicas(&state.store.keys().task(&id).record, replicas, state.config.durability_timeout())
-            .await;
-        if !matches!(acked, Ok(n) if n >= replicas) {
-            tracing::error!(task_id = %id, wanted = replicas, acked = ?acked.as_ref().ok(), "create not acknowledged by replicas; cancelling it");
-            // Nobody holds the handle: cancel it so no work runs for it (best effort; it
-            // expires by TTL otherwise).
-            if let Ok(outcome) = state.store.cancel_task(&id, &owner, "The task could not be made durable.").await {
-                crate::metrics::count_cancel(outcome);
-            }
-            return Err(RpcError::new(ErrorKind::Internal, "the task could not be made durable; it was not created"));
-        }
-    }
+    let created = write_task(call, &id, tool, arguments, shape, answers, Durability::Replicated).await?;
     Ok(Snapshot {
         task_id: id.to_string(),
         owner,

@@ -8,11 +8,20 @@
 -- ARGV[11] the creating request's clientCapabilities JSON
 -- ARGV[12] '1' when the task counts against its tenant's active-task cap, else '0' 
 -- ARGV[13..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
--- Returns {1, createdAtMs} | {-6} the id exists.
+-- Returns {1, createdAtMs} | {-6} the id exists for another owner or tool.
+-- Idempotent: the same owner repeating the same id for the same tool (a create re-sent after
+-- its reply was lost) gets the task it made, unchanged, instead of an error it would retry
+-- into a duplicate.
 -- Publishes "<id> 1 working" on ARGV[10].
 local rcall = redis.call
 local record, stream, answers = KEYS[1], KEYS[2], KEYS[3]
-if rcall('EXISTS', record) == 1 then return {-6} end
+local existing = rcall('HMGET', record, 'tenant', 'principal', 'tool', 'created')
+if existing[1] then
+  if existing[1] == ARGV[2] and existing[2] == ARGV[3] and existing[3] == ARGV[4] then
+    return {1, tonumber(existing[4])}
+  end
+  return {-6}
+end
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 rcall('HSET', record, 'tenant', ARGV[2], 'principal', ARGV[3], 'tool', ARGV[4], 'args', ARGV[5],

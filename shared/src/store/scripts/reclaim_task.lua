@@ -6,12 +6,17 @@
 -- ARGV[1] task id   ARGV[2] max reclaims   ARGV[3] failure error JSON   ARGV[4] failure message
 -- ARGV[5] cancelled message   ARGV[6] events channel
 -- Returns {1} requeued | {2, ver, tenant} failed | {3, ver, tenant} cancelled | {0} nothing to do
+--       | {4, tenant} the task had already ended (a replay of a reclaim that failed or cancelled
+--         it, whose reply was lost: the caller still releases the active-task slot)
 -- (tenant is '' when the task was not counted as active).
 local rcall = redis.call
 local record, leases, stream, inputs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local f = rcall('HMGET', record, 'status', 'holder', 'lease', 'reclaims', 'cancel', 'tenant', 'counted')
-if f[1] ~= 'working' or not f[2] then
+if f[1] ~= 'working' or not f[2] or not f[3] then
   rcall('ZREM', leases, ARGV[1])
+  if f[1] == 'completed' or f[1] == 'failed' or f[1] == 'cancelled' then
+    return {4, (f[7] == '1' and f[6]) or ''}
+  end
   return {0}
 end
 local t = rcall('TIME')
