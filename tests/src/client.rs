@@ -226,10 +226,13 @@ impl SseStream {
         }
     }
 
-    /// The next JSON-RPC message, skipping comments; `None` at the end of the stream.
+    /// The next JSON-RPC message, skipping comments; `None` at the end of the stream. Panics
+    /// after `patience` in all: keep-alive comments do not extend it.
     pub async fn next_message(&mut self, patience: std::time::Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + patience;
         loop {
-            match self.next_item(patience).await? {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.next_item(left).await? {
                 SseItem::Message(m) => return Some(m),
                 SseItem::Comment(_) => {}
             }

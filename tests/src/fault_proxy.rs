@@ -37,10 +37,14 @@ struct State {
     cut_after_reply_to: Option<Vec<u8>>,
 }
 
+/// Client chunks (what one read from the client returned) that contained a watched pattern.
+type Captured = Arc<std::sync::Mutex<Vec<Vec<u8>>>>;
+
 /// A running proxy; stops (and closes its connections) when dropped.
 pub struct FaultProxy {
     port: u16,
     state: Arc<watch::Sender<State>>,
+    captured: Captured,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -51,19 +55,20 @@ impl FaultProxy {
         let port = listener.local_addr().expect("bound").port();
         let (state, _) = watch::channel(State { fault: Fault::None, generation: 0, cut_after_reply_to: None });
         let state = Arc::new(state);
-        let accepting = state.clone();
+        let captured = Captured::default();
+        let (accepting, capturing) = (state.clone(), captured.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let state = accepting.clone();
+                let (state, captured) = (accepting.clone(), capturing.clone());
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(target).await else { return };
                     let _ = client.set_nodelay(true);
                     let _ = server.set_nodelay(true);
-                    connect(client, server, state).await;
+                    connect(client, server, state, captured).await;
                 });
             }
         });
-        Self { port, state, accept }
+        Self { port, state, captured, accept }
     }
 
     /// The proxy's address as a Redis URL.
@@ -102,6 +107,12 @@ impl FaultProxy {
         self.state.send_modify(|s| s.cut_after_reply_to = Some(pattern.to_vec()));
     }
 
+    /// The client chunks seen so far that contained the pattern of
+    /// [`FaultProxy::cut_after_reply_to`]: what the client wrote together with it.
+    pub fn captured(&self) -> Vec<Vec<u8>> {
+        self.captured.lock().expect("not poisoned").clone()
+    }
+
     pub fn fault(&self) -> Fault {
         self.state.borrow().fault
     }
@@ -119,12 +130,12 @@ impl Drop for FaultProxy {
 }
 
 /// Pumps both directions until either side closes or the connection is cut.
-async fn connect(client: TcpStream, server: TcpStream, state: Arc<watch::Sender<State>>) {
+async fn connect(client: TcpStream, server: TcpStream, state: Arc<watch::Sender<State>>, captured: Captured) {
     let generation = state.borrow().generation;
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
     let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let up = pump(client_read, server_write, &state, generation, Direction::Up(armed.clone()));
+    let up = pump(client_read, server_write, &state, generation, Direction::Up(armed.clone(), captured));
     let down = pump(server_read, client_write, &state, generation, Direction::Down(armed));
     // When one direction ends, drop both halves of both sockets.
     tokio::select! {
@@ -135,7 +146,7 @@ async fn connect(client: TcpStream, server: TcpStream, state: Arc<watch::Sender<
 
 /// Which way a pump forwards, with the connection's "cut after the next reply" flag.
 enum Direction {
-    Up(Arc<std::sync::atomic::AtomicBool>),
+    Up(Arc<std::sync::atomic::AtomicBool>, Captured),
     Down(Arc<std::sync::atomic::AtomicBool>),
 }
 
@@ -179,9 +190,10 @@ async fn pump(
                 () = cut(&mut state, generation) => return,
             }
         }
-        if let Direction::Up(armed) = &direction {
+        if let Direction::Up(armed, captured) = &direction {
             let matches = state.borrow().cut_after_reply_to.as_deref().is_some_and(|p| contains(&buf[..n], p));
             if matches {
+                captured.lock().expect("not poisoned").push(buf[..n].to_vec());
                 armed.store(true, Ordering::SeqCst);
             }
         }

@@ -497,9 +497,11 @@ async fn a_redis_timeout_too_long_for_the_lease_is_refused() {
 }
 
 /// Finding: `WAIT` counts the replicas that acknowledged *this connection's* writes, so it must
-/// go on the connection that wrote the create, right behind it. Here the gateway's connection
-/// is cut just after the create's reply, and the only replica is paused: a `WAIT` sent on a
-/// fresh connection would return at once and report the create durable.
+/// go on the connection that wrote the create, right behind it: one pipeline, one write. A
+/// `WAIT` sent separately can meet a reconnect first, count a fresh connection with no writes,
+/// and return at once. Seen through a proxy: the bytes that carry the create carry its `WAIT`.
+/// Then the gateway's connection is cut just after the create's reply, with the only replica
+/// paused: the create must be refused, not reported durable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_counts_the_create_it_follows() {
     let stack = without_workers(Stack::builder()).await;
@@ -529,6 +531,10 @@ async fn wait_counts_the_create_it_follows() {
     proxy.cut_after_reply_to(b"3456789");
     let r = client.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 3456789}})).await;
     replica.signal("CONT");
+    let sent = proxy.captured();
+    assert_eq!(sent.len(), 1, "the create went out once");
+    let create = String::from_utf8_lossy(&sent[0]);
+    assert!(create.contains("EVALSHA") && create.contains("WAIT"), "the create and its WAIT in one write: {create}");
     assert_eq!(r.error_code(), Some(-32603), "a create no replica acknowledged is not reported durable: {}", r.text);
     let _: () = redis::cmd("PING").query_async(&mut primary).await.unwrap();
 }
