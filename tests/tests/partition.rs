@@ -203,7 +203,7 @@ async fn run_client(
     while !stop.load(Ordering::SeqCst) {
         let n = next.fetch_add(1, Ordering::SeqCst);
         // Mostly short runs; one in ten lasts about two leases, so partitions catch tools running.
-        let arguments = if n % 10 == 0 {
+        let arguments = if n.is_multiple_of(10) {
             json!({"steps": 30, "stepMs": 100})
         } else {
             json!({"steps": 1 + n % 4, "stepMs": 10 + (n * 7) % 40})
