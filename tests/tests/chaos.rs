@@ -35,7 +35,7 @@ struct Handle {
 }
 
 /// Calls through whichever gateway answers, retrying transport failures and 5xx (a gateway or
-/// Redis is down) for a while. A retried create may leave an orphan task behind: no handle was
+/// Redis is down) for a while, and 429s after the wait they name. A retried create may leave an orphan task behind: no handle was
 /// returned for it, so it only expires.
 async fn call(clients: &[McpClient], start: usize, method: &str, params: Value) -> Option<Reply> {
     for attempt in 0..60 {
@@ -49,6 +49,13 @@ async fn call(clients: &[McpClient], start: usize, method: &str, params: Value) 
         if let Ok(response) = request.send().await {
             let status = response.status().as_u16();
             let text = response.text().await.unwrap_or_default();
+            // The tenant's request rate (the final check reads thousands of tasks at once).
+            if status == 429 {
+                let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                let wait = body["error"]["data"]["retryAfterMs"].as_u64().unwrap_or(100);
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+                continue;
+            }
             if status < 500 {
                 let body = serde_json::from_str(&text).unwrap_or(Value::Null);
                 return Some(Reply { status, headers: Default::default(), text, body });

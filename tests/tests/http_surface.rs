@@ -326,7 +326,7 @@ async fn tools_list_is_deterministic_across_calls_and_replicas() {
     for client in [&a, &b] {
         taskgate_tests::eventually(Duration::from_secs(10), "the catalogue to be published", || async {
             let r = client.call("tools/list", json!({})).await;
-            (r.result()["tools"].as_array().map_or(0, Vec::len) == 5).then_some(())
+            (r.result()["tools"].as_array().map_or(0, Vec::len) == 6).then_some(())
         })
         .await;
     }
@@ -342,7 +342,7 @@ async fn tools_list_is_deterministic_across_calls_and_replicas() {
     assert_eq!(result["cacheScope"], "public");
     assert_eq!(result["ttlMs"], 60000);
     let names: Vec<&str> = result["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["dual_approval", "faulty", "generate_report", "noop", "sleep"]);
+    assert_eq!(names, ["dual_approval", "faulty", "generate_report", "ledger", "noop", "sleep"]);
     for tool in result["tools"].as_array().unwrap() {
         assert_eq!(tool["inputSchema"]["type"], "object", "{tool}");
     }

@@ -6,20 +6,20 @@
 -- ARGV[5] outcome field ('result' | 'error' | '')   ARGV[6] outcome JSON
 -- ARGV[7] status message ('' = keep)   ARGV[8] events channel
 -- Returns {1, version} | {-2} lease lost.
--- The holder stays in the record after the end (the lease does not), so a finish re-sent after
--- its reply was lost is recognised: same holder and token on a record already ended with this
--- status answers {1, version} again, and the caller does its follow-up (releasing the
--- active-task slot) instead of reporting a lost lease.
+-- The holder is recorded as `finisher`, so a finish re-sent after its reply was lost is
+-- recognised: the same worker and token on a record already ended with this status answers
+-- {1, version} again, and the caller does its follow-up (releasing the active-task slot)
+-- instead of reporting a lost lease.
 -- Publishes "<id> <version> <status>".
 local rcall = redis.call
 local record, leases, inputs = KEYS[1], KEYS[2], KEYS[3]
-local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'ver')
-if f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
-if f[1] == ARGV[4] then return {1, tonumber(f[4])} end
-if f[1] ~= 'working' then return {-2} end
+local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'ver', 'finisher')
+if f[1] == ARGV[4] and f[5] == ARGV[2] and f[3] == ARGV[3] then return {1, tonumber(f[4])} end
+if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-rcall('HDEL', record, 'lease')
+rcall('HDEL', record, 'holder', 'lease')
+rcall('HSET', record, 'finisher', ARGV[2])
 rcall('ZREM', leases, ARGV[1])
 rcall('DEL', inputs)
 rcall('HSET', record, 'status', ARGV[4], 'updated', now)

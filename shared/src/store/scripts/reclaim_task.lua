@@ -12,7 +12,7 @@
 local rcall = redis.call
 local record, leases, stream, inputs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local f = rcall('HMGET', record, 'status', 'holder', 'lease', 'reclaims', 'cancel', 'tenant', 'counted')
-if f[1] ~= 'working' or not f[2] or not f[3] then
+if f[1] ~= 'working' or not f[2] then
   rcall('ZREM', leases, ARGV[1])
   if f[1] == 'completed' or f[1] == 'failed' or f[1] == 'cancelled' then
     return {4, (f[7] == '1' and f[6]) or ''}
