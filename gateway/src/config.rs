@@ -159,9 +159,15 @@ pub struct Config {
     #[arg(long, env = "TASKGATE_LISTEN_MAX_TASK_IDS", default_value_t = 100)]
     pub listen_max_task_ids: usize,
 
-    /// Open listen streams one principal may hold on one replica.
-    #[arg(long, env = "TASKGATE_LISTEN_MAX_STREAMS_PER_PRINCIPAL", default_value_t = 16)]
+    /// Open listen streams one principal may hold on one replica. One service account often
+    /// follows the tasks of many end users, so by default it may use the whole replica.
+    #[arg(long, env = "TASKGATE_LISTEN_MAX_STREAMS_PER_PRINCIPAL", default_value_t = 10_000)]
     pub listen_max_streams_per_principal: usize,
+
+    /// Open listen streams on this replica, all principals together: the memory bound (about
+    /// 25 KB each). Beyond it, or the per-principal bound, a listen is refused with 429.
+    #[arg(long, env = "TASKGATE_LISTEN_MAX_STREAMS", default_value_t = 10_000)]
+    pub listen_max_streams: usize,
 
     /// Interval of SSE keep-alive comments, in milliseconds.
     #[arg(long, env = "TASKGATE_SSE_KEEPALIVE_MS", default_value_t = 15_000)]
@@ -187,10 +193,24 @@ pub struct Config {
     #[arg(long, env = "TASKGATE_TENANT_MAX_ACTIVE_TASKS", default_value_t = 10_000)]
     pub tenant_max_active_tasks: u64,
 
-    /// A `tasks/get` sooner than this fraction of the task's `pollIntervalMs` after the previous
-    /// one gets 429 (0 = no poll-rate limit).
+    /// What an early `tasks/get` gets: `hold` (answered at the task's next change, or once its
+    /// `pollIntervalMs` since the previous poll has passed), `refuse` (429 with Retry-After) or
+    /// `off` (every poll is read).
+    #[arg(long, env = "TASKGATE_POLL_LIMIT", value_enum, default_value_t = PollLimit::Hold)]
+    pub poll_limit: PollLimit,
+
+    /// A `tasks/get` sooner than this fraction of the task's `pollIntervalMs` after the same
+    /// principal's previous one is early (0 also turns the limit off).
     #[arg(long, env = "TASKGATE_POLL_TOLERANCE", default_value_t = 0.5)]
     pub poll_tolerance: f64,
+
+    /// Early polls held at once on this replica; beyond, they are refused with 429.
+    #[arg(long, env = "TASKGATE_MAX_HELD_POLLS", default_value_t = 10_000)]
+    pub max_held_polls: usize,
+
+    /// Early polls one principal may have held at once on this replica.
+    #[arg(long, env = "TASKGATE_MAX_HELD_POLLS_PER_PRINCIPAL", default_value_t = 1_000)]
+    pub max_held_polls_per_principal: usize,
 
     /// Largest `tools/call` arguments, in bytes of JSON.
     #[arg(long, env = "TASKGATE_MAX_ARGUMENT_BYTES", default_value_t = 256 * 1024)]
@@ -220,7 +240,20 @@ pub enum ConfigError {
     Secret { path: String, source: std::io::Error },
 }
 
+/// What an early `tasks/get` gets (`--poll-limit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PollLimit {
+    Hold,
+    Refuse,
+    Off,
+}
+
 impl Config {
+    /// The poll limit in force: `--poll-tolerance 0` turns it off too.
+    pub fn poll_limit(&self) -> PollLimit {
+        if self.poll_tolerance <= 0.0 { PollLimit::Off } else { self.poll_limit }
+    }
+
     /// Checks what clap cannot.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.auth == AuthMode::None && !self.listen.ip().is_loopback() {

@@ -12,6 +12,7 @@ mod limits;
 mod mcp;
 mod metrics;
 mod mrtr;
+mod polls;
 
 use std::sync::Arc;
 
@@ -55,6 +56,8 @@ pub struct AppState {
     /// the server can drain (axum's graceful shutdown waits for open SSE bodies).
     shutdown: tokio_util::sync::CancellationToken,
     listen_streams: Arc<mcp::listen::StreamCounts>,
+    /// Pacing of early `tasks/get` polls (`--poll-limit hold`).
+    polls: Arc<polls::PollPacer>,
 }
 
 impl AppState {
@@ -72,6 +75,7 @@ impl AppState {
             config.allowed_hosts.clone(),
             config.listen.ip().is_loopback(),
         );
+        let config_max_held = (config.max_held_polls, config.max_held_polls_per_principal);
         Ok(Self {
             config: Arc::new(config),
             store,
@@ -84,6 +88,7 @@ impl AppState {
             draining: tokio_util::sync::CancellationToken::new(),
             shutdown: tokio_util::sync::CancellationToken::new(),
             listen_streams: Arc::default(),
+            polls: Arc::new(polls::PollPacer::new(config_max_held.0, config_max_held.1)),
         })
     }
 

@@ -18,6 +18,7 @@ pub(crate) struct GatewayMetrics {
     responses: IntCounterVec,
     pub(crate) auth_failures: IntCounterVec,
     pub(crate) rate_limited: IntCounterVec,
+    pub(crate) held_polls: IntCounterVec,
     pub(crate) tasks_created: IntCounterVec,
     pub(crate) sse_streams: IntGauge,
     pub(crate) sse_lag: Histogram,
@@ -51,6 +52,12 @@ pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMe
         "taskgate_gateway_rate_limited_total",
         "Requests refused by a tenant limit (-31429), by limit.",
         &["limit"],
+    ),
+    held_polls: metrics::counter_vec(
+        "taskgate_gateway_held_polls_total",
+        "Early tasks/get polls held instead of refused (held), those answered early because the task \
+         changed (woken), and those refused because too many were held (refused).",
+        &["outcome"],
     ),
     tasks_created: metrics::counter_vec("taskgate_tasks_created_total", "Tasks created, by tool.", &["tool"]),
     sse_streams: metrics::gauge("taskgate_gateway_sse_streams", "Open subscriptions/listen streams."),

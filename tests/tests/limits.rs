@@ -78,8 +78,13 @@ async fn creation_rate_and_active_task_cap_are_shared_by_replicas() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn polling_faster_than_the_interval_gets_429() {
-    let stack = Stack::builder().gateway_option("--poll-tolerance", "0.5").gateways(2).spawn().await;
+async fn polling_faster_than_the_interval_gets_429_with_poll_limit_refuse() {
+    let stack = Stack::builder()
+        .gateway_option("--poll-tolerance", "0.5")
+        .gateway_args(&["--poll-limit", "refuse"])
+        .gateways(2)
+        .spawn()
+        .await;
     let (a, b) = (stack.client(0), stack.client(1));
     // generate_report advertises pollIntervalMs 1000: polls closer than 500 ms are refused,
     // on whichever replica they land.

@@ -88,7 +88,13 @@ fn api_keys_file(dir: &std::path::Path) -> std::path::PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_after_a_full_lifecycle() {
-    let mut stack = Stack::builder().gateways(0).workers(0).gateway_option("--poll-tolerance", "0.5").spawn().await;
+    let mut stack = Stack::builder()
+        .gateways(0)
+        .workers(0)
+        .gateway_option("--poll-tolerance", "0.5")
+        .gateway_args(&["--poll-limit", "refuse"])
+        .spawn()
+        .await;
     let keys = api_keys_file(stack.scratch_dir());
     stack.add_gateway_with_auth(&["--auth", "api-keys", "--api-keys-file", keys.to_str().unwrap()]).await;
     let metrics_port = free_port();

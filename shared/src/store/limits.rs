@@ -31,6 +31,8 @@ pub enum Limit {
     Creations,
     ActiveTasks,
     Poll,
+    /// Open listen streams on one replica (per principal or in all).
+    ListenStreams,
 }
 
 impl Limit {
@@ -40,6 +42,7 @@ impl Limit {
             Self::Creations => "creations",
             Self::ActiveTasks => "active_tasks",
             Self::Poll => "poll",
+            Self::ListenStreams => "listen_streams",
         }
     }
 }
@@ -66,6 +69,8 @@ pub enum Polled {
     NotFound,
     TooSoon {
         retry_after_ms: u64,
+        /// The task's `pollIntervalMs`.
+        interval_ms: u64,
     },
     Found(Box<Snapshot>),
 }
@@ -141,7 +146,10 @@ impl Store {
         let reply = Reply::new(reply);
         match reply.code()? {
             code::NOT_FOUND => Ok(Polled::NotFound),
-            code::TOO_SOON => Ok(Polled::TooSoon { retry_after_ms: reply.int(1)?.max(1) as u64 }),
+            code::TOO_SOON => Ok(Polled::TooSoon {
+                retry_after_ms: reply.int(1)?.max(1) as u64,
+                interval_ms: reply.int(2)?.max(0) as u64,
+            }),
             code::OK => {
                 let fields: Vec<Option<String>> = reply.array(1)?.iter().map(as_string).collect();
                 snapshot_from(id, &fields, reply.pairs(2)?)

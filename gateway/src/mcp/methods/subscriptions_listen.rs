@@ -7,6 +7,7 @@ use axum::response::Response;
 use futures::future::join_all;
 use serde_json::Value;
 use taskgate_shared::protocol::RpcError;
+use taskgate_shared::store::Limit;
 use taskgate_shared::task::TaskId;
 
 use crate::mcp::listen::{Listen, Subscription};
@@ -36,15 +37,15 @@ pub(crate) async fn run(call: &Call<'_>, request_id: &Value) -> Result<Response,
         return Err(RpcError::invalid_params(format!("at most {max_ids} taskIds per listen")));
     }
     let owner = call.principal.owner();
+    // Over a bound is a matter of load, not a bad request: 429, try again later.
     let slot = state
         .listen_streams
-        .acquire(format!("{}/{}", owner.tenant, owner.principal), state.config.listen_max_streams_per_principal)
-        .ok_or_else(|| {
-            RpcError::invalid_params(format!(
-                "too many open listen streams for this principal (at most {} per replica)",
-                state.config.listen_max_streams_per_principal
-            ))
-        })?;
+        .acquire(
+            format!("{}/{}", owner.tenant, owner.principal),
+            state.config.listen_max_streams_per_principal,
+            state.config.listen_max_streams,
+        )
+        .ok_or_else(|| crate::limits::refused(Limit::ListenStreams, 1_000))?;
 
     // Unique, well-formed ids in request order.
     let mut ids: Vec<TaskId> = Vec::new();

@@ -1,34 +1,135 @@
-//! `tasks/get`: the full snapshot, in one Redis round trip (ownership and the poll rate are
-//! checked in the same script; the tenant's request rate is checked concurrently). Unknown,
-//! foreign and expired ids get the same error, byte for byte.
+//! `tasks/get`: the full snapshot, in one Redis round trip for a poll that is not early
+//! (ownership and the poll rate are checked in the same script; the tenant's request rate is
+//! checked concurrently). Unknown, foreign and expired ids get the same error, byte for byte.
+//!
+//! An early poll (sooner than `--poll-tolerance` of the task's `pollIntervalMs` after the same
+//! principal's previous one) is held by default and answered at the first change or once the
+//! interval has passed (see `crate::polls`); `--poll-limit refuse` answers it 429 instead, and
+//! `--poll-limit off` reads every poll.
+
+use std::time::Duration;
 
 use serde_json::Value;
 use taskgate_shared::protocol::{RpcError, result};
 use taskgate_shared::store::{Limit, Polled};
+use taskgate_shared::task::{Owner, Snapshot, TaskId};
 
+use crate::config::PollLimit;
+use crate::events::Wake;
 use crate::limits;
 use crate::mcp::{Call, storage_error, task_id, task_not_found};
+use crate::metrics::METRICS;
+
+/// A held poll re-checks with Redis at most this many times before it answers what it reads
+/// (other replicas answering the same principal meanwhile could otherwise keep it waiting).
+const MAX_HOLDS: usize = 3;
 
 pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
     let id = task_id(call.params);
     let owner = call.principal.owner();
-    let tolerance = call.state.config.poll_tolerance;
-    let read = async {
-        match &id {
-            // Without a poll limit, a plain pipelined read is cheaper for Redis than the script.
-            Ok(id) if tolerance <= 0.0 => match call.state.store.get_task(id).await.map_err(storage_error)? {
-                Some(snapshot) if snapshot.owner == owner => Ok(Polled::Found(Box::new(snapshot))),
-                _ => Ok(Polled::NotFound),
-            },
-            Ok(id) => call.state.store.poll_task(id, &owner, tolerance).await.map_err(storage_error),
-            Err(_) => Ok(Polled::NotFound),
+    let config = &call.state.config;
+    let snapshot = match (config.poll_limit(), id) {
+        (_, Err(_)) => {
+            limits::admit_request(call.state, &call.principal).await?;
+            return Err(task_not_found());
         }
+        (PollLimit::Off, Ok(id)) => {
+            let (admitted, read) =
+                tokio::join!(limits::admit_request(call.state, &call.principal), read(call, &id, &owner));
+            admitted?;
+            read?
+        }
+        (PollLimit::Refuse, Ok(id)) => match poll(call, &id, &owner).await? {
+            Polled::Found(snapshot) => *snapshot,
+            Polled::NotFound => return Err(task_not_found()),
+            Polled::TooSoon { retry_after_ms, .. } => return Err(limits::refused(Limit::Poll, retry_after_ms)),
+        },
+        (PollLimit::Hold, Ok(id)) => held(call, &id, &owner).await?,
     };
-    let (admitted, polled) = tokio::join!(limits::admit_request(call.state, &call.principal), read);
+    Ok(result::complete(snapshot.detailed_fields()))
+}
+
+/// The poll-rate-checked read, admitted against the tenant's request rate alongside.
+async fn poll(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Polled, RpcError> {
+    let tolerance = call.state.config.poll_tolerance;
+    let (admitted, polled) = tokio::join!(
+        limits::admit_request(call.state, &call.principal),
+        call.state.store.poll_task(id, owner, tolerance)
+    );
     admitted?;
-    match polled? {
-        Polled::Found(snapshot) => Ok(result::complete(snapshot.detailed_fields())),
-        Polled::NotFound => Err(task_not_found()),
-        Polled::TooSoon { retry_after_ms } => Err(limits::refused(Limit::Poll, retry_after_ms)),
+    polled.map_err(storage_error)
+}
+
+/// A read with no poll-rate check: ownership only.
+async fn read(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, RpcError> {
+    match call.state.store.get_task(id).await.map_err(storage_error)? {
+        Some(snapshot) if &snapshot.owner == owner => Ok(snapshot),
+        _ => Err(task_not_found()),
     }
+}
+
+/// `--poll-limit hold`: an early poll waits for a change or the end of the interval.
+async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, RpcError> {
+    let state = call.state;
+    let pacer = &state.polls;
+    let principal = format!("{}/{}", owner.tenant, owner.principal);
+    let tolerance = state.config.poll_tolerance;
+    // Answered here recently: hold before asking Redis anything. Not admitted against the
+    // request rate: a held poll is paced, one per interval at most.
+    let mut until = pacer.early(&principal, id, tolerance);
+    for _ in 0..MAX_HOLDS {
+        if let Some(deadline) = until {
+            let Some(_slot) = pacer.hold(&principal) else {
+                let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
+                return Err(refused(wait));
+            };
+            METRICS.held_polls.with_label_values(&["held"]).inc();
+            if wait_for_change(call, id, deadline).await {
+                // Changed: answer now, with what it changed to.
+                METRICS.held_polls.with_label_values(&["woken"]).inc();
+                let snapshot = read(call, id, owner).await?;
+                pacer.answered(&principal, id, Duration::from_millis(snapshot.poll_interval_ms));
+                return Ok(snapshot);
+            }
+        }
+        match poll(call, id, owner).await? {
+            Polled::Found(snapshot) => {
+                pacer.answered(&principal, id, Duration::from_millis(snapshot.poll_interval_ms));
+                return Ok(*snapshot);
+            }
+            Polled::NotFound => return Err(task_not_found()),
+            // Another replica answered this principal lately: hold for the rest of its interval.
+            Polled::TooSoon { retry_after_ms, interval_ms } => {
+                let rest = Duration::from_millis(retry_after_ms)
+                    + Duration::from_millis(interval_ms).mul_f64((1.0 - tolerance).max(0.0));
+                until = Some(tokio::time::Instant::now() + rest);
+            }
+        }
+    }
+    read(call, id, owner).await
+}
+
+/// Waits until the task changes (`true`) or `deadline` passes (`false`). Shutting down counts
+/// as a change: the poll is answered at once rather than cut.
+async fn wait_for_change(call: &Call<'_>, id: &TaskId, deadline: tokio::time::Instant) -> bool {
+    let mut watch = call.state.events.watch(&[id.as_str()], 4);
+    let sleep = tokio::time::sleep_until(deadline);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            () = &mut sleep => return false,
+            () = call.state.shutdown.cancelled() => return true,
+            wake = watch.recv() => match wake {
+                Some(Wake::Changed(_) | Wake::Resync) => return true,
+                // Progress and log notices are not changes of the task.
+                Some(Wake::Notice(_)) => {}
+                None => return false,
+            },
+        }
+    }
+}
+
+fn refused(wait: Duration) -> RpcError {
+    METRICS.held_polls.with_label_values(&["refused"]).inc();
+    limits::refused(Limit::Poll, u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1))
 }

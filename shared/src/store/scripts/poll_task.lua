@@ -4,7 +4,7 @@
 -- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] poll marker
 -- ARGV[1] tenant   ARGV[2] principal   ARGV[3] tolerance (0..1; '0' = no poll limit)
 -- Returns {1, fields (HMGET order of SNAPSHOT_FIELDS), inputs (flat k,v)} | {-1} not found
---       | {-9, retry_after_ms}.
+--       | {-9, retry_after_ms, pollIntervalMs}.
 local rcall = redis.call
 local record, inputs, marker = KEYS[1], KEYS[2], KEYS[3]
 local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'msg', 'created', 'updated', 'ttl', 'poll',
@@ -14,7 +14,7 @@ local tolerance = tonumber(ARGV[3])
 local interval = math.floor(tonumber(f[8]) * tolerance)
 if interval > 0 then
   local wait = rcall('PTTL', marker)
-  if wait > 0 then return {-9, wait} end
+  if wait > 0 then return {-9, wait, tonumber(f[8])} end
   rcall('SET', marker, 1, 'PX', interval)
 end
 return {1, f, rcall('HGETALL', inputs)}

@@ -1,0 +1,152 @@
+//! Pacing of early `tasks/get` polls, for `--poll-limit hold` (the default).
+//!
+//! A poll is *early* when it comes sooner than `tolerance × pollIntervalMs` after the same
+//! principal's previous poll of the same task. Refusing it (429) fails every client that does
+//! not retry, and most do not. Holding it instead turns a tight polling loop into a cheap long
+//! poll: the request is answered at the first of
+//! - the task changing (the event hub's wake-up, as for listen streams), or
+//! - the poll interval since that previous poll elapsing,
+//!
+//! with the state read at that moment. On one replica that costs one Redis read per interval
+//! per task however fast the client loops, because this replica remembers when it last
+//! answered each (principal, task) and holds a repeat without asking Redis. Across replicas
+//! the fleet-wide marker the `poll_task` script keeps (refused there as "too soon") says the
+//! same, and the poll is held for the rest of the interval.
+//!
+//! Held requests are bounded per principal and per replica; beyond the bound a poll is refused
+//! as with `--poll-limit refuse`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use taskgate_shared::task::TaskId;
+use tokio::time::Instant;
+
+/// Remembered answers beyond which expired ones are dropped (and, if that is not enough, all:
+/// a forgotten entry only sends the next poll to Redis).
+const MAX_REMEMBERED: usize = 100_000;
+
+/// When this replica last answered a principal's poll of a task, and its interval.
+#[derive(Debug, Clone, Copy)]
+struct Answered {
+    at: Instant,
+    interval: Duration,
+}
+
+/// Per-replica pacing state.
+#[derive(Debug)]
+pub(crate) struct PollPacer {
+    answered: Mutex<HashMap<(String, TaskId), Answered>>,
+    held: Mutex<Held>,
+    max_held: usize,
+    max_held_per_principal: usize,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    total: usize,
+    per_principal: HashMap<String, usize>,
+}
+
+/// One held poll; dropping it frees its place.
+pub(crate) struct HeldSlot {
+    pacer: Arc<PollPacer>,
+    principal: String,
+}
+
+impl PollPacer {
+    pub(crate) fn new(max_held: usize, max_held_per_principal: usize) -> Self {
+        Self { answered: Mutex::default(), held: Mutex::default(), max_held, max_held_per_principal }
+    }
+
+    /// When this replica answered `principal`'s last poll of `task` less than `tolerance` of
+    /// its interval ago: until when to hold the next one (the whole interval since).
+    pub(crate) fn early(&self, principal: &str, task: &TaskId, tolerance: f64) -> Option<Instant> {
+        let answered = *lock(&self.answered).get(&(principal.to_owned(), task.clone()))?;
+        let now = Instant::now();
+        (now < answered.at + answered.interval.mul_f64(tolerance)).then_some(answered.at + answered.interval)
+    }
+
+    /// A poll of `task` by `principal` was answered now.
+    pub(crate) fn answered(&self, principal: &str, task: &TaskId, interval: Duration) {
+        let now = Instant::now();
+        let mut answered = lock(&self.answered);
+        if answered.len() >= MAX_REMEMBERED {
+            answered.retain(|_, a| a.at + a.interval > now);
+            if answered.len() >= MAX_REMEMBERED {
+                answered.clear();
+            }
+        }
+        answered.insert((principal.to_owned(), task.clone()), Answered { at: now, interval });
+    }
+
+    /// A place for one more held poll of `principal`, unless the bounds are reached.
+    pub(crate) fn hold(self: &Arc<Self>, principal: &str) -> Option<HeldSlot> {
+        let mut held = lock(&self.held);
+        let mine = held.per_principal.get(principal).copied().unwrap_or(0);
+        if held.total >= self.max_held || mine >= self.max_held_per_principal {
+            return None;
+        }
+        held.total += 1;
+        held.per_principal.insert(principal.to_owned(), mine + 1);
+        Some(HeldSlot { pacer: self.clone(), principal: principal.to_owned() })
+    }
+
+    /// Polls held now.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        lock(&self.held).total
+    }
+}
+
+impl Drop for HeldSlot {
+    fn drop(&mut self) {
+        let mut held = lock(&self.pacer.held);
+        held.total -= 1;
+        if let Some(mine) = held.per_principal.get_mut(&self.principal) {
+            *mine -= 1;
+            if *mine == 0 {
+                held.per_principal.remove(&self.principal);
+            }
+        }
+    }
+}
+
+/// No code that can panic runs under these locks.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().expect("the poll pacer's lock is never poisoned")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeat_within_the_tolerance_is_held_to_the_end_of_the_interval() {
+        let pacer = PollPacer::new(10, 10);
+        let task = TaskId::generate(1);
+        assert_eq!(pacer.early("p", &task, 0.5), None, "nothing answered yet");
+        let before = Instant::now();
+        pacer.answered("p", &task, Duration::from_secs(100));
+        let until = pacer.early("p", &task, 0.5).expect("early");
+        assert!(until >= before + Duration::from_secs(100) && until <= Instant::now() + Duration::from_secs(100));
+        assert_eq!(pacer.early("q", &task, 0.5), None, "per principal");
+        pacer.answered("p", &task, Duration::from_millis(2));
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(pacer.early("p", &task, 0.5), None, "past the tolerance: not early");
+    }
+
+    #[test]
+    fn held_polls_are_bounded_per_principal_and_in_all() {
+        let pacer = Arc::new(PollPacer::new(3, 2));
+        let a1 = pacer.hold("a").expect("first");
+        let _a2 = pacer.hold("a").expect("second");
+        assert!(pacer.hold("a").is_none(), "per principal");
+        let _b1 = pacer.hold("b").expect("another principal");
+        assert!(pacer.hold("c").is_none(), "per replica");
+        drop(a1);
+        let _c = pacer.hold("c").expect("a freed place");
+        assert_eq!(pacer.held(), 3);
+    }
+}
