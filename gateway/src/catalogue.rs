@@ -6,7 +6,7 @@
 //! worker's tools are callable at once.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -83,12 +83,19 @@ impl Catalogue {
 pub(crate) struct CatalogueCache {
     store: Store,
     current: RwLock<Arc<Catalogue>>,
-    last_miss_refresh: Mutex<Option<Instant>>,
+    /// When a miss last refreshed. An async lock held across that refresh, so misses that
+    /// arrive while it runs wait for its result instead of answering from the stale catalogue
+    /// ("unknown tool" to every concurrent first call of a fresh gateway).
+    last_miss_refresh: tokio::sync::Mutex<Option<Instant>>,
 }
 
 impl CatalogueCache {
     pub(crate) fn new(store: Store) -> Self {
-        Self { store, current: RwLock::new(Arc::new(Catalogue::default())), last_miss_refresh: Mutex::new(None) }
+        Self {
+            store,
+            current: RwLock::new(Arc::new(Catalogue::default())),
+            last_miss_refresh: tokio::sync::Mutex::new(None),
+        }
     }
 
     pub(crate) fn current(&self) -> Arc<Catalogue> {
@@ -132,17 +139,15 @@ impl CatalogueCache {
         self.current()
     }
 
-    /// Refreshes now unless a miss-driven refresh ran within [`MISS_REFRESH_GAP`].
+    /// Refreshes now unless a miss-driven refresh ran within [`MISS_REFRESH_GAP`]; waits for
+    /// one that is running.
     async fn refresh_soon(&self) {
-        let due = {
-            let Ok(mut last) = self.last_miss_refresh.lock() else { return };
-            let due = last.is_none_or(|t| t.elapsed() >= MISS_REFRESH_GAP);
-            if due {
-                *last = Some(Instant::now());
-            }
-            due
-        };
-        if due && let Err(err) = self.refresh().await {
+        let mut last = self.last_miss_refresh.lock().await;
+        if last.is_some_and(|t| t.elapsed() < MISS_REFRESH_GAP) {
+            return;
+        }
+        *last = Some(Instant::now());
+        if let Err(err) = self.refresh().await {
             tracing::warn!(error = %err, "catalogue refresh failed");
         }
     }

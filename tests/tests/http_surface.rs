@@ -412,3 +412,25 @@ async fn probes_follow_redis() {
     })
     .await;
 }
+
+/// A gateway that has not yet seen a new worker's tools refreshes its catalogue on the first
+/// miss; calls that arrive while that refresh runs wait for it instead of being told the tool
+/// is unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_calls_wait_for_the_catalogue_refresh() {
+    let mut stack = Stack::builder().workers(0).gateway_args(&["--catalogue-refresh-ms", "600000"]).spawn().await;
+    stack.add_worker(&[]).await;
+    let client = std::sync::Arc::new(stack.client(0));
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(
+                async move { client.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 0}})).await },
+            )
+        })
+        .collect();
+    for call in calls {
+        let r = call.await.unwrap();
+        assert_eq!(r.result()["resultType"], "task", "{}", r.text);
+    }
+}
