@@ -33,6 +33,9 @@ type Senders = Vec<(u64, mpsc::Sender<Wake>, Arc<AtomicBool>)>;
 pub(crate) struct EventHub {
     watchers: Mutex<HashMap<String, Senders>>,
     next_id: AtomicU64,
+    /// Told of every change (and of every resubscription), watched or not: early polls are
+    /// held only while their task has not changed.
+    polls: Option<Arc<crate::polls::PollPacer>>,
 }
 
 /// A registration; dropping it unregisters.
@@ -46,6 +49,11 @@ pub(crate) struct Watch {
 }
 
 impl EventHub {
+    /// A hub that also tells `polls` of every change.
+    pub(crate) fn new(polls: Arc<crate::polls::PollPacer>) -> Self {
+        Self { polls: Some(polls), ..Self::default() }
+    }
+
     /// Watches these tasks. Register before acting, so that no change is missed.
     pub(crate) fn watch(self: &Arc<Self>, tasks: &[&str], capacity: usize) -> Watch {
         let (tx, rx) = mpsc::channel(capacity.max(1));
@@ -91,12 +99,18 @@ impl EventHub {
                 Ok(mut pubsub) => match pubsub.subscribe(&[&events, &notices]).await {
                     Ok(()) => {
                         backoff = Duration::from_millis(100);
+                        if let Some(polls) = &self.polls {
+                            polls.forget_all();
+                        }
                         self.resync_all();
                         let mut messages = pubsub.on_message();
                         while let Some(msg) = messages.next().await {
                             let Ok(payload) = msg.get_payload::<String>() else { continue };
                             if msg.get_channel_name() == events {
                                 if let Some(task) = payload.split(' ').next() {
+                                    if let Some(polls) = &self.polls {
+                                        polls.changed(task);
+                                    }
                                     self.dispatch(task, &Wake::Changed(task.to_owned()));
                                 }
                             } else if let Ok(notice) = serde_json::from_str::<Value>(&payload)

@@ -75,20 +75,20 @@ impl AppState {
             config.allowed_hosts.clone(),
             config.listen.ip().is_loopback(),
         );
-        let config_max_held = (config.max_held_polls, config.max_held_polls_per_principal);
+        let polls = Arc::new(polls::PollPacer::new(config.max_held_polls, config.max_held_polls_per_principal));
         Ok(Self {
             config: Arc::new(config),
             store,
             catalogue,
             auth: Arc::new(authenticator),
             challenge: challenge.map(Arc::new),
-            events: Arc::default(),
+            events: Arc::new(events::EventHub::new(polls.clone())),
             request_state_keys,
             origin_policy: Arc::new(origin_policy),
             draining: tokio_util::sync::CancellationToken::new(),
             shutdown: tokio_util::sync::CancellationToken::new(),
             listen_streams: Arc::default(),
-            polls: Arc::new(polls::PollPacer::new(config_max_held.0, config_max_held.1)),
+            polls,
         })
     }
 

@@ -13,6 +13,11 @@
 //! the fleet-wide marker the `poll_task` script keeps (refused there as "too soon") says the
 //! same, and the poll is held for the rest of the interval.
 //!
+//! A task that changed since its last answer is never held: the event hub, which hears every
+//! change, makes the pacer forget the task, so the next poll reads at once. (A change whose
+//! event arrives in the microseconds between a read and its being remembered is only seen at
+//! the end of the interval: late, never lost.)
+//!
 //! Held requests are bounded per principal and per replica; beyond the bound a poll is refused
 //! as with `--poll-limit refuse`.
 
@@ -37,7 +42,8 @@ struct Answered {
 /// Per-replica pacing state.
 #[derive(Debug)]
 pub(crate) struct PollPacer {
-    answered: Mutex<HashMap<(String, TaskId), Answered>>,
+    /// By task id, then by principal.
+    answered: Mutex<HashMap<String, HashMap<String, Answered>>>,
     held: Mutex<Held>,
     max_held: usize,
     max_held_per_principal: usize,
@@ -63,7 +69,7 @@ impl PollPacer {
     /// When this replica answered `principal`'s last poll of `task` less than `tolerance` of
     /// its interval ago: until when to hold the next one (the whole interval since).
     pub(crate) fn early(&self, principal: &str, task: &TaskId, tolerance: f64) -> Option<Instant> {
-        let answered = *lock(&self.answered).get(&(principal.to_owned(), task.clone()))?;
+        let answered = *lock(&self.answered).get(task.as_str())?.get(principal)?;
         let now = Instant::now();
         (now < answered.at + answered.interval.mul_f64(tolerance)).then_some(answered.at + answered.interval)
     }
@@ -73,12 +79,28 @@ impl PollPacer {
         let now = Instant::now();
         let mut answered = lock(&self.answered);
         if answered.len() >= MAX_REMEMBERED {
-            answered.retain(|_, a| a.at + a.interval > now);
+            answered.retain(|_, by| {
+                by.retain(|_, a| a.at + a.interval > now);
+                !by.is_empty()
+            });
             if answered.len() >= MAX_REMEMBERED {
                 answered.clear();
             }
         }
-        answered.insert((principal.to_owned(), task.clone()), Answered { at: now, interval });
+        answered
+            .entry(task.as_str().to_owned())
+            .or_default()
+            .insert(principal.to_owned(), Answered { at: now, interval });
+    }
+
+    /// The task changed: its next poll, by anyone, is read at once.
+    pub(crate) fn changed(&self, task: &str) {
+        lock(&self.answered).remove(task);
+    }
+
+    /// Changes may have been missed (the event subscription was re-established).
+    pub(crate) fn forget_all(&self) {
+        lock(&self.answered).clear();
     }
 
     /// A place for one more held poll of `principal`, unless the bounds are reached.
@@ -132,6 +154,8 @@ mod tests {
         let until = pacer.early("p", &task, 0.5).expect("early");
         assert!(until >= before + Duration::from_secs(100) && until <= Instant::now() + Duration::from_secs(100));
         assert_eq!(pacer.early("q", &task, 0.5), None, "per principal");
+        pacer.changed(task.as_str());
+        assert_eq!(pacer.early("p", &task, 0.5), None, "changed since: read at once");
         pacer.answered("p", &task, Duration::from_millis(2));
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(pacer.early("p", &task, 0.5), None, "past the tolerance: not early");

@@ -131,3 +131,24 @@ async fn poll_limit_off_reads_every_poll() {
     }
     assert!(task_reads(&client).await - before >= 20.0, "every poll read Redis");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_after_a_change_is_not_held() {
+    let stack = at_defaults().spawn().await;
+    let client = stack.client(0);
+    let task_id = client.create_task("generate_report", json!({"size": "small"})).await;
+    client.wait_for_status(&task_id, "input_required", PATIENCE).await;
+    // Answered just now, then changed by the answer: the next poll, early as it is, reads.
+    let answer = json!({"approve_outline": {"action": "accept", "content": {"approved": true}}});
+    assert_eq!(client.update_task(&task_id, answer).await.status, 200);
+    let reads_before = task_reads(&client).await;
+    taskgate_tests::eventually(PATIENCE, "the change to be heard", || async {
+        // Each early poll that were held would take most of a second.
+        let started = Instant::now();
+        let r = client.get_task(&task_id).await;
+        assert!(started.elapsed() < Duration::from_millis(400), "held although the task changed");
+        (r.result()["status"] != "input_required").then_some(())
+    })
+    .await;
+    assert!(task_reads(&client).await > reads_before);
+}

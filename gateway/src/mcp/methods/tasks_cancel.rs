@@ -13,6 +13,10 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
     let id = task_id(call.params)?;
     let owner = call.principal.owner();
     let outcome = call.state.store.cancel_task(&id, &owner, CANCELLED_MESSAGE).await.map_err(storage_error)?;
+    if outcome != CancelOutcome::NotFound {
+        // The client commonly polls right after cancelling: not held, whatever pub/sub's timing.
+        call.state.polls.changed(id.as_str());
+    }
     match outcome {
         CancelOutcome::NotFound => Err(task_not_found()),
         // Already terminal may be this same cancel re-sent after a lost reply: releasing again

@@ -15,7 +15,7 @@ use taskgate_shared::store::{Limit, Polled};
 use taskgate_shared::task::{Owner, Snapshot, TaskId};
 
 use crate::config::PollLimit;
-use crate::events::Wake;
+use crate::events::{Wake, Watch};
 use crate::limits;
 use crate::mcp::{Call, storage_error, task_id, task_not_found};
 use crate::metrics::METRICS;
@@ -68,6 +68,15 @@ async fn read(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, R
     }
 }
 
+/// Why a poll is held, and until when.
+enum Hold {
+    /// This replica answered the principal lately (the task has not changed since): the
+    /// deadline is looked up again once the poll watches the task.
+    Local,
+    /// Another replica did: Redis said "too soon".
+    Fleet(tokio::time::Instant),
+}
+
 /// `--poll-limit hold`: an early poll waits for a change or the end of the interval.
 async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, RpcError> {
     let state = call.state;
@@ -76,20 +85,28 @@ async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, R
     let tolerance = state.config.poll_tolerance;
     // Answered here recently: hold before asking Redis anything. Not admitted against the
     // request rate: a held poll is paced, one per interval at most.
-    let mut until = pacer.early(&principal, id, tolerance);
+    let mut hold = pacer.early(&principal, id, tolerance).map(|_| Hold::Local);
     for _ in 0..MAX_HOLDS {
-        if let Some(deadline) = until {
-            let Some(_slot) = pacer.hold(&principal) else {
-                let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
-                return Err(refused(wait));
+        if let Some(reason) = hold.take() {
+            // Watch first, then look again: a change heard before the watch made the pacer
+            // forget the task; one heard after wakes the watch. None is slept through.
+            let watch = state.events.watch(&[id.as_str()], 4);
+            let deadline = match reason {
+                Hold::Local => pacer.early(&principal, id, tolerance),
+                Hold::Fleet(deadline) => Some(deadline),
             };
-            METRICS.held_polls.with_label_values(&["held"]).inc();
-            if wait_for_change(call, id, deadline).await {
-                // Changed: answer now, with what it changed to.
-                METRICS.held_polls.with_label_values(&["woken"]).inc();
-                let snapshot = read(call, id, owner).await?;
-                pacer.answered(&principal, id, Duration::from_millis(snapshot.poll_interval_ms));
-                return Ok(snapshot);
+            if let Some(deadline) = deadline {
+                let Some(_slot) = pacer.hold(&principal) else {
+                    return Err(refused(deadline.saturating_duration_since(tokio::time::Instant::now())));
+                };
+                METRICS.held_polls.with_label_values(&["held"]).inc();
+                if wait_for_change(call, watch, deadline).await {
+                    // Changed: answer now, with what it changed to.
+                    METRICS.held_polls.with_label_values(&["woken"]).inc();
+                    let snapshot = read(call, id, owner).await?;
+                    pacer.answered(&principal, id, Duration::from_millis(snapshot.poll_interval_ms));
+                    return Ok(snapshot);
+                }
             }
         }
         match poll(call, id, owner).await? {
@@ -102,7 +119,7 @@ async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, R
             Polled::TooSoon { retry_after_ms, interval_ms } => {
                 let rest = Duration::from_millis(retry_after_ms)
                     + Duration::from_millis(interval_ms).mul_f64((1.0 - tolerance).max(0.0));
-                until = Some(tokio::time::Instant::now() + rest);
+                hold = Some(Hold::Fleet(tokio::time::Instant::now() + rest));
             }
         }
     }
@@ -111,8 +128,7 @@ async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, R
 
 /// Waits until the task changes (`true`) or `deadline` passes (`false`). Shutting down counts
 /// as a change: the poll is answered at once rather than cut.
-async fn wait_for_change(call: &Call<'_>, id: &TaskId, deadline: tokio::time::Instant) -> bool {
-    let mut watch = call.state.events.watch(&[id.as_str()], 4);
+async fn wait_for_change(call: &Call<'_>, mut watch: Watch, deadline: tokio::time::Instant) -> bool {
     let sleep = tokio::time::sleep_until(deadline);
     tokio::pin!(sleep);
     loop {

@@ -32,7 +32,12 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
     if size > cap {
         return Err(RpcError::invalid_params(format!("inputResponses exceed the {cap}-byte limit")));
     }
-    match call.state.store.answer_inputs(&id, &owner, &answers, None).await.map_err(storage_error)? {
+    let answered = call.state.store.answer_inputs(&id, &owner, &answers, None).await.map_err(storage_error)?;
+    if let Answered::Applied { .. } = answered {
+        // The client commonly polls right after answering: not held, whatever pub/sub's timing.
+        call.state.polls.changed(id.as_str());
+    }
+    match answered {
         Answered::NotFound => Err(task_not_found()),
         Answered::Applied { resumed: true, waited, .. } => {
             TASKS.transition("input_required", "working");

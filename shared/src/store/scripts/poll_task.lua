@@ -1,6 +1,7 @@
 -- poll_task: tasks/get for a client. Ownership first (a stranger must not be able to throttle
 -- the owner), then the poll rate: a read sooner than `tolerance * pollIntervalMs` after the
--- previous one is refused. Returns the record fields a snapshot needs, in one round trip.
+-- previous one is refused, unless the task changed since: the marker holds the version that
+-- poll was answered with. Returns the record fields a snapshot needs, in one round trip.
 -- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] poll marker
 -- ARGV[1] tenant   ARGV[2] principal   ARGV[3] tolerance (0..1; '0' = no poll limit)
 -- Returns {1, fields (HMGET order of SNAPSHOT_FIELDS), inputs (flat k,v)} | {-1} not found
@@ -13,8 +14,10 @@ if not f[1] or f[1] ~= ARGV[1] or f[2] ~= ARGV[2] then return {-1} end
 local tolerance = tonumber(ARGV[3])
 local interval = math.floor(tonumber(f[8]) * tolerance)
 if interval > 0 then
-  local wait = rcall('PTTL', marker)
-  if wait > 0 then return {-9, wait, tonumber(f[8])} end
-  rcall('SET', marker, 1, 'PX', interval)
+  if rcall('GET', marker) == f[11] then
+    local wait = rcall('PTTL', marker)
+    if wait > 0 then return {-9, wait, tonumber(f[8])} end
+  end
+  rcall('SET', marker, f[11], 'PX', interval)
 end
 return {1, f, rcall('HGETALL', inputs)}
