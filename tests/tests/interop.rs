@@ -67,7 +67,7 @@ async fn start(peer: &Peer<RoleClient>, timings: &mut Timings, tool: &str, argum
     let Value::Object(arguments) = arguments else { unreachable!("arguments are an object") };
     let request = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
     match timings.time("tools/call", peer.call_tool_once(request)).await {
-        CallToolResponse::Task(created) => created.task.task_id.clone(),
+        CallToolResponse::Task(created) => created.task.task_id,
         other => panic!("{tool}: expected a task, got {other:?}"),
     }
 }
