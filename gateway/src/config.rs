@@ -238,6 +238,11 @@ pub enum ConfigError {
     NoApiKeys,
     #[error("cannot read {path}: {source}")]
     Secret { path: String, source: std::io::Error },
+    #[error(
+        "--durability-timeout-ms {durability_ms} must be below --redis-timeout-ms {redis_ms}: a create's WAIT \
+         would otherwise time out as a command before it can report how many replicas acknowledged"
+    )]
+    DurabilityTimeout { durability_ms: u64, redis_ms: u64 },
 }
 
 /// What an early `tasks/get` gets (`--poll-limit`).
@@ -270,6 +275,12 @@ impl Config {
         }
         if self.auth == AuthMode::ApiKeys && self.api_keys_file.is_none() {
             return Err(ConfigError::NoApiKeys);
+        }
+        if self.durability_replicas > 0 && self.durability_timeout_ms >= self.redis_timeout_ms {
+            return Err(ConfigError::DurabilityTimeout {
+                durability_ms: self.durability_timeout_ms,
+                redis_ms: self.redis_timeout_ms,
+            });
         }
         Ok(())
     }

@@ -11,12 +11,13 @@
 //! per task however fast the client loops, because this replica remembers when it last
 //! answered each (principal, task) and holds a repeat without asking Redis. Across replicas
 //! the fleet-wide marker the `poll_task` script keeps (refused there as "too soon") says the
-//! same, and the poll is held for the rest of the interval.
+//! same, and the poll is held for the rest of the interval. No poll is held longer than
+//! [`MAX_HOLD`] in all, whatever the interval.
 //!
 //! A task that changed since its last answer is never held: the event hub, which hears every
 //! change, makes the pacer forget the task, so the next poll reads at once. (A change whose
-//! event arrives in the microseconds between a read and its being remembered is only seen at
-//! the end of the interval: late, never lost.)
+//! event arrives during a poll's own read, before the answer is remembered, is only seen at
+//! the end of the interval: late by at most one interval, never lost.)
 //!
 //! Held requests are bounded per principal and per replica; beyond the bound a poll is refused
 //! as with `--poll-limit refuse`.
@@ -31,6 +32,10 @@ use tokio::time::Instant;
 /// Remembered answers beyond which expired ones are dropped (and, if that is not enough, all:
 /// a forgotten entry only sends the next poll to Redis).
 const MAX_REMEMBERED: usize = 100_000;
+
+/// The longest a poll is ever held, whatever a tool's `pollIntervalMs`: below the idle
+/// timeouts of common proxies and client libraries (often 30–60 s).
+pub(crate) const MAX_HOLD: Duration = Duration::from_secs(20);
 
 /// When this replica last answered a principal's poll of a task, and its interval.
 #[derive(Debug, Clone, Copy)]
@@ -77,14 +82,20 @@ impl PollPacer {
     /// A poll of `task` by `principal` was answered now.
     pub(crate) fn answered(&self, principal: &str, task: &TaskId, interval: Duration) {
         let now = Instant::now();
+        let interval = interval.min(MAX_HOLD);
         let mut answered = lock(&self.answered);
         if answered.len() >= MAX_REMEMBERED {
             answered.retain(|_, by| {
                 by.retain(|_, a| a.at + a.interval > now);
                 !by.is_empty()
             });
+            // Still full of live entries: drop a tenth, so the scan does not repeat on every
+            // insert (a forgotten entry only sends that task's next poll to Redis).
             if answered.len() >= MAX_REMEMBERED {
-                answered.clear();
+                let drop: Vec<String> = answered.keys().take(MAX_REMEMBERED / 10).cloned().collect();
+                for task in drop {
+                    answered.remove(&task);
+                }
             }
         }
         answered
@@ -150,9 +161,12 @@ mod tests {
         let task = TaskId::generate(1);
         assert_eq!(pacer.early("p", &task, 0.5), None, "nothing answered yet");
         let before = Instant::now();
-        pacer.answered("p", &task, Duration::from_secs(100));
+        pacer.answered("p", &task, Duration::from_secs(10));
         let until = pacer.early("p", &task, 0.5).expect("early");
-        assert!(until >= before + Duration::from_secs(100) && until <= Instant::now() + Duration::from_secs(100));
+        assert!(until >= before + Duration::from_secs(10) && until <= Instant::now() + Duration::from_secs(10));
+        // However long a tool's interval, a poll is never held past the cap.
+        pacer.answered("p", &task, Duration::from_secs(3_600));
+        assert!(pacer.early("p", &task, 0.5).expect("early") <= Instant::now() + MAX_HOLD);
         assert_eq!(pacer.early("q", &task, 0.5), None, "per principal");
         pacer.changed(task.as_str());
         assert_eq!(pacer.early("p", &task, 0.5), None, "changed since: read at once");

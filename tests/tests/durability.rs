@@ -56,7 +56,9 @@ async fn with_a_replica_an_acknowledged_create_survives_losing_the_primary() {
         }
     })
     .await;
-    let g = stack.add_gateway(&["--durability-replicas", "1", "--durability-timeout-ms", "2000"]).await;
+    let g = stack
+        .add_gateway(&["--durability-replicas", "1", "--durability-timeout-ms", "2000", "--redis-timeout-ms", "3000"])
+        .await;
     let w = stack.add_worker(&[]).await;
     stack.workers[w].kill().await;
     let client = stack.client(g);

@@ -86,10 +86,15 @@ async fn polling_faster_than_the_interval_gets_429_with_poll_limit_refuse() {
         .spawn()
         .await;
     let (a, b) = (stack.client(0), stack.client(1));
-    // generate_report advertises pollIntervalMs 1000: polls closer than 500 ms are refused,
-    // on whichever replica they land.
+    // generate_report advertises pollIntervalMs 1000: polls of an unchanged task closer than
+    // 500 ms are refused, on whichever replica they land. (Let it park first: a poll after a
+    // change is never early.)
     let task_id = a.create_task("generate_report", json!({})).await;
-    assert_eq!(a.get_task(&task_id).await.status, 200);
+    a.wait_for_status(&task_id, "input_required", Duration::from_secs(15)).await;
+    taskgate_tests::eventually(Duration::from_secs(5), "a poll to be answered", || async {
+        (a.get_task(&task_id).await.status == 200).then_some(())
+    })
+    .await;
     let r = b.get_task(&task_id).await;
     assert_refused(&r, "poll");
     let retry_ms = r.body["error"]["data"]["retryAfterMs"].as_u64().unwrap();

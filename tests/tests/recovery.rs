@@ -340,15 +340,16 @@ async fn task_reads_are_atomic(topology: Topology) {
     let parked = stream.next_message(PATIENCE).await.unwrap();
     assert_eq!(parked["params"]["status"], "input_required");
     drop(stream);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut reads = 0;
-    for lines in monitors.iter_mut().map(|m| m.take()) {
-        for line in lines.iter().filter(|l| l.contains("\"HGETALL\"") && l.contains(&inputs_key)) {
-            reads += 1;
-            assert!(line.contains(" lua]"), "the inputs were read outside a script: {line}");
-        }
+    let mut lines = Vec::new();
+    eventually(PATIENCE, "MONITOR to show the inputs being read", || {
+        lines.extend(monitors.iter_mut().flat_map(|m| m.take()));
+        let seen = lines.iter().any(|l| l.contains("\"HGETALL\"") && l.contains(&inputs_key));
+        async move { seen.then_some(()) }
+    })
+    .await;
+    for line in lines.iter().filter(|l| l.contains("\"HGETALL\"") && l.contains(&inputs_key)) {
+        assert!(line.contains(" lua]"), "the inputs were read outside a script: {line}");
     }
-    assert!(reads > 0, "the listen stream read the task's inputs");
 }
 
 /// A `MONITOR` connection collecting lines in the background.
@@ -407,7 +408,9 @@ async fn stream_consumers_do_not_pile_up(topology: Topology) {
             cmd(&store, redis::cmd("XGROUP").arg("CREATECONSUMER").arg(stream).arg(WORKER_GROUP).arg("dead-worker"))
                 .await;
     }
-    let quitter = stack.add_worker(&["--lease-ms", "1000"]).await;
+    // Alone, and with a long lease (its own reaper deletes only consumers idle for two), so
+    // nothing but its clean exit can remove its consumers.
+    let quitter = stack.add_worker(&["--lease-ms", "60000"]).await;
     let quitter_id = worker_id(&stack.workers[quitter].log());
     // A consumer exists once something was delivered to it (Redis 7.0 does not create one for
     // a read that finds nothing).
@@ -416,25 +419,23 @@ async fn stream_consumers_do_not_pile_up(topology: Topology) {
         let id = client.create_task("noop", json!({})).await;
         client.wait_for_status(&id, "completed", PATIENCE).await;
     }
-    stack.add_worker(&["--lease-ms", "1000"]).await;
-    eventually(PATIENCE, "the quitter's consumers to exist", || async {
+    let names = async || {
         let mut names = HashSet::new();
         for stream in &shards {
             names.extend(consumers(&store, stream).await.into_iter().map(|(n, _)| n));
         }
-        names.contains(&quitter_id).then_some(())
-    })
-    .await;
+        names
+    };
+    assert!(names().await.contains(&quitter_id), "the quitter's consumers exist");
     stack.workers[quitter].signal("TERM");
     assert_eq!(stack.workers[quitter].wait_exit(PATIENCE).await, Some(0));
-    eventually(PATIENCE, "the quitter's and the dead worker's consumers to be gone", || async {
-        for stream in &shards {
-            let names: Vec<String> = consumers(&store, stream).await.into_iter().map(|(n, _)| n).collect();
-            if names.iter().any(|n| n == &quitter_id || n == "dead-worker") {
-                return None;
-            }
-        }
-        Some(())
+    let left = names().await;
+    assert!(!left.contains(&quitter_id), "a clean exit deletes the worker's own consumers: {left:?}");
+    assert!(left.contains("dead-worker"), "nothing else deleted the dead one yet");
+    // Another worker's reaper deletes the dead worker's, idle and empty.
+    stack.add_worker(&["--lease-ms", "1000"]).await;
+    eventually(PATIENCE, "the dead worker's consumers to be gone", || async {
+        (!names().await.contains("dead-worker")).then_some(())
     })
     .await;
 }

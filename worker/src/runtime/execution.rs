@@ -67,12 +67,19 @@ async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
     let started = Instant::now();
     let task_id = claim.task_id.clone();
     let (lease, margin) = (shared.config.lease(), shared.config.lease_margin());
-    let held = shared.held.insert(task_id.clone(), claim.fence, sent, lease, margin);
+    let Some(held) = shared.held.insert(task_id.clone(), claim.fence, sent, lease, margin) else {
+        // The same claim answered twice (a re-sent claim whose first reply came late, and a
+        // takeover of the same entry): this run is already going.
+        tracing::warn!(task_id = %task_id, fence = claim.fence, "claim already running here; not run twice");
+        return;
+    };
     if claim.cancel_requested {
         held.cancel.cancel();
     }
     tracing::info!(task_id = %task_id, tool = %claim.tool, fence = claim.fence, "claimed");
     let outcome = match shared.tools.get(&claim.tool).cloned() {
+        // Claims retried until the lease's validity was used up: start nothing.
+        Some(_) if held.validity_passed() => Outcome::LeaseUnknown,
         None => Outcome::Done(Err(ToolError::Rpc(RpcError::new(
             taskgate_shared::protocol::ErrorKind::Internal,
             format!("no worker serves tool {:?}", claim.tool),
@@ -184,6 +191,30 @@ async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) 
     }
 }
 
+/// Writes a terminal outcome. One whose reply was lost (a timeout, a dropped connection) may
+/// have been written, so it is sent again: the script answers a replay by the same worker and
+/// token with "written", and the caller then does what follows a write (freeing the
+/// active-task slot) instead of leaving the slot held until the task's expiry.
+async fn finish(
+    store: &taskgate_shared::store::Store,
+    lease: Lease<'_>,
+    outcome: Finish<'_>,
+) -> Result<bool, taskgate_shared::store::StoreError> {
+    let mut delay = std::time::Duration::from_millis(100);
+    let mut attempt = 1;
+    loop {
+        match store.finish(lease, outcome.clone()).await {
+            Err(err) if attempt < 3 => {
+                tracing::warn!(task_id = %lease.task_id, attempt, error = %err, "finish outcome unknown; sending it again");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+                attempt += 1;
+            }
+            written => return written,
+        }
+    }
+}
+
 /// Writes the outcome; the terminal status when the task is now terminal.
 async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) -> Option<&'static str> {
     let lease = Lease { task_id, worker: &shared.worker_id, fence };
@@ -211,25 +242,25 @@ async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) 
                     .finish(lease, Finish::Failed { error: &error_json, message: Some("The result was too large.") })
                     .await
             } else {
-                store.finish(lease, Finish::Completed { result: &result, message: message.as_deref() }).await
+                finish(store, lease, Finish::Completed { result: &result, message: message.as_deref() }).await
             }
         }
         Outcome::Done(Err(ToolError::Rpc(err))) => {
             let error = err.to_value().to_string();
-            store.finish(lease, Finish::Failed { error: &error, message: Some(&err.message) }).await
+            finish(store, lease, Finish::Failed { error: &error, message: Some(&err.message) }).await
         }
         Outcome::Panicked => {
             tracing::error!(task_id = %task_id, "tool panicked");
             let error =
                 RpcError::new(taskgate_shared::protocol::ErrorKind::Internal, "internal error: the tool panicked");
             let error_json = error.to_value().to_string();
-            store.finish(lease, Finish::Failed { error: &error_json, message: Some("The tool failed.") }).await
+            finish(store, lease, Finish::Failed { error: &error_json, message: Some("The tool failed.") }).await
         }
         Outcome::Done(Err(ToolError::Cancelled(message))) => {
             let message = message.unwrap_or_else(|| CANCELLED.to_owned());
-            store.finish(lease, Finish::Cancelled { message: &message }).await
+            finish(store, lease, Finish::Cancelled { message: &message }).await
         }
-        Outcome::CancelIgnored => store.finish(lease, Finish::Cancelled { message: CANCELLED }).await,
+        Outcome::CancelIgnored => finish(store, lease, Finish::Cancelled { message: CANCELLED }).await,
         Outcome::Release => {
             return match store.release(lease, CANCELLED).await {
                 Ok(Some(ended)) => {

@@ -36,6 +36,11 @@ impl HeldTask {
         *until = (*until).max(sent + lease.saturating_sub(margin));
     }
 
+    /// Whether the lease can no longer be known to be valid.
+    pub(crate) fn validity_passed(&self) -> bool {
+        Instant::now() >= *lock(&self.valid_until)
+    }
+
     /// Resolves once the lease can no longer be known to be valid.
     pub(crate) async fn validity_ends(&self) {
         loop {
@@ -53,8 +58,16 @@ impl HeldTask {
 pub(crate) struct Held(Mutex<HashMap<(TaskId, u64), HeldTask>>);
 
 impl Held {
-    /// Registers a run whose claim was sent at `sent`.
-    pub(crate) fn insert(&self, id: TaskId, fence: u64, sent: Instant, lease: Duration, margin: Duration) -> HeldTask {
+    /// Registers a run whose claim was sent at `sent`; `None` when that run is registered
+    /// already (one claim answered twice must not run twice).
+    pub(crate) fn insert(
+        &self,
+        id: TaskId,
+        fence: u64,
+        sent: Instant,
+        lease: Duration,
+        margin: Duration,
+    ) -> Option<HeldTask> {
         let task = HeldTask {
             fence,
             cancel: CancellationToken::new(),
@@ -62,8 +75,10 @@ impl Held {
             ending: CancellationToken::new(),
             valid_until: Arc::new(Mutex::new(sent + lease.saturating_sub(margin))),
         };
-        lock(&self.0).insert((id, fence), task.clone());
-        task
+        match lock(&self.0).entry((id, fence)) {
+            std::collections::hash_map::Entry::Occupied(_) => None,
+            std::collections::hash_map::Entry::Vacant(slot) => Some(slot.insert(task).clone()),
+        }
     }
 
     /// Forgets one run; a later run of the same task stays.

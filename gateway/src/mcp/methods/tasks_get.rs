@@ -86,6 +86,7 @@ async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, R
     // Answered here recently: hold before asking Redis anything. Not admitted against the
     // request rate: a held poll is paced, one per interval at most.
     let mut hold = pacer.early(&principal, id, tolerance).map(|_| Hold::Local);
+    let give_up = tokio::time::Instant::now() + crate::polls::MAX_HOLD;
     for _ in 0..MAX_HOLDS {
         if let Some(reason) = hold.take() {
             // Watch first, then look again: a change heard before the watch made the pacer
@@ -95,7 +96,7 @@ async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, R
                 Hold::Local => pacer.early(&principal, id, tolerance),
                 Hold::Fleet(deadline) => Some(deadline),
             };
-            if let Some(deadline) = deadline {
+            if let Some(deadline) = deadline.map(|d| d.min(give_up)) {
                 let Some(_slot) = pacer.hold(&principal) else {
                     return Err(refused(deadline.saturating_duration_since(tokio::time::Instant::now())));
                 };
@@ -119,7 +120,7 @@ async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, R
             Polled::TooSoon { retry_after_ms, interval_ms } => {
                 let rest = Duration::from_millis(retry_after_ms)
                     + Duration::from_millis(interval_ms).mul_f64((1.0 - tolerance).max(0.0));
-                hold = Some(Hold::Fleet(tokio::time::Instant::now() + rest));
+                hold = Some(Hold::Fleet(tokio::time::Instant::now() + rest.min(crate::polls::MAX_HOLD)));
             }
         }
     }

@@ -18,6 +18,10 @@ local record, stream, answers = KEYS[1], KEYS[2], KEYS[3]
 local existing = rcall('HMGET', record, 'tenant', 'principal', 'tool', 'created')
 if existing[1] then
   if existing[1] == ARGV[2] and existing[2] == ARGV[3] and existing[3] == ARGV[4] then
+    -- Write something all the same (the value it already has): a WAIT behind this re-send,
+    -- on a fresh connection, must have a write to count, and replication is ordered, so a
+    -- replica that has this one has the original create too.
+    rcall('HSET', record, 'created', existing[4])
     return {1, tonumber(existing[4])}
   end
   return {-6}
