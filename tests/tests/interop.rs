@@ -111,9 +111,19 @@ async fn the_rust_sdk_client_runs_tasks_at_the_defaults() {
     let TaskPayload::Completed { result } = &done.task.payload else { panic!("sleep ended {:?}", done.task.status()) };
     assert_eq!(result["structuredContent"]["sleptMs"], 1500, "{result:?}");
 
-    // A running task, cancelled.
+    // A running task (a worker holds it), cancelled.
     let id = start(&client, &mut timings, "sleep", json!({"ms": 60_000})).await;
-    poll(&client, &mut timings, &id, |s| s == TaskStatus::Working).await;
+    let record = stack.store().keys().task(&taskgate_shared::task::TaskId::parse(&id).unwrap()).record;
+    let store = stack.store();
+    taskgate_tests::eventually(Duration::from_secs(15), "a worker to run the task", || {
+        let (store, record) = (store.clone(), record.clone());
+        async move {
+            let holder: Option<String> =
+                redis::cmd("HGET").arg(&record).arg("holder").query_async(&mut store.conn()).await.ok().flatten();
+            holder.map(drop)
+        }
+    })
+    .await;
     timings.time("tasks/cancel", client.cancel_task(CancelTaskParams::new(id.clone()))).await;
     let done = poll(&client, &mut timings, &id, |s| s.is_terminal()).await;
     assert_eq!(done.task.status(), TaskStatus::Cancelled);
