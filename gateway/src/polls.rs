@@ -15,9 +15,9 @@
 //! [`MAX_HOLD`] in all, whatever the interval.
 //!
 //! A task that changed since its last answer is never held: the event hub, which hears every
-//! change, makes the pacer forget the task, so the next poll reads at once. (A change whose
-//! event arrives during a poll's own read, before the answer is remembered, is only seen at
-//! the end of the interval: late by at most one interval, never lost.)
+//! change, makes the pacer forget the task, so the next poll reads at once. A change heard
+//! while a poll of the task is still reading Redis keeps that poll's answer from being
+//! remembered (its read may predate the change), so the next poll reads too.
 //!
 //! Held requests are bounded per principal and per replica; beyond the bound a poll is refused
 //! as with `--poll-limit refuse`.
@@ -47,11 +47,31 @@ struct Answered {
 /// Per-replica pacing state.
 #[derive(Debug)]
 pub(crate) struct PollPacer {
-    /// By task id, then by principal.
-    answered: Mutex<HashMap<String, HashMap<String, Answered>>>,
+    answers: Mutex<Answers>,
     held: Mutex<Held>,
     max_held: usize,
     max_held_per_principal: usize,
+}
+
+#[derive(Debug, Default)]
+struct Answers {
+    /// By task id, then by principal.
+    answered: HashMap<String, HashMap<String, Answered>>,
+    /// Tasks with polls reading Redis now: how many, and how many changes were heard.
+    reading: HashMap<String, Reading>,
+}
+
+#[derive(Debug, Default)]
+struct Reading {
+    readers: usize,
+    changes: u64,
+}
+
+/// A poll's read of a task in flight; [`PollPacer::answered`] takes it back.
+pub(crate) struct ReadTicket {
+    pacer: Arc<PollPacer>,
+    task: String,
+    changes_at_start: u64,
 }
 
 #[derive(Debug, Default)]
@@ -68,22 +88,36 @@ pub(crate) struct HeldSlot {
 
 impl PollPacer {
     pub(crate) fn new(max_held: usize, max_held_per_principal: usize) -> Self {
-        Self { answered: Mutex::default(), held: Mutex::default(), max_held, max_held_per_principal }
+        Self { answers: Mutex::default(), held: Mutex::default(), max_held, max_held_per_principal }
     }
 
     /// When this replica answered `principal`'s last poll of `task` less than `tolerance` of
     /// its interval ago: until when to hold the next one (the whole interval since).
     pub(crate) fn early(&self, principal: &str, task: &TaskId, tolerance: f64) -> Option<Instant> {
-        let answered = *lock(&self.answered).get(task.as_str())?.get(principal)?;
+        let answered = *lock(&self.answers).answered.get(task.as_str())?.get(principal)?;
         let now = Instant::now();
         (now < answered.at + answered.interval.mul_f64(tolerance)).then_some(answered.at + answered.interval)
     }
 
-    /// A poll of `task` by `principal` was answered now.
-    pub(crate) fn answered(&self, principal: &str, task: &TaskId, interval: Duration) {
+    /// A poll is about to read `task` from Redis.
+    pub(crate) fn reading(self: &Arc<Self>, task: &TaskId) -> ReadTicket {
+        let mut answers = lock(&self.answers);
+        let reading = answers.reading.entry(task.as_str().to_owned()).or_default();
+        reading.readers += 1;
+        ReadTicket { pacer: self.clone(), task: task.as_str().to_owned(), changes_at_start: reading.changes }
+    }
+
+    /// A poll by `principal` was answered now from the read `ticket` stands for. Not
+    /// remembered if the task changed while that read was in flight.
+    pub(crate) fn answered(&self, principal: &str, ticket: ReadTicket, interval: Duration) {
         let now = Instant::now();
         let interval = interval.min(MAX_HOLD);
-        let mut answered = lock(&self.answered);
+        let mut answers = lock(&self.answers);
+        let unchanged = answers.reading.get(&ticket.task).is_some_and(|r| r.changes == ticket.changes_at_start);
+        if !unchanged {
+            return;
+        }
+        let answered = &mut answers.answered;
         if answered.len() >= MAX_REMEMBERED {
             answered.retain(|_, by| {
                 by.retain(|_, a| a.at + a.interval > now);
@@ -98,20 +132,25 @@ impl PollPacer {
                 }
             }
         }
-        answered
-            .entry(task.as_str().to_owned())
-            .or_default()
-            .insert(principal.to_owned(), Answered { at: now, interval });
+        answered.entry(ticket.task.clone()).or_default().insert(principal.to_owned(), Answered { at: now, interval });
     }
 
     /// The task changed: its next poll, by anyone, is read at once.
     pub(crate) fn changed(&self, task: &str) {
-        lock(&self.answered).remove(task);
+        let mut answers = lock(&self.answers);
+        answers.answered.remove(task);
+        if let Some(reading) = answers.reading.get_mut(task) {
+            reading.changes += 1;
+        }
     }
 
     /// Changes may have been missed (the event subscription was re-established).
     pub(crate) fn forget_all(&self) {
-        lock(&self.answered).clear();
+        let mut answers = lock(&self.answers);
+        answers.answered.clear();
+        for reading in answers.reading.values_mut() {
+            reading.changes += 1;
+        }
     }
 
     /// A place for one more held poll of `principal`, unless the bounds are reached.
@@ -130,6 +169,18 @@ impl PollPacer {
     #[cfg(test)]
     fn held(&self) -> usize {
         lock(&self.held).total
+    }
+}
+
+impl Drop for ReadTicket {
+    fn drop(&mut self) {
+        let mut answers = lock(&self.pacer.answers);
+        if let Some(reading) = answers.reading.get_mut(&self.task) {
+            reading.readers -= 1;
+            if reading.readers == 0 {
+                answers.reading.remove(&self.task);
+            }
+        }
     }
 }
 
@@ -155,22 +206,41 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
+    /// Answers `principal`'s poll of `task` as a read started and finished now would.
+    fn answer(pacer: &Arc<PollPacer>, principal: &str, task: &TaskId, interval: Duration) {
+        let ticket = pacer.reading(task);
+        pacer.answered(principal, ticket, interval);
+    }
+
+    #[test]
+    fn a_change_during_the_read_is_not_slept_through() {
+        let pacer = Arc::new(PollPacer::new(10, 10));
+        let task = TaskId::generate(1);
+        let ticket = pacer.reading(&task);
+        pacer.changed(task.as_str());
+        pacer.answered("p", ticket, Duration::from_secs(10));
+        assert_eq!(pacer.early("p", &task, 0.5), None, "the answer may predate the change");
+        answer(&pacer, "p", &task, Duration::from_secs(10));
+        assert!(pacer.early("p", &task, 0.5).is_some(), "a read after the change is remembered");
+        assert!(lock(&pacer.answers).reading.is_empty(), "tickets are given back");
+    }
+
     #[test]
     fn a_repeat_within_the_tolerance_is_held_to_the_end_of_the_interval() {
-        let pacer = PollPacer::new(10, 10);
+        let pacer = Arc::new(PollPacer::new(10, 10));
         let task = TaskId::generate(1);
         assert_eq!(pacer.early("p", &task, 0.5), None, "nothing answered yet");
         let before = Instant::now();
-        pacer.answered("p", &task, Duration::from_secs(10));
+        answer(&pacer, "p", &task, Duration::from_secs(10));
         let until = pacer.early("p", &task, 0.5).expect("early");
         assert!(until >= before + Duration::from_secs(10) && until <= Instant::now() + Duration::from_secs(10));
         // However long a tool's interval, a poll is never held past the cap.
-        pacer.answered("p", &task, Duration::from_secs(3_600));
+        answer(&pacer, "p", &task, Duration::from_secs(3_600));
         assert!(pacer.early("p", &task, 0.5).expect("early") <= Instant::now() + MAX_HOLD);
         assert_eq!(pacer.early("q", &task, 0.5), None, "per principal");
         pacer.changed(task.as_str());
         assert_eq!(pacer.early("p", &task, 0.5), None, "changed since: read at once");
-        pacer.answered("p", &task, Duration::from_millis(2));
+        answer(&pacer, "p", &task, Duration::from_millis(2));
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(pacer.early("p", &task, 0.5), None, "past the tolerance: not early");
     }

@@ -73,7 +73,9 @@ enum Hold {
     /// This replica answered the principal lately (the task has not changed since): the
     /// deadline is looked up again once the poll watches the task.
     Local,
-    /// Another replica did: Redis said "too soon".
+    /// Another replica did: Redis said "too soon", which it says only while the task is
+    /// unchanged since. (A change in the moment between that answer and the watch is seen at
+    /// the end of the hold: late, never lost.)
     Fleet(tokio::time::Instant),
 }
 
@@ -104,15 +106,17 @@ async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, R
                 if wait_for_change(call, watch, deadline).await {
                     // Changed: answer now, with what it changed to.
                     METRICS.held_polls.with_label_values(&["woken"]).inc();
+                    let ticket = pacer.reading(id);
                     let snapshot = read(call, id, owner).await?;
-                    pacer.answered(&principal, id, Duration::from_millis(snapshot.poll_interval_ms));
+                    pacer.answered(&principal, ticket, Duration::from_millis(snapshot.poll_interval_ms));
                     return Ok(snapshot);
                 }
             }
         }
+        let ticket = pacer.reading(id);
         match poll(call, id, owner).await? {
             Polled::Found(snapshot) => {
-                pacer.answered(&principal, id, Duration::from_millis(snapshot.poll_interval_ms));
+                pacer.answered(&principal, ticket, Duration::from_millis(snapshot.poll_interval_ms));
                 return Ok(*snapshot);
             }
             Polled::NotFound => return Err(task_not_found()),
