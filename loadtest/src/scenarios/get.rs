@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::create;
+use super::create_for_setup;
 use crate::client::{Client, LoadError};
 use crate::config::Config;
 use crate::driver::{Op, Sample};
@@ -13,7 +13,9 @@ use crate::driver::{Op, Sample};
 pub(super) async fn prepare(config: &Config, client: Client) -> anyhow::Result<Op> {
     let mut ids = Vec::with_capacity(config.tasks);
     for _ in 0..config.tasks.max(1) {
-        ids.push(create(&client, &config.tool, json!({})).await.map_err(|e| anyhow::anyhow!("creating: {e}"))?);
+        ids.push(
+            create_for_setup(&client, &config.tool, json!({})).await.map_err(|e| anyhow::anyhow!("creating: {e}"))?,
+        );
     }
     // Let them settle, so every read is of a finished task.
     for id in &ids {

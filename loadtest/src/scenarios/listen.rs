@@ -10,7 +10,7 @@ use hdrhistogram::Histogram;
 use serde_json::json;
 use taskgate_shared::task::now_ms;
 
-use super::create;
+use super::create_for_setup;
 use crate::client::{Client, LoadError, SseReader};
 use crate::config::Config;
 use crate::driver::{Op, Recorder, Sample, histogram};
@@ -22,7 +22,11 @@ pub(super) async fn prepare(config: &Config, client: Client, recorder: Arc<Recor
     let k = config.subscriptions.max(1);
     let mut ids = Vec::with_capacity(k);
     for _ in 0..k {
-        ids.push(create(&client, "generate_report", json!({})).await.map_err(|e| anyhow::anyhow!("creating: {e}"))?);
+        ids.push(
+            create_for_setup(&client, "generate_report", json!({}))
+                .await
+                .map_err(|e| anyhow::anyhow!("creating: {e}"))?,
+        );
     }
     let lags: Lags = Arc::new(Mutex::new(histogram()));
     let opened = Arc::new(AtomicUsize::new(0));
