@@ -58,21 +58,26 @@ pub async fn write_task(
     owner: &taskgate_shared::task::Owner,
 ) -> taskgate_shared::task::TaskId {
     let id = taskgate_shared::task::TaskId::generate(4);
-    store
-        .create_task(taskgate_shared::store::NewTask {
-            id: &id,
-            owner,
-            tool: "sleep",
-            arguments: "{}",
-            ttl_ms: 60_000,
-            poll_interval_ms: 500,
-            status_message: None,
-            traceparent: None,
-            client_capabilities: "{}",
-            answers: &[],
-            counted: false,
-        })
-        .await
-        .expect("the task is written");
+    store.create_task(sleep_task(&id, owner)).await.expect("the task is written");
     id
+}
+
+/// A `sleep` task record for `owner`, as a test writes it straight into the store.
+pub fn sleep_task<'a>(
+    id: &'a taskgate_shared::task::TaskId,
+    owner: &'a taskgate_shared::task::Owner,
+) -> taskgate_shared::store::NewTask<'a> {
+    taskgate_shared::store::NewTask {
+        id,
+        owner,
+        tool: "sleep",
+        arguments: "{}",
+        ttl_ms: 60_000,
+        poll_interval_ms: 500,
+        status_message: None,
+        traceparent: None,
+        client_capabilities: "{}",
+        answers: &[],
+        counted: false,
+    }
 }

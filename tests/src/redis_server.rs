@@ -30,6 +30,21 @@ impl RedisServer {
         server
     }
 
+    /// Starts a replica of `primary` and waits until the primary reports it in sync (`online`).
+    pub async fn start_replica_of(primary: &RedisServer) -> Self {
+        let replica = Self::start_with(&["--replicaof", "127.0.0.1", &primary.port().to_string()]).await;
+        let conn = primary.connection().await;
+        eventually(Duration::from_secs(20), "the replica to be in sync", || {
+            let mut conn = conn.clone();
+            async move {
+                let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await.ok()?;
+                info.contains("state=online").then_some(())
+            }
+        })
+        .await;
+        replica
+    }
+
     async fn spawn(&mut self) {
         let binary = which("redis-server").unwrap_or_else(|| {
             panic!("redis-server is not on PATH: install it (Debian: apt-get install -y redis-server)")

@@ -46,16 +46,8 @@ async fn with_aof_always_every_acknowledged_create_survives_kill_9() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_replica_an_acknowledged_create_survives_losing_the_primary() {
     let mut stack = Stack::builder().workers(0).gateways(0).spawn().await;
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &stack.redis.port().to_string()]).await;
+    let replica = RedisServer::start_replica_of(&stack.redis).await;
     let mut conn = replica.connection().await;
-    eventually(PATIENCE, "the replica to sync", || {
-        let mut conn = conn.clone();
-        async move {
-            let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await.ok()?;
-            info.contains("master_link_status:up").then_some(())
-        }
-    })
-    .await;
     let g = stack
         .add_gateway(&["--durability-replicas", "1", "--durability-timeout-ms", "2000", "--redis-timeout-ms", "3000"])
         .await;

@@ -14,6 +14,13 @@ fn at_defaults() -> StackBuilder {
     Stack::builder().gateway_option("--poll-tolerance", "0.5")
 }
 
+/// A `generate_report` task parked for input; it stays there, with `pollIntervalMs` 1000.
+async fn parked_report(client: &McpClient) -> String {
+    let task_id = client.create_task("generate_report", json!({"size": "small"})).await;
+    client.wait_for_status(&task_id, "input_required", PATIENCE).await;
+    task_id
+}
+
 /// One series of the gateway's `/metrics`, 0 when absent.
 async fn metric(client: &McpClient, series: &str) -> f64 {
     let text = client.http().get(format!("{}/metrics", client.base())).send().await.unwrap().text().await.unwrap();
@@ -32,9 +39,7 @@ async fn task_reads(client: &McpClient) -> f64 {
 async fn a_tight_poll_loop_is_paced_to_the_interval_with_no_errors() {
     let stack = at_defaults().spawn().await;
     let client = stack.client(0);
-    // generate_report parks for input and stays there; its pollIntervalMs is 1000.
-    let task_id = client.create_task("generate_report", json!({"size": "small"})).await;
-    client.wait_for_status(&task_id, "input_required", PATIENCE).await;
+    let task_id = parked_report(&client).await;
     let before = task_reads(&client).await;
     let started = Instant::now();
     let mut answers = 0;
@@ -58,8 +63,7 @@ async fn a_tight_poll_loop_is_paced_to_the_interval_with_no_errors() {
 async fn a_held_poll_is_answered_as_soon_as_the_task_changes() {
     let stack = at_defaults().spawn().await;
     let client = stack.client(0);
-    let task_id = client.create_task("generate_report", json!({"size": "small"})).await;
-    client.wait_for_status(&task_id, "input_required", PATIENCE).await;
+    let task_id = parked_report(&client).await;
     // That poll was answered just now: the next one is early and is held.
     let held = {
         let client = stack.client(0);
@@ -90,8 +94,7 @@ async fn a_held_poll_is_answered_as_soon_as_the_task_changes() {
 async fn held_polls_are_bounded_per_principal() {
     let stack = at_defaults().gateway_args(&["--max-held-polls-per-principal", "1"]).spawn().await;
     let client = stack.client(0);
-    let task_id = client.create_task("generate_report", json!({"size": "small"})).await;
-    client.wait_for_status(&task_id, "input_required", PATIENCE).await;
+    let task_id = parked_report(&client).await;
     let first = {
         let client = stack.client(0);
         let task_id = task_id.clone();
@@ -114,8 +117,7 @@ async fn held_polls_are_bounded_per_principal() {
 async fn poll_limit_refuse_answers_an_early_poll_429() {
     let stack = at_defaults().gateway_args(&["--poll-limit", "refuse"]).spawn().await;
     let client = stack.client(0);
-    let task_id = client.create_task("generate_report", json!({"size": "small"})).await;
-    client.wait_for_status(&task_id, "input_required", PATIENCE).await;
+    let task_id = parked_report(&client).await;
     let r = client.get_task(&task_id).await;
     assert_eq!(r.status, 429, "{}", r.text);
     assert_eq!(r.body["error"]["data"]["limit"], "poll");
@@ -125,8 +127,7 @@ async fn poll_limit_refuse_answers_an_early_poll_429() {
 async fn poll_limit_off_reads_every_poll() {
     let stack = at_defaults().gateway_args(&["--poll-limit", "off"]).spawn().await;
     let client = stack.client(0);
-    let task_id = client.create_task("generate_report", json!({"size": "small"})).await;
-    client.wait_for_status(&task_id, "input_required", PATIENCE).await;
+    let task_id = parked_report(&client).await;
     let before = task_reads(&client).await;
     for _ in 0..20 {
         let started = Instant::now();
@@ -141,8 +142,7 @@ async fn poll_limit_off_reads_every_poll() {
 async fn a_poll_after_a_change_is_not_held() {
     let stack = at_defaults().spawn().await;
     let client = stack.client(0);
-    let task_id = client.create_task("generate_report", json!({"size": "small"})).await;
-    client.wait_for_status(&task_id, "input_required", PATIENCE).await;
+    let task_id = parked_report(&client).await;
     // Answered just now, then changed by the answer: the next poll, early as it is, reads.
     let answer = json!({"approve_outline": {"action": "accept", "content": {"approved": true}}});
     assert_eq!(client.update_task(&task_id, answer).await.status, 200);
