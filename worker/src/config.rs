@@ -20,15 +20,26 @@ pub struct Config {
     #[arg(long, env = "TASKGATE_NAMESPACE", default_value = "taskgate")]
     pub namespace: String,
 
-    /// Tool packs to serve, comma separated (`demo`).
+    /// Tool packs to serve, comma separated (`demo`, `conformance`); empty for none.
     #[arg(long, env = "TASKGATE_TOOLS", value_delimiter = ',', default_value = "demo")]
     pub tools: Vec<String>,
 
-    /// Per-tool task lifetime overrides, `name=ms` comma separated.
+    /// Upstream MCP servers whose tools this worker serves: a TOML file of `[[upstream]]`
+    /// tables, or a desktop client's `mcpServers` JSON (see docs/upstreams.md).
+    #[arg(long, env = "TASKGATE_UPSTREAMS")]
+    pub upstreams: Option<std::path::PathBuf>,
+
+    /// How long this worker's tools stay listed after its last heartbeat into the catalogue, in
+    /// milliseconds; it heartbeats every third of this. A dead worker's tools leave tools/list
+    /// within about this long.
+    #[arg(long, env = "TASKGATE_CATALOGUE_TTL_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(300..))]
+    pub catalogue_ttl_ms: u64,
+
+    /// Per-tool task lifetime overrides of built-in tools, `name=ms` comma separated.
     #[arg(long, env = "TASKGATE_TOOL_TTL_MS", value_delimiter = ',')]
     pub tool_ttl_ms: Vec<String>,
 
-    /// Per-tool `pollIntervalMs` overrides, `name=ms` comma separated.
+    /// Per-tool `pollIntervalMs` overrides of built-in tools, `name=ms` comma separated.
     #[arg(long, env = "TASKGATE_TOOL_POLL_MS", value_delimiter = ',')]
     pub tool_poll_ms: Vec<String>,
 
@@ -129,6 +140,10 @@ impl Config {
 
     pub fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms)
+    }
+
+    pub fn catalogue_ttl(&self) -> Duration {
+        Duration::from_millis(self.catalogue_ttl_ms)
     }
 
     pub fn drain_grace(&self) -> Duration {

@@ -6,6 +6,7 @@ mod metrics;
 pub mod packs;
 mod runtime;
 pub mod tool;
+pub mod upstream;
 
 use std::sync::Arc;
 
@@ -27,6 +28,10 @@ pub enum StartError {
     Config(#[from] config::TimeoutTooLong),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Upstreams(#[from] upstream::ConfigError),
+    #[error("tool names collide: {0:?}; give the upstream servers distinct prefixes")]
+    Collision(Vec<String>),
     #[error("cannot listen for metrics on {addr}: {source}")]
     MetricsListen { addr: std::net::SocketAddr, source: std::io::Error },
 }
@@ -36,6 +41,23 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     config.validate()?;
     let tools = packs::registry(&config.tools, &config.pack_options())?;
     let specs = config.specs(&tools)?;
+    let upstreams_stop = CancellationToken::new();
+    let upstreams = match &config.upstreams {
+        Some(path) => {
+            let configs = upstream::config::load(path)?;
+            tracing::info!(file = %path.display(), servers = configs.len(), "starting upstream servers");
+            let upstreams = upstream::Upstreams::start(configs, config.cancel_grace(), upstreams_stop.clone());
+            upstreams.first_listings().await;
+            Some(upstreams)
+        }
+        None => None,
+    };
+    let served = runtime::Served::new(tools, specs, upstreams);
+    let collisions = served.rebuild();
+    if !collisions.is_empty() {
+        upstreams_stop.cancel();
+        return Err(StartError::Collision(collisions));
+    }
     let store = Store::connect_lazy(&config.redis_url, &config.namespace, config.redis_timeout())?;
     let metrics_listener = match config.metrics_listen {
         Some(addr) => Some(
@@ -48,8 +70,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         slots: Arc::new(Semaphore::new(config.concurrency as usize)),
         config,
         store,
-        tools,
-        specs,
+        served,
         held: runtime::Held::default(),
         stop_claiming: CancellationToken::new(),
         drain_over: CancellationToken::new(),
@@ -60,5 +81,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         tokio::spawn(metrics::serve(shared.clone(), listener));
     }
     runtime::run(shared, shutdown).await;
+    // Stdio children get their shutdown sequence (stdin closed, then SIGTERM, then kill).
+    upstreams_stop.cancel();
     Ok(())
 }

@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use prometheus::{HistogramVec, IntCounter, IntGauge};
+use prometheus::{HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 use taskgate_shared::telemetry::metrics::{self, TASK_BUCKETS};
 
 use crate::runtime::Shared;
@@ -27,6 +27,13 @@ pub(crate) struct WorkerMetrics {
     ready: IntGauge,
     queue_depth: IntGauge,
     queue_oldest_age: prometheus::Gauge,
+    pub(crate) released_unserved: IntCounterVec,
+    pub(crate) config_mismatch: IntGauge,
+    pub(crate) upstream_calls: IntCounterVec,
+    pub(crate) upstream_seconds: HistogramVec,
+    pub(crate) upstream_in_flight: IntGaugeVec,
+    pub(crate) upstream_restarts: IntCounterVec,
+    pub(crate) upstream_list_refreshes: IntCounterVec,
 }
 
 pub(crate) static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetrics {
@@ -66,6 +73,45 @@ pub(crate) static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetr
         prometheus::register(Box::new(gauge.clone())).expect("each family registers once");
         gauge
     },
+    released_unserved: metrics::counter_vec(
+        "taskgate_worker_released_unserved_total",
+        "Tasks this worker claimed for a tool it does not serve and released at once for another worker.",
+        &["tool"],
+    ),
+    config_mismatch: metrics::gauge(
+        "taskgate_worker_upstream_config_mismatch",
+        "1 when live workers of this namespace publish upstream configurations that differ from this one's.",
+    ),
+    upstream_calls: metrics::counter_vec(
+        "taskgate_upstream_calls_total",
+        "Tool calls sent to upstream MCP servers, by server and outcome.",
+        &["upstream", "outcome"],
+    ),
+    upstream_seconds: metrics::histogram_vec(
+        "taskgate_upstream_call_duration_seconds",
+        "Time from sending a tool call to an upstream server until its outcome, by server.",
+        &["upstream"],
+        TASK_BUCKETS,
+    ),
+    upstream_in_flight: {
+        let gauge = IntGaugeVec::new(
+            prometheus::Opts::new("taskgate_upstream_calls_in_flight", "Tool calls open to each upstream server."),
+            &["upstream"],
+        )
+        .expect("a valid gauge definition");
+        prometheus::register(Box::new(gauge.clone())).expect("each family registers once");
+        gauge
+    },
+    upstream_restarts: metrics::counter_vec(
+        "taskgate_upstream_restarts_total",
+        "Reconnections to an upstream server (a stdio child started again) after it went down.",
+        &["upstream"],
+    ),
+    upstream_list_refreshes: metrics::counter_vec(
+        "taskgate_upstream_list_refreshes_total",
+        "Tool listings taken again because an upstream server said its list changed.",
+        &["upstream"],
+    ),
 });
 
 impl WorkerMetrics {

@@ -26,7 +26,7 @@ use std::sync::Mutex;
 
 use serde_json::{Value, json};
 use taskgate_shared::protocol::{RpcError, result};
-use taskgate_shared::store::{Lease, Store};
+use taskgate_shared::store::{Lease, Started, Store};
 use taskgate_shared::task::TaskId;
 use taskgate_shared::tools::ToolSpec;
 use tokio_util::sync::CancellationToken;
@@ -174,6 +174,25 @@ impl ToolContext {
             Err(err) => {
                 tracing::warn!(task_id = %self.task_id, error = %err, "status message not written");
                 Ok(())
+            }
+        }
+    }
+
+    /// Records that this run is about to cause a side effect that must not happen twice
+    /// unasked (a call to another system), and answers whether it is the first run to get
+    /// here. `false` means an earlier run (one that lost its lease, as when its worker died)
+    /// got this far and may have caused the effect already.
+    pub async fn mark_started(&self) -> Result<bool, ToolError> {
+        let lease = Lease { task_id: &self.task_id, worker: &self.worker, fence: self.fence };
+        match self.store.mark_started(lease).await {
+            Ok(Started::First) => Ok(true),
+            Ok(Started::Before { .. }) => Ok(false),
+            Ok(Started::LeaseLost) => Err(ToolError::LeaseLost),
+            Err(err) => {
+                // Written or not is unknown: start nothing. The lease runs out and the next run
+                // decides, at worst refusing a call that never went out.
+                tracing::warn!(task_id = %self.task_id, error = %err, "could not record the start of a side effect");
+                Err(ToolError::LeaseLost)
             }
         }
     }

@@ -1,35 +1,53 @@
-//! The tool catalogue: workers publish their tools' specs; gateways read them.
+//! The tool catalogue: workers publish their tools' specs as a heartbeat; gateways read the
+//! specs some live worker still serves.
 //!
-//! One hash, tool name -> ToolSpec JSON. A spec is data, so publishing is idempotent; during a
-//! rolling deploy that changes a tool, `tools/list` changes once, when the first new worker
-//! publishes.
+//! A spec is data, so publishing is idempotent; during a rolling deploy that changes a tool,
+//! `tools/list` changes once, when the first new worker publishes. Every entry carries an expiry
+//! that each heartbeat pushes out, so a tool leaves the listing once no live worker serves it.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use super::{Store, StoreError};
+use redis::Value;
+
+use super::reply::Reply;
+use super::{Store, StoreError, scripts};
 use crate::tools::ToolSpec;
 
 impl Store {
-    /// Publishes these specs (one round trip).
-    pub async fn publish_tools(&self, specs: &[ToolSpec]) -> Result<(), StoreError> {
-        if specs.is_empty() {
-            return Ok(());
-        }
-        let mut cmd = redis::cmd("HSET");
-        cmd.arg(self.keys().tools());
+    /// Publishes these specs, live for `ttl`, with this worker's configuration digest (empty:
+    /// none), and removes specs no heartbeat renewed. Returns the digests of every live worker
+    /// (one round trip).
+    pub async fn publish_tools(&self, specs: &[ToolSpec], digest: &str, ttl: Duration) -> Result<Vec<String>, StoreError> {
+        let keys = self.keys().catalogue();
+        let mut invocation = scripts::PUBLISH_TOOLS.key(&keys.specs);
+        invocation.key(&keys.live).key(&keys.digests);
+        invocation.arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)).arg(digest);
         for spec in specs {
             let json = serde_json::to_string(spec).map_err(|e| StoreError::UnexpectedReply(e.to_string()))?;
-            cmd.arg(&spec.descriptor.name).arg(json);
+            invocation.arg(&spec.descriptor.name).arg(json);
         }
-        cmd.query_async::<()>(&mut self.conn()).await?;
-        Ok(())
+        let reply: Vec<Value> = invocation.invoke_async(&mut self.conn()).await?;
+        let reply = Reply::new(reply);
+        reply.strings(1)
     }
 
-    /// Reads every published spec, sorted by name. Entries that do not parse are skipped and
-    /// reported by name, so one bad publisher cannot hide every tool.
+    /// Whether some live worker serves `tool` (its catalogue entry has not run out by this
+    /// host's clock; the TTL dwarfs any sane skew).
+    pub async fn tool_is_live(&self, tool: &str) -> Result<bool, StoreError> {
+        let keys = self.keys().catalogue();
+        let expiry: Option<f64> =
+            redis::cmd("ZSCORE").arg(&keys.live).arg(tool).query_async(&mut self.conn()).await?;
+        Ok(expiry.is_some_and(|ms| ms > crate::task::now_ms() as f64))
+    }
+
+    /// Reads every spec a live worker serves, sorted by name. Entries that do not parse are
+    /// skipped and reported by name, so one bad publisher cannot hide every tool.
     pub async fn read_tools(&self) -> Result<(BTreeMap<String, ToolSpec>, Vec<String>), StoreError> {
-        let raw: BTreeMap<String, String> =
-            redis::cmd("HGETALL").arg(self.keys().tools()).query_async(&mut self.conn()).await?;
+        let keys = self.keys().catalogue();
+        let reply: Vec<Value> =
+            scripts::READ_TOOLS.key(&keys.specs).key(&keys.live).invoke_async(&mut self.conn()).await?;
+        let raw = Reply::new(reply).pairs(1)?;
         let mut specs = BTreeMap::new();
         let mut bad = Vec::new();
         for (name, json) in raw {

@@ -52,6 +52,17 @@ pub struct TenantKeys {
     pub active: String,
 }
 
+/// The tool catalogue's keys.
+#[derive(Debug, Clone)]
+pub struct CatalogueKeys {
+    /// HASH: tool name -> ToolSpec JSON, published by workers.
+    pub specs: String,
+    /// ZSET: tool name -> when the last worker heartbeat that served it runs out (ms).
+    pub live: String,
+    /// ZSET: workers' configuration digests -> when they run out (ms).
+    pub digests: String,
+}
+
 /// The keys of one queue shard.
 #[derive(Debug, Clone)]
 pub struct ShardKeys {
@@ -98,9 +109,14 @@ impl Keys {
         }
     }
 
-    /// HASH: tool name -> ToolSpec JSON, published by workers.
-    pub fn tools(&self) -> String {
-        format!("{}:tools", self.ns)
+    /// The catalogue's keys, in one Cluster slot so one script keeps them consistent.
+    pub fn catalogue(&self) -> CatalogueKeys {
+        let ns = &self.ns;
+        CatalogueKeys {
+            specs: format!("{ns}:{{catalogue}}:specs"),
+            live: format!("{ns}:{{catalogue}}:live"),
+            digests: format!("{ns}:{{catalogue}}:digests"),
+        }
     }
 
     /// Channel of task change events: `"<taskId> <version> <status>"`. Wake-ups only: readers

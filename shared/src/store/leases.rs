@@ -50,6 +50,16 @@ pub enum Renewal {
     Lost,
 }
 
+/// What [`Store::mark_started`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Started {
+    /// No earlier run of this task got this far.
+    First,
+    /// A run under an earlier fencing token got this far: its side effect may have happened.
+    Before { fence: u64 },
+    LeaseLost,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Parked {
     Parked,
@@ -266,6 +276,28 @@ impl Store {
         match reply.code()? {
             code::OK => Ok(true),
             code::LEASE_LOST => Ok(false),
+            _ => Err(reply.unexpected_code()),
+        }
+    }
+
+    /// Records, fenced, that this run is about to cause a side effect that must not repeat
+    /// unasked, and reports whether an earlier run already got that far. Asking again with
+    /// the same lease answers `First` again.
+    pub async fn mark_started(&self, lease: Lease<'_>) -> Result<Started, StoreError> {
+        let keys = self.keys().task(lease.task_id);
+        let reply: Vec<Value> = scripts::MARK_STARTED
+            .key(&keys.record)
+            .arg(lease.worker)
+            .arg(lease.fence)
+            .invoke_async(&mut self.conn())
+            .await?;
+        let reply = Reply::new(reply);
+        match reply.code()? {
+            code::OK => Ok(match reply.int(1)? {
+                0 => Started::First,
+                fence => Started::Before { fence: u64::try_from(fence).unwrap_or_default() },
+            }),
+            code::LEASE_LOST => Ok(Started::LeaseLost),
             _ => Err(reply.unexpected_code()),
         }
     }

@@ -68,6 +68,11 @@ impl Reply {
         }
     }
 
+    /// A nested array of strings.
+    pub(super) fn strings(&self, i: usize) -> Result<Vec<String>, StoreError> {
+        self.array(i)?.iter().map(as_string).collect::<Option<Vec<_>>>().ok_or_else(|| unexpected(i, None))
+    }
+
     /// Fails with `UnexpectedReply` for a code this call does not expect.
     pub(super) fn unexpected_code(&self) -> StoreError {
         StoreError::UnexpectedReply(format!("{:?}", self.0))

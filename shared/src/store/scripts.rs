@@ -25,6 +25,9 @@ script!(ADMIT, "scripts/admit.lua");
 script!(POLL_TASK, "scripts/poll_task.lua");
 script!(READ_TASK, "scripts/read_task.lua");
 script!(REAP_CONSUMERS, "scripts/reap_consumers.lua");
+script!(PUBLISH_TOOLS, "scripts/publish_tools.lua");
+script!(READ_TOOLS, "scripts/read_tools.lua");
+script!(MARK_STARTED, "scripts/mark_started.lua");
 
 /// The script's label for metrics and spans (`script:<name>`), by its SHA-1.
 pub(super) fn label_of(sha: &[u8]) -> Option<&'static str> {
@@ -44,6 +47,9 @@ pub(super) fn label_of(sha: &[u8]) -> Option<&'static str> {
             "script:poll_task",
             "script:read_task",
             "script:reap_consumers",
+            "script:publish_tools",
+            "script:read_tools",
+            "script:mark_started",
         ];
         all().iter().zip(names).map(|(script, name)| (script.get_hash().to_owned(), name)).collect()
     });
@@ -51,7 +57,7 @@ pub(super) fn label_of(sha: &[u8]) -> Option<&'static str> {
 }
 
 /// Every script, for loading at boot so a broken one fails start-up rather than a request.
-pub(super) fn all() -> [&'static Script; 14] {
+pub(super) fn all() -> [&'static Script; 17] {
     [
         &CREATE_TASK,
         &CLAIM_TASK,
@@ -67,5 +73,8 @@ pub(super) fn all() -> [&'static Script; 14] {
         &POLL_TASK,
         &READ_TASK,
         &REAP_CONSUMERS,
+        &PUBLISH_TOOLS,
+        &READ_TOOLS,
+        &MARK_STARTED,
     ]
 }

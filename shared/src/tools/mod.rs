@@ -23,6 +23,10 @@ pub struct ToolDescriptor {
     pub output_schema: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icons: Option<Value>,
+    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
 }
 
 /// How a `tools/call` of this tool runs. 2026-07-28 has no wire field for this; the server
@@ -36,6 +40,12 @@ pub enum Execution {
     TaskOptional,
     /// Always inline; the gateway waits for the worker's result.
     SyncOnly,
+}
+
+/// Whether `name` is a valid MCP tool name: 1 to 128 characters of `A-Z a-z 0-9 _ - .`.
+pub fn is_valid_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 /// Everything a gateway needs to know about a tool.
@@ -76,6 +86,8 @@ impl ToolSpec {
                 input_schema,
                 output_schema: None,
                 annotations: None,
+                icons: None,
+                meta: None,
             },
             execution,
             ttl_ms,

@@ -30,6 +30,7 @@ pub fn registry(packs: &[String], options: &PackOptions) -> Result<Registry, Unk
         let pack_tools = match pack.trim() {
             "demo" => demo::tools(options),
             "conformance" => conformance::tools(),
+            "" => continue,
             other => return Err(UnknownPack(other.to_owned())),
         };
         for tool in pack_tools {

@@ -118,7 +118,7 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
                     if let Err(err) = shared.store.ensure_groups(shared.config.queue_shards).await {
                         tracing::warn!(error = %err, "recreating the consumer groups failed");
                     }
-                    let _ = shared.store.publish_tools(&shared.specs).await;
+                    let _ = super::publish(&shared).await;
                 }
                 conn = None;
                 tokio::time::sleep(backoff).await;

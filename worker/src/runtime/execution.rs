@@ -77,13 +77,10 @@ async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
         held.cancel.cancel();
     }
     tracing::info!(task_id = %task_id, tool = %claim.tool, fence = claim.fence, "claimed");
-    let outcome = match shared.tools.get(&claim.tool).cloned() {
+    let outcome = match shared.served.get(&claim.tool) {
         // Claims retried until the lease's validity was used up: start nothing.
         Some(_) if held.validity_passed() => Outcome::LeaseUnknown,
-        None => Outcome::Done(Err(ToolError::Rpc(RpcError::new(
-            taskgate_shared::protocol::ErrorKind::Internal,
-            format!("no worker serves tool {:?}", claim.tool),
-        )))),
+        None => unserved(&shared, &claim.tool).await,
         Some(tool) => {
             let arguments: Value = serde_json::from_str(&claim.arguments).unwrap_or(Value::Null);
             let answers: HashMap<String, Value> =
@@ -137,6 +134,32 @@ async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
         super::reaper::release_active(&shared, &claim.tenant, &task_id).await;
     }
     shared.held.remove(&task_id, claim.fence);
+}
+
+/// A claimed tool this worker does not serve. Workers of a namespace should all serve the
+/// same tools, but during a rolling deploy (or with one worker misconfigured) one may claim a
+/// task it cannot run: it hands the task back for another worker rather than failing it. Only
+/// when no live worker serves the tool at all does the task fail.
+async fn unserved(shared: &Shared, tool: &str) -> Outcome {
+    match shared.store.tool_is_live(tool).await {
+        Ok(false) => {
+            tracing::error!(tool, "claimed a tool that no live worker serves");
+            Outcome::Done(Err(ToolError::Rpc(RpcError::new(
+                taskgate_shared::protocol::ErrorKind::Internal,
+                format!("no worker serves tool {tool:?}"),
+            ))))
+        }
+        live => {
+            if let Err(err) = live {
+                tracing::warn!(tool, error = %err, "could not read the catalogue; releasing anyway");
+            }
+            tracing::warn!(tool, "claimed a tool this worker does not serve: releasing it for another worker");
+            METRICS.released_unserved.with_label_values(&[tool]).inc();
+            // A short pause, so that a task this worker keeps winning back cannot spin.
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            Outcome::Release
+        }
+    }
 }
 
 /// Parks the task; the status it left `working` for (`input_required`, or the terminal status

@@ -6,6 +6,7 @@ mod execution;
 mod held;
 mod reaper;
 mod renewer;
+mod served;
 mod signals;
 
 use std::sync::Arc;
@@ -17,18 +18,18 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
-use crate::packs::Registry;
+use crate::metrics::METRICS;
 
 pub(crate) use held::Held;
+pub(crate) use served::Served;
 
 /// What every part of the runtime shares.
 pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) worker_id: String,
     pub(crate) store: Store,
-    pub(crate) tools: Registry,
-    /// What this worker publishes (the tools' specs with configured overrides).
-    pub(crate) specs: Vec<taskgate_shared::tools::ToolSpec>,
+    /// The tools this worker serves, and the specs it publishes for them.
+    pub(crate) served: Served,
     pub(crate) held: Held,
     pub(crate) slots: Arc<Semaphore>,
     /// Fired on SIGTERM: claim nothing more.
@@ -41,7 +42,7 @@ pub(crate) struct Shared {
 /// Runs until `shutdown` resolves, then drains.
 pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>) {
     wait_for_redis(&shared).await;
-    if let Err(err) = shared.store.publish_tools(&shared.specs).await {
+    if let Err(err) = publish(&shared).await {
         tracing::warn!(error = %err, "could not publish tools; retrying in the background");
     }
     let tasks = [
@@ -51,7 +52,7 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
         tokio::spawn(reaper::run(shared.clone())),
     ];
     let dispatcher = tokio::spawn(dispatcher::run(shared.clone()));
-    tracing::info!(worker_id = %shared.worker_id, tools = ?shared.tools.keys().collect::<Vec<_>>(), "worker running");
+    tracing::info!(worker_id = %shared.worker_id, tools = ?shared.served.current().tools.keys().collect::<Vec<_>>(), "worker running");
 
     shutdown.await;
     tracing::info!(running = shared.held.len(), "draining: no more claims");
@@ -88,17 +89,41 @@ async fn wait_for_redis(shared: &Shared) {
     }
 }
 
-/// Publishes this worker's tool specs now and then again periodically, so a catalogue that
-/// was wiped comes back.
+/// Publishes this worker's tool specs as a heartbeat, every third of the catalogue TTL, and at
+/// once when an upstream's tool list changed. A catalogue that was wiped comes back, and the
+/// tools of a worker that died leave it once their entries run out.
 async fn publish_tools(shared: Arc<Shared>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(30));
+    let mut tick = tokio::time::interval(shared.config.catalogue_ttl() / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
+    let never = Arc::new(tokio::sync::Notify::new());
+    let changed = shared.served.upstreams.as_ref().map_or(never, |u| u.changed.clone());
     loop {
-        tick.tick().await;
-        if let Err(err) = shared.store.publish_tools(&shared.specs).await {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = changed.notified() => {
+                let collisions = shared.served.rebuild();
+                tracing::info!(tools = shared.served.current().specs.len(), collisions = collisions.len(), "tool list changed");
+            }
+        }
+        if let Err(err) = publish(&shared).await {
             tracing::warn!(error = %err, "could not publish tools");
         }
     }
+}
+
+/// One heartbeat into the catalogue; warns when live workers publish different upstream
+/// configurations (expected only while a rolling deploy changes it).
+pub(crate) async fn publish(shared: &Shared) -> Result<(), taskgate_shared::store::StoreError> {
+    let specs = shared.served.current().specs.clone();
+    let own = shared.served.digest();
+    let digests = shared.store.publish_tools(&specs, own, shared.config.catalogue_ttl()).await?;
+    let differs = digests.iter().any(|d| d != own);
+    if differs && METRICS.config_mismatch.get() == 0 {
+        tracing::warn!(own, live = ?digests, "workers of this namespace serve different upstream configurations");
+    }
+    METRICS.config_mismatch.set(i64::from(differs));
+    Ok(())
 }
 
 /// On a clean exit, deletes this worker's consumer from every shard's group, unless deliveries

@@ -1,0 +1,596 @@
+//! The upstream servers file (`--upstreams`): TOML with one `[[upstream]]` table per server, or
+//! the `mcpServers` JSON that desktop clients use. A bad file is refused at start, naming the
+//! line and the field.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use taskgate_shared::tools::Execution;
+
+/// Defaults, chosen for tools that run for minutes: a call may be silent for five minutes
+/// (progress restarts that clock) and may never run longer than an hour.
+const DEFAULT_TIMEOUT_MS: u64 = 300_000;
+const DEFAULT_MAX_TIMEOUT_MS: u64 = 3_600_000;
+const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+const DEFAULT_TTL_MS: u64 = 2 * 3_600_000;
+const DEFAULT_POLL_INTERVAL_MS: u64 = 1_000;
+const DEFAULT_MAX_IN_FLIGHT: u32 = 64;
+
+/// One upstream MCP server.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UpstreamConfig {
+    pub name: String,
+    pub transport: Transport,
+    /// Put before each upstream tool's name in the catalogue (`<name>__` unless configured).
+    pub prefix: String,
+    /// How long to wait for the server to start and answer, or for a down one to come back.
+    pub connect_timeout: Duration,
+    /// stdio children per worker; calls share each child by JSON-RPC id.
+    pub instances: u16,
+    /// Calls this worker has open to the server at once.
+    pub max_in_flight: u32,
+    /// Tools to serve (all when `None`), and tools never to serve.
+    pub allow: Option<Vec<String>>,
+    pub deny: Vec<String>,
+    /// Settings of every tool, and per tool (by the upstream's name for it).
+    pub defaults: ToolSettings,
+    pub tools: BTreeMap<String, ToolSettings>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Transport {
+    Stdio { command: String, args: Vec<String>, env: BTreeMap<String, Secret>, cwd: Option<PathBuf> },
+    Http { url: String, headers: BTreeMap<String, Secret> },
+}
+
+/// A value read when the worker starts: given in the file (not for secrets), or from the
+/// worker's environment, or from a file (a mounted Kubernetes secret).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Secret {
+    Value(String),
+    Env { name: String, prefix: String },
+    File { path: PathBuf, prefix: String },
+}
+
+impl Secret {
+    /// The value; an error names what is missing, never the value.
+    pub fn resolve(&self) -> Result<String, String> {
+        match self {
+            Self::Value(value) => Ok(value.clone()),
+            Self::Env { name, prefix } => std::env::var(name)
+                .map(|v| format!("{prefix}{v}"))
+                .map_err(|_| format!("environment variable {name} is not set")),
+            Self::File { path, prefix } => std::fs::read_to_string(path)
+                .map(|v| format!("{prefix}{}", v.trim_end_matches(['\r', '\n'])))
+                .map_err(|err| format!("cannot read {}: {err}", path.display())),
+        }
+    }
+}
+
+/// Per-tool settings; unset fields fall back to the server's, then to the defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolSettings {
+    #[serde(default, deserialize_with = "execution")]
+    pub execution: Option<Execution>,
+    pub ttl_ms: Option<u64>,
+    pub poll_interval_ms: Option<u64>,
+    /// Inactivity timeout: progress from the server restarts it.
+    pub timeout_ms: Option<u64>,
+    /// Hard limit on one call, progress or not.
+    pub max_timeout_ms: Option<u64>,
+    /// Run the call again after its worker died mid-call, although the tool's annotations do
+    /// not say it is read-only or idempotent.
+    pub retry_on_reclaim: Option<bool>,
+}
+
+/// A tool's settings with every fallback applied.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Resolved {
+    pub execution: Execution,
+    pub ttl_ms: u64,
+    pub poll_interval_ms: u64,
+    pub timeout: Duration,
+    pub max_timeout: Duration,
+    pub retry_on_reclaim: Option<bool>,
+}
+
+impl UpstreamConfig {
+    pub fn settings(&self, tool: &str) -> Resolved {
+        let own = self.tools.get(tool);
+        let pick = |f: fn(&ToolSettings) -> Option<u64>, default: u64| {
+            own.and_then(f).or_else(|| f(&self.defaults)).unwrap_or(default)
+        };
+        Resolved {
+            execution: own
+                .and_then(|s| s.execution)
+                .or(self.defaults.execution)
+                .unwrap_or(Execution::TaskOptional),
+            ttl_ms: pick(|s| s.ttl_ms, DEFAULT_TTL_MS),
+            poll_interval_ms: pick(|s| s.poll_interval_ms, DEFAULT_POLL_INTERVAL_MS),
+            timeout: Duration::from_millis(pick(|s| s.timeout_ms, DEFAULT_TIMEOUT_MS)),
+            max_timeout: Duration::from_millis(pick(|s| s.max_timeout_ms, DEFAULT_MAX_TIMEOUT_MS)),
+            retry_on_reclaim: own.and_then(|s| s.retry_on_reclaim).or(self.defaults.retry_on_reclaim),
+        }
+    }
+
+    /// Whether the server's tool `name` is served.
+    pub fn serves(&self, name: &str) -> bool {
+        self.allow.as_ref().is_none_or(|allow| allow.iter().any(|a| a == name)) && !self.deny.iter().any(|d| d == name)
+    }
+}
+
+/// A file the worker refuses to start with.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}{}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+pub struct ConfigError {
+    pub path: String,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+/// Reads and checks the file.
+pub fn load(path: &Path) -> Result<Vec<UpstreamConfig>, ConfigError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| ConfigError { path: shown.clone(), line: None, message: format!("cannot read: {err}") })?;
+    parse(&text, &shown)
+}
+
+/// Parses a file's text; `path` names it in errors. JSON when it starts with `{`, else TOML.
+pub fn parse(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError> {
+    let configs =
+        if text.trim_start().starts_with('{') { parse_json(text, path)? } else { parse_toml(text, path)? };
+    let mut seen = std::collections::BTreeSet::new();
+    for config in &configs {
+        if !seen.insert(config.name.clone()) {
+            return Err(ConfigError {
+                path: path.into(),
+                line: None,
+                message: format!("upstream {:?} is configured twice", config.name),
+            });
+        }
+    }
+    Ok(configs)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlFile {
+    #[serde(default)]
+    upstream: Vec<toml::Spanned<TomlUpstream>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlUpstream {
+    name: String,
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    env_from: Vec<String>,
+    cwd: Option<PathBuf>,
+    url: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, TomlHeader>,
+    prefix: Option<String>,
+    connect_timeout_ms: Option<u64>,
+    instances: Option<u16>,
+    max_in_flight: Option<u32>,
+    tools: Option<Vec<String>>,
+    #[serde(default)]
+    deny_tools: Vec<String>,
+    // The server-wide tool settings (serde cannot flatten with unknown fields denied).
+    #[serde(default, deserialize_with = "execution")]
+    execution: Option<Execution>,
+    ttl_ms: Option<u64>,
+    poll_interval_ms: Option<u64>,
+    timeout_ms: Option<u64>,
+    max_timeout_ms: Option<u64>,
+    retry_on_reclaim: Option<bool>,
+    #[serde(default)]
+    tool: BTreeMap<String, ToolSettings>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum TomlHeader {
+    Value(String),
+    From {
+        env: Option<String>,
+        file: Option<PathBuf>,
+        #[serde(default)]
+        prefix: String,
+    },
+}
+
+fn parse_toml(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError> {
+    let file: TomlFile = toml::from_str(text).map_err(|err| ConfigError {
+        path: path.into(),
+        line: err.span().map(|span| line_at(text, span.start)),
+        message: err.message().to_owned(),
+    })?;
+    file.upstream
+        .into_iter()
+        .map(|entry| {
+            let span = entry.span();
+            let raw = entry.into_inner();
+            let fail = |field: &str, message: String| ConfigError {
+                path: path.into(),
+                line: Some(field_line(text, span.clone(), field)),
+                message: format!("upstream {:?}: `{field}`: {message}", raw.name),
+            };
+            check_name(&raw.name).map_err(|m| fail("name", m))?;
+            let transport = match (raw.command, raw.url) {
+                (Some(command), None) => {
+                    let mut env: BTreeMap<String, Secret> =
+                        raw.env.into_iter().map(|(k, v)| (k, Secret::Value(v))).collect();
+                    for name in raw.env_from {
+                        env.insert(name.clone(), Secret::Env { name, prefix: String::new() });
+                    }
+                    if command.trim().is_empty() {
+                        return Err(fail("command", "is empty".into()));
+                    }
+                    Transport::Stdio { command, args: raw.args, env, cwd: raw.cwd }
+                }
+                (None, Some(url)) => {
+                    check_url(&url).map_err(|m| fail("url", m))?;
+                    if !raw.args.is_empty() || !raw.env.is_empty() || !raw.env_from.is_empty() || raw.cwd.is_some() {
+                        return Err(fail("url", "an HTTP upstream takes no `args`, `env`, `env_from` or `cwd`".into()));
+                    }
+                    let mut headers = BTreeMap::new();
+                    for (name, header) in raw.headers {
+                        let secret = match header {
+                            TomlHeader::Value(_) if looks_secret(&name) => {
+                                return Err(fail(
+                                    "headers",
+                                    format!("{name:?} carries a credential: give it as {{ env = \"VAR\" }} or {{ file = \"PATH\" }}, never inline"),
+                                ));
+                            }
+                            TomlHeader::Value(value) => Secret::Value(value),
+                            TomlHeader::From { env: Some(var), file: None, prefix } => Secret::Env { name: var, prefix },
+                            TomlHeader::From { env: None, file: Some(file), prefix } => Secret::File { path: file, prefix },
+                            TomlHeader::From { .. } => {
+                                return Err(fail("headers", format!("{name:?}: give exactly one of `env` or `file`")));
+                            }
+                        };
+                        headers.insert(name, secret);
+                    }
+                    Transport::Http { url, headers }
+                }
+                (Some(_), Some(_)) => return Err(fail("url", "give either `command` (stdio) or `url` (HTTP), not both".into())),
+                (None, None) => return Err(fail("command", "give `command` (stdio) or `url` (HTTP)".into())),
+            };
+            let prefix = raw.prefix.unwrap_or_else(|| format!("{}__", raw.name));
+            let instances = raw.instances.unwrap_or(1);
+            if instances == 0 || instances > 64 {
+                return Err(fail("instances", "must be 1 to 64".into()));
+            }
+            if matches!(transport, Transport::Http { .. }) && instances != 1 {
+                return Err(fail("instances", "applies to stdio children only".into()));
+            }
+            let max_in_flight = raw.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
+            if max_in_flight == 0 {
+                return Err(fail("max_in_flight", "must be at least 1".into()));
+            }
+            let defaults = ToolSettings {
+                execution: raw.execution,
+                ttl_ms: raw.ttl_ms,
+                poll_interval_ms: raw.poll_interval_ms,
+                timeout_ms: raw.timeout_ms,
+                max_timeout_ms: raw.max_timeout_ms,
+                retry_on_reclaim: raw.retry_on_reclaim,
+            };
+            check_settings(&defaults).map_err(|(f, m)| fail(f, m))?;
+            for (tool, settings) in &raw.tool {
+                check_settings(settings).map_err(|(f, m)| fail(&format!("tool.{tool}.{f}"), m))?;
+            }
+            Ok(UpstreamConfig {
+                name: raw.name,
+                transport,
+                prefix,
+                connect_timeout: Duration::from_millis(raw.connect_timeout_ms.unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS)),
+                instances,
+                max_in_flight,
+                allow: raw.tools,
+                deny: raw.deny_tools,
+                defaults,
+                tools: raw.tool,
+            })
+        })
+        .collect()
+}
+
+/// The `mcpServers` shape: `{"mcpServers": {"<name>": {command, args, env, cwd} | {url,
+/// headers}}}`. Unknown fields are ignored (desktop clients add their own), `disabled: true`
+/// skips a server, and `${VAR}` (or `${env:VAR}`) in `env` and `headers` values reads the
+/// worker's environment.
+fn parse_json(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct JsonFile {
+        mcp_servers: BTreeMap<String, JsonServer>,
+    }
+    #[derive(Deserialize)]
+    struct JsonServer {
+        #[serde(rename = "type")]
+        kind: Option<String>,
+        command: Option<String>,
+        #[serde(default)]
+        args: Vec<String>,
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+        url: Option<String>,
+        #[serde(default)]
+        headers: BTreeMap<String, String>,
+        #[serde(default)]
+        disabled: bool,
+    }
+    let file: JsonFile = serde_json::from_str(text).map_err(|err| ConfigError {
+        path: path.into(),
+        line: Some(err.line()),
+        message: err.to_string(),
+    })?;
+    let mut configs = Vec::new();
+    for (name, server) in file.mcp_servers {
+        if server.disabled {
+            continue;
+        }
+        let line = text.find(&format!("\"{name}\"")).map(|at| line_at(text, at));
+        let fail = |field: &str, message: String| ConfigError {
+            path: path.into(),
+            line,
+            message: format!("mcpServers {name:?}: `{field}`: {message}"),
+        };
+        check_name(&name).map_err(|m| fail("name", m))?;
+        let transport = match (server.kind.as_deref(), server.command, server.url) {
+            (Some("sse"), ..) => {
+                return Err(fail("type", "the old HTTP+SSE transport is not supported; use Streamable HTTP".into()));
+            }
+            (None | Some("stdio"), Some(command), None) => Transport::Stdio {
+                command,
+                args: server.args,
+                env: server.env.into_iter().map(|(k, v)| (k, placeholder(v))).collect(),
+                cwd: server.cwd,
+            },
+            (None | Some("http" | "streamable-http" | "streamableHttp"), None, Some(url)) => {
+                check_url(&url).map_err(|m| fail("url", m))?;
+                let mut headers = BTreeMap::new();
+                for (header, value) in server.headers {
+                    let secret = placeholder(value);
+                    if matches!(secret, Secret::Value(_)) && looks_secret(&header) {
+                        return Err(fail(
+                            "headers",
+                            format!("{header:?} carries a credential: write it as \"${{VAR}}\" and set VAR in the worker's environment"),
+                        ));
+                    }
+                    headers.insert(header, secret);
+                }
+                Transport::Http { url, headers }
+            }
+            (_, Some(_), Some(_)) => return Err(fail("url", "give either `command` or `url`, not both".into())),
+            (Some(other), ..) if !matches!(other, "stdio" | "http" | "streamable-http" | "streamableHttp") => {
+                return Err(fail("type", format!("unknown transport {other:?}")));
+            }
+            _ => return Err(fail("command", "give `command` (stdio) or `url` (HTTP)".into())),
+        };
+        configs.push(UpstreamConfig {
+            prefix: format!("{name}__"),
+            name,
+            transport,
+            connect_timeout: Duration::from_millis(DEFAULT_CONNECT_TIMEOUT_MS),
+            instances: 1,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            allow: None,
+            deny: Vec::new(),
+            defaults: ToolSettings::default(),
+            tools: BTreeMap::new(),
+        });
+    }
+    Ok(configs)
+}
+
+/// `${VAR}` or `${env:VAR}`, optionally after a literal prefix (`Bearer ${TOKEN}`), reads the
+/// environment; anything else is a literal.
+fn placeholder(value: String) -> Secret {
+    if let Some((prefix, rest)) = value.split_once("${")
+        && let Some(var) = rest.strip_suffix('}')
+    {
+        let var = var.strip_prefix("env:").unwrap_or(var);
+        if !var.is_empty() && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Secret::Env { name: var.to_owned(), prefix: prefix.to_owned() };
+        }
+    }
+    Secret::Value(value)
+}
+
+fn looks_secret(header: &str) -> bool {
+    let h = header.to_ascii_lowercase();
+    h == "authorization" || h == "proxy-authorization" || h == "cookie" || ["token", "key", "secret", "password"].iter().any(|w| h.contains(w))
+}
+
+fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+        return Err(format!("{name:?} must be 1 to 64 characters of a-z, 0-9 and -"));
+    }
+    Ok(())
+}
+
+fn check_url(url: &str) -> Result<(), String> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(format!("{url:?} must be an http:// or https:// URL"));
+    }
+    Ok(())
+}
+
+fn check_settings(s: &ToolSettings) -> Result<(), (&'static str, String)> {
+    for (field, value) in [
+        ("ttl_ms", s.ttl_ms),
+        ("poll_interval_ms", s.poll_interval_ms),
+        ("timeout_ms", s.timeout_ms),
+        ("max_timeout_ms", s.max_timeout_ms),
+    ] {
+        if value == Some(0) {
+            return Err((field, "must be at least 1".into()));
+        }
+    }
+    if let (Some(t), Some(max)) = (s.timeout_ms, s.max_timeout_ms)
+        && t > max
+    {
+        return Err(("timeout_ms", format!("{t} is longer than max_timeout_ms {max}")));
+    }
+    Ok(())
+}
+
+fn execution<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<Execution>, D::Error> {
+    let value = String::deserialize(de)?;
+    match value.as_str() {
+        "task-required" => Ok(Some(Execution::TaskRequired)),
+        "task-optional" => Ok(Some(Execution::TaskOptional)),
+        "sync-only" => Ok(Some(Execution::SyncOnly)),
+        other => Err(serde::de::Error::custom(format!(
+            "unknown execution {other:?}: expected task-required, task-optional or sync-only"
+        ))),
+    }
+}
+
+/// 1-based line of a byte offset.
+fn line_at(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
+}
+
+/// The line of `field = …` inside an entry's span, or the entry's first line.
+fn field_line(text: &str, span: Range<usize>, field: &str) -> usize {
+    let key = field.rsplit('.').next().unwrap_or(field);
+    let body = &text[span.start.min(text.len())..span.end.min(text.len())];
+    let mut offset = span.start;
+    for line in body.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if trimmed.strip_prefix(key).is_some_and(|rest| rest.trim_start().starts_with('=')) {
+            return line_at(text, offset);
+        }
+        offset += line.len();
+    }
+    line_at(text, span.start)
+}
+
+/// A digest of the configuration, published beside the catalogue so the fleet can see that
+/// its workers disagree. Secrets are named (variable or file), never read, so none is in it.
+pub fn digest(configs: &[UpstreamConfig]) -> String {
+    use sha2::Digest as _;
+    let json = serde_json::to_string(configs).unwrap_or_default();
+    let hash = sha2::Sha256::digest(json.as_bytes());
+    hash[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_five_line_toml_is_a_stdio_server_with_defaults() {
+        let configs = parse(
+            "[[upstream]]\nname = \"everything\"\ncommand = \"node\"\nargs = [\"dist/index.js\", \"stdio\"]\n",
+            "u.toml",
+        )
+        .unwrap();
+        assert_eq!(configs.len(), 1);
+        let c = &configs[0];
+        assert_eq!(c.prefix, "everything__");
+        assert!(matches!(&c.transport, Transport::Stdio { command, args, .. } if command == "node" && args.len() == 2));
+        let s = c.settings("echo");
+        assert_eq!(s.execution, Execution::TaskOptional);
+        assert_eq!(s.timeout, Duration::from_millis(DEFAULT_TIMEOUT_MS));
+    }
+
+    #[test]
+    fn per_tool_settings_override_the_servers() {
+        let configs = parse(
+            r#"
+[[upstream]]
+name = "s"
+url = "http://127.0.0.1:1/mcp"
+headers = { Authorization = { env = "S_TOKEN", prefix = "Bearer " }, "X-Team" = "blue" }
+timeout_ms = 1000
+execution = "task-required"
+tools = ["a", "b"]
+deny_tools = ["b"]
+[upstream.tool.a]
+timeout_ms = 50
+retry_on_reclaim = true
+"#,
+            "u.toml",
+        )
+        .unwrap();
+        let c = &configs[0];
+        assert_eq!(c.settings("a").timeout, Duration::from_millis(50));
+        assert_eq!(c.settings("a").retry_on_reclaim, Some(true));
+        assert_eq!(c.settings("a").execution, Execution::TaskRequired);
+        assert_eq!(c.settings("z").timeout, Duration::from_millis(1000));
+        assert!(c.serves("a") && !c.serves("b") && !c.serves("c"));
+        let Transport::Http { headers, .. } = &c.transport else { panic!("http") };
+        assert_eq!(headers["Authorization"], Secret::Env { name: "S_TOKEN".into(), prefix: "Bearer ".into() });
+    }
+
+    #[test]
+    fn errors_name_the_line_and_the_field() {
+        let err = parse("[[upstream]]\nname = \"Bad_Name\"\ncommand = \"x\"\n", "u.toml").unwrap_err();
+        assert_eq!(err.line, Some(2), "{err}");
+        assert!(err.to_string().contains("`name`"), "{err}");
+
+        let err = parse("[[upstream]]\nname = \"a\"\ncommand = \"x\"\nurl = \"http://h\"\n", "u.toml").unwrap_err();
+        assert_eq!(err.line, Some(4), "{err}");
+
+        let err = parse("[[upstream]]\nname = \"a\"\ncommand = \"x\"\ntimeout = 5\n", "u.toml").unwrap_err();
+        assert_eq!(err.line, Some(4), "{err}");
+        assert!(err.to_string().contains("timeout"), "{err}");
+
+        let err = parse(
+            "[[upstream]]\nname = \"a\"\nurl = \"http://h\"\nheaders = { Authorization = \"Bearer abc\" }\n",
+            "u.toml",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("never inline") && !err.to_string().contains("abc"), "{err}");
+
+        let err = parse("[[upstream]]\nname = \"a\"\ncommand = \"x\"\nexecution = \"sometimes\"\n", "u.toml").unwrap_err();
+        assert_eq!(err.line, Some(4), "{err}");
+    }
+
+    #[test]
+    fn the_desktop_mcp_servers_shape_is_read_as_it_is() {
+        let configs = parse(
+            r#"{"mcpServers": {
+                "time": {"command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "UTC", "KEY": "${env:TIME_KEY}"}},
+                "remote": {"type": "http", "url": "https://h/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}},
+                "off": {"command": "x", "disabled": true, "autoApprove": []}
+            }}"#,
+            "c.json",
+        )
+        .unwrap();
+        assert_eq!(configs.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["remote", "time"]);
+        let Transport::Http { headers, .. } = &configs[0].transport else { panic!("http") };
+        assert_eq!(headers["Authorization"], Secret::Env { name: "TOKEN".into(), prefix: "Bearer ".into() });
+        let Transport::Stdio { env, .. } = &configs[1].transport else { panic!("stdio") };
+        assert_eq!(env["KEY"], Secret::Env { name: "TIME_KEY".into(), prefix: String::new() });
+
+        let err = parse("{\"mcpServers\": {\"a\": {\"type\": \"sse\", \"url\": \"http://h\"}}}", "c.json").unwrap_err();
+        assert!(err.to_string().contains("not supported"), "{err}");
+        let err = parse("{\"mcpServers\": {\n\"a\": {\"command\": 3}}}", "c.json").unwrap_err();
+        assert_eq!(err.line, Some(2), "{err}");
+    }
+
+    #[test]
+    fn the_digest_changes_with_the_configuration() {
+        let a = parse("[[upstream]]\nname = \"a\"\ncommand = \"x\"\n", "u.toml").unwrap();
+        let b = parse("[[upstream]]\nname = \"a\"\ncommand = \"y\"\n", "u.toml").unwrap();
+        assert_eq!(digest(&a), digest(&a.clone()));
+        assert_ne!(digest(&a), digest(&b));
+    }
+}

@@ -1,0 +1,313 @@
+//! One upstream server: its supervised connections (stdio children or one Streamable HTTP
+//! client), and the tools it lists.
+//!
+//! Each connection is owned by a supervisor task that connects, lists the tools, waits for the
+//! connection to end, and connects again with backoff. Callers only ever borrow the current
+//! peer, so a crash is seen as "down" (and reported as such) rather than as a hang.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{ProtocolVersion, Tool};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _, Peer, RoleClient, RunningService};
+use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
+use tokio::io::AsyncBufReadExt as _;
+use tokio::sync::{Notify, Semaphore, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::config::{Transport, UpstreamConfig};
+use super::handler::Bridge;
+use crate::metrics::METRICS;
+
+/// The environment a stdio child gets from the worker besides what its entry configures: enough
+/// to find programs and a home, and nothing of the worker's own (no Redis URL, no tokens).
+const PASSED_ENV: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LC_ALL", "TMPDIR", "TZ"];
+
+/// Longest stderr line kept, and lines logged per second per child, so a chatty or hostile
+/// server cannot flood the worker's logs.
+const STDERR_LINE_BYTES: usize = 2048;
+const STDERR_LINES_PER_SEC: u32 = 50;
+
+/// State of one connection.
+#[derive(Clone)]
+pub(super) enum Link {
+    Up { peer: Peer<RoleClient>, bridge: Bridge },
+    Down { reason: String },
+}
+
+/// A configured upstream server and its live connections.
+pub(crate) struct Upstream {
+    pub(super) config: Arc<UpstreamConfig>,
+    links: Vec<watch::Receiver<Link>>,
+    /// Asks the supervisor of connection `i` to kill it (it stopped answering).
+    kills: Vec<Arc<Notify>>,
+    next: AtomicUsize,
+    pub(super) in_flight: Semaphore,
+    /// The server's tools as last listed (the upstream's own names).
+    pub(super) tools: watch::Receiver<Option<Arc<Vec<Tool>>>>,
+}
+
+impl Upstream {
+    /// Starts the supervisors; `changed` is told whenever the tool list changes.
+    pub(crate) fn start(config: UpstreamConfig, changed: Arc<Notify>, shutdown: CancellationToken) -> Arc<Self> {
+        let config = Arc::new(config);
+        let (tools_tx, tools) = watch::channel(None);
+        let tools_tx = Arc::new(tools_tx);
+        let mut links = Vec::new();
+        let mut kills = Vec::new();
+        for index in 0..config.instances {
+            let (tx, rx) = watch::channel(Link::Down { reason: "not connected yet".into() });
+            let kill = Arc::new(Notify::new());
+            // Every connection lists (they serve the same tools); only the first publishes,
+            // so N children cost one catalogue update.
+            let lists = (index == 0).then(|| (tools_tx.clone(), changed.clone()));
+            tokio::spawn(supervise(config.clone(), index, tx, kill.clone(), lists, shutdown.clone()));
+            links.push(rx);
+            kills.push(kill);
+        }
+        Arc::new(Self {
+            in_flight: Semaphore::new(config.max_in_flight as usize),
+            config,
+            links,
+            kills,
+            next: AtomicUsize::new(0),
+            tools,
+        })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// A live connection, round robin, waiting up to the connect timeout for one to come up.
+    pub(super) async fn connection(&self) -> Result<(usize, Peer<RoleClient>, Bridge), String> {
+        let deadline = tokio::time::Instant::now() + self.config.connect_timeout;
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        loop {
+            let mut last = String::new();
+            for offset in 0..self.links.len() {
+                let index = (start + offset) % self.links.len();
+                match &*self.links[index].borrow() {
+                    Link::Up { peer, bridge } if !peer.is_transport_closed() => {
+                        return Ok((index, peer.clone(), bridge.clone()));
+                    }
+                    Link::Up { .. } => last = "the connection closed".into(),
+                    Link::Down { reason } => last.clone_from(reason),
+                }
+            }
+            let mut any_change = self.links.iter().cloned().collect::<Vec<_>>();
+            let changed = futures::future::select_all(any_change.iter_mut().map(|rx| Box::pin(rx.changed())));
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Err(format!(
+                    "upstream server {:?} is unavailable ({last}); waited {} ms for it",
+                    self.config.name,
+                    self.config.connect_timeout.as_millis()
+                ));
+            }
+        }
+    }
+
+    /// Kills connection `index` so its supervisor starts it again.
+    pub(super) fn kill(&self, index: usize) {
+        if let Some(kill) = self.kills.get(index) {
+            kill.notify_one();
+        }
+    }
+
+    /// Waits until the first listing, or `timeout`.
+    pub(crate) async fn listed(&self, timeout: Duration) -> bool {
+        let mut tools = self.tools.clone();
+        tokio::time::timeout(timeout, tools.wait_for(Option::is_some)).await.is_ok_and(|r| r.is_ok())
+    }
+}
+
+type Lists = Option<(Arc<watch::Sender<Option<Arc<Vec<Tool>>>>>, Arc<Notify>)>;
+
+async fn supervise(
+    config: Arc<UpstreamConfig>,
+    index: u16,
+    link: watch::Sender<Link>,
+    kill: Arc<Notify>,
+    lists: Lists,
+    shutdown: CancellationToken,
+) {
+    let name: Arc<str> = config.name.as_str().into();
+    let mut backoff = Duration::from_millis(100);
+    let mut first = true;
+    loop {
+        let list_changed = Arc::new(Notify::new());
+        let bridge = Bridge::new(name.clone(), list_changed.clone());
+        let started = Instant::now();
+        let outcome = tokio::select! {
+            connected = connect(&config, index, bridge.clone()) => connected,
+            () = shutdown.cancelled() => return,
+        };
+        let reason = match outcome {
+            Ok(running) => {
+                let version = running.peer().peer_info().map(|info| info.protocol_version.to_string()).unwrap_or_default();
+                tracing::info!(upstream = %name, instance = index, protocol = %version, "upstream connected");
+                if !first {
+                    METRICS.upstream_restarts.with_label_values(&[&name]).inc();
+                }
+                first = false;
+                let peer = running.peer().clone();
+                link.send_replace(Link::Up { peer: peer.clone(), bridge });
+                let lister = lists.clone().map(|(tools, changed)| {
+                    tokio::spawn(keep_listing(name.clone(), peer, list_changed, tools, changed))
+                });
+                let stop = running.cancellation_token();
+                let waiting = running.waiting();
+                tokio::pin!(waiting);
+                let reason = tokio::select! {
+                    quit = &mut waiting => format!("the connection ended ({quit:?})"),
+                    () = kill.notified() => {
+                        tracing::warn!(upstream = %name, instance = index, "upstream stopped answering: restarting it");
+                        stop.cancel();
+                        let _ = waiting.await;
+                        "it stopped answering and was restarted".to_owned()
+                    }
+                    () = shutdown.cancelled() => {
+                        stop.cancel();
+                        let _ = waiting.await;
+                        return;
+                    }
+                };
+                if let Some(lister) = lister {
+                    lister.abort();
+                }
+                reason
+            }
+            Err(err) => err,
+        };
+        tracing::warn!(upstream = %name, instance = index, reason = %reason, retry_in = ?backoff, "upstream down");
+        link.send_replace(Link::Down { reason: reason.clone() });
+        // A connection that held for a while starts the backoff over.
+        if started.elapsed() > Duration::from_secs(30) {
+            backoff = Duration::from_millis(100);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = shutdown.cancelled() => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// Lists the tools now and again on every `list_changed`.
+async fn keep_listing(
+    name: Arc<str>,
+    peer: Peer<RoleClient>,
+    list_changed: Arc<Notify>,
+    tools: Arc<watch::Sender<Option<Arc<Vec<Tool>>>>>,
+    changed: Arc<Notify>,
+) {
+    let mut first = true;
+    loop {
+        if !first {
+            list_changed.notified().await;
+            METRICS.upstream_list_refreshes.with_label_values(&[&name]).inc();
+        }
+        first = false;
+        match peer.list_all_tools().await {
+            Ok(listed) => {
+                tracing::info!(upstream = %name, tools = listed.len(), "upstream tools listed");
+                let listed = Arc::new(listed);
+                let same = tools.borrow().as_deref() == Some(&*listed);
+                if !same {
+                    tools.send_replace(Some(listed));
+                    changed.notify_one();
+                }
+            }
+            Err(err) => tracing::warn!(upstream = %name, error = %err, "could not list the upstream's tools"),
+        }
+    }
+}
+
+async fn connect(config: &UpstreamConfig, index: u16, bridge: Bridge) -> Result<RunningService<RoleClient, Bridge>, String> {
+    let lifecycle = ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: Some(ProtocolVersion::V_2025_11_25),
+    };
+    let connecting = async {
+        match &config.transport {
+            Transport::Stdio { command, args, env, cwd } => {
+                let mut cmd = tokio::process::Command::new(command);
+                cmd.args(args).env_clear().kill_on_drop(true);
+                for var in PASSED_ENV {
+                    if let Ok(value) = std::env::var(var) {
+                        cmd.env(var, value);
+                    }
+                }
+                for (key, value) in env {
+                    cmd.env(key, value.resolve().map_err(|e| format!("env {key}: {e}"))?);
+                }
+                if let Some(cwd) = cwd {
+                    cmd.current_dir(cwd);
+                }
+                let (child, stderr) = TokioChildProcess::builder(cmd)
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .map_err(|err| format!("cannot start {command:?}: {err}"))?;
+                if let Some(stderr) = stderr {
+                    tokio::spawn(forward_stderr(config.name.clone(), index, stderr));
+                }
+                bridge.serve_with_lifecycle(child, lifecycle).await.map_err(|err| format!("handshake failed: {err}"))
+            }
+            Transport::Http { url, headers } => {
+                let mut custom = std::collections::HashMap::new();
+                for (name, value) in headers {
+                    let value = value.resolve().map_err(|e| format!("header {name}: {e}"))?;
+                    let name = reqwest::header::HeaderName::try_from(name.as_str())
+                        .map_err(|_| format!("header name {name:?} is not valid"))?;
+                    let value = reqwest::header::HeaderValue::try_from(value)
+                        .map_err(|_| format!("header {name} has a value that is not valid in HTTP"))?;
+                    custom.insert(name, value);
+                }
+                let transport = StreamableHttpClientTransport::with_client(
+                    reqwest::Client::new(),
+                    StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom),
+                );
+                bridge.serve_with_lifecycle(transport, lifecycle).await.map_err(|err| format!("handshake failed: {err}"))
+            }
+        }
+    };
+    tokio::time::timeout(config.connect_timeout, connecting)
+        .await
+        .unwrap_or_else(|_| Err(format!("no handshake within {} ms", config.connect_timeout.as_millis())))
+}
+
+/// Copies a child's stderr into the worker's log, line by line, bounded in length and rate.
+async fn forward_stderr(upstream: String, instance: u16, stderr: tokio::process::ChildStderr) {
+    let mut lines = tokio::io::BufReader::new(stderr);
+    let mut buf = Vec::new();
+    let mut window = Instant::now();
+    let (mut logged, mut dropped) = (0u32, 0u64);
+    loop {
+        buf.clear();
+        // Read at most a bounded line; the rest of an overlong line is skipped.
+        match tokio::io::AsyncReadExt::take(&mut lines, STDERR_LINE_BYTES as u64).read_until(b'\n', &mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if buf.last() != Some(&b'\n') && buf.len() == STDERR_LINE_BYTES {
+            let mut rest = Vec::new();
+            let _ = lines.read_until(b'\n', &mut rest).await;
+        }
+        if window.elapsed() >= Duration::from_secs(1) {
+            if dropped > 0 {
+                tracing::warn!(upstream = %upstream, instance, dropped, "upstream stderr lines dropped (rate limit)");
+            }
+            window = Instant::now();
+            (logged, dropped) = (0, 0);
+        }
+        if logged >= STDERR_LINES_PER_SEC {
+            dropped += 1;
+            continue;
+        }
+        logged += 1;
+        let line = String::from_utf8_lossy(&buf);
+        tracing::info!(upstream = %upstream, instance, stderr = %line.trim_end(), "upstream stderr");
+    }
+}

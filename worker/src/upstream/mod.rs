@@ -1,0 +1,116 @@
+//! Upstream MCP servers behind the worker (`--upstreams`): each server's tools are published
+//! into the catalogue under a prefix and run as durable tasks, like the built-in packs.
+
+pub mod config;
+mod connection;
+mod handler;
+mod tool;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use taskgate_shared::tools::{ToolDescriptor, ToolSpec, is_valid_tool_name};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{ConfigError, UpstreamConfig};
+use connection::Upstream;
+
+use crate::tool::Tool;
+
+/// Every configured upstream server.
+pub(crate) struct Upstreams {
+    servers: Vec<Arc<Upstream>>,
+    digest: String,
+    /// Told when some server's tool list changed.
+    pub(crate) changed: Arc<Notify>,
+    cancel_grace: Duration,
+}
+
+impl Upstreams {
+    /// Starts a supervised connection to every server.
+    pub(crate) fn start(configs: Vec<UpstreamConfig>, cancel_grace: Duration, shutdown: CancellationToken) -> Self {
+        let digest = config::digest(&configs);
+        let changed = Arc::new(Notify::new());
+        let servers =
+            configs.into_iter().map(|config| Upstream::start(config, changed.clone(), shutdown.clone())).collect();
+        Self { servers, digest, changed, cancel_grace }
+    }
+
+    pub(crate) fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// Waits for every server's first listing, each up to its connect timeout (a server that
+    /// is not up by then joins the catalogue when it comes up).
+    pub(crate) async fn first_listings(&self) {
+        let waits = self.servers.iter().map(|server| async move {
+            // The handshake may take the connect timeout, and listing after it too.
+            if !server.listed(server.config.connect_timeout * 2).await {
+                tracing::error!(upstream = server.name(), "upstream not listed at start; its tools join when it comes up");
+            }
+        });
+        futures::future::join_all(waits).await;
+    }
+
+    /// The tools every server lists now, under their published names.
+    pub(crate) fn tools(&self) -> Vec<(String, Arc<dyn Tool>)> {
+        let mut out = Vec::new();
+        for server in &self.servers {
+            let Some(listed) = server.tools.borrow().clone() else { continue };
+            for remote in listed.iter() {
+                let name = remote.name.to_string();
+                if !server.config.serves(&name) {
+                    continue;
+                }
+                match self.tool(server, remote) {
+                    Ok(tool) => out.push((tool.spec.descriptor.name.clone(), Arc::new(tool) as Arc<dyn Tool>)),
+                    Err(why) => tracing::error!(upstream = server.name(), tool = %name, "not served: {why}"),
+                }
+            }
+        }
+        out
+    }
+
+    fn tool(&self, server: &Arc<Upstream>, remote: &rmcp::model::Tool) -> Result<tool::UpstreamTool, String> {
+        let config = &server.config;
+        let remote_name = remote.name.to_string();
+        let name = format!("{}{remote_name}", config.prefix);
+        if !is_valid_tool_name(&name) {
+            return Err(format!("{name:?} is not a valid MCP tool name"));
+        }
+        let json = serde_json::to_value(remote).map_err(|e| e.to_string())?;
+        let field = |key: &str| json.get(key).filter(|v| !v.is_null()).cloned();
+        let descriptor = ToolDescriptor {
+            name: name.clone(),
+            title: remote.title.clone(),
+            description: remote.description.as_deref().map(str::to_owned),
+            input_schema: field("inputSchema").unwrap_or_else(|| serde_json::json!({ "type": "object" })),
+            output_schema: field("outputSchema"),
+            annotations: field("annotations"),
+            icons: field("icons"),
+            meta: field("_meta"),
+        };
+        let settings = config.settings(&remote_name);
+        let hinted = |hint: &str| json.pointer(&format!("/annotations/{hint}")).and_then(Value::as_bool) == Some(true);
+        let retry_safe = settings.retry_on_reclaim.unwrap_or_else(|| hinted("readOnlyHint") || hinted("idempotentHint"));
+        let spec = ToolSpec {
+            descriptor,
+            execution: settings.execution,
+            ttl_ms: settings.ttl_ms,
+            poll_interval_ms: settings.poll_interval_ms,
+            status_message: None,
+            pre_task_inputs: BTreeMap::new(),
+        };
+        Ok(tool::UpstreamTool {
+            upstream: server.clone(),
+            remote: remote_name,
+            spec,
+            settings,
+            retry_safe,
+            cancel_grace: self.cancel_grace,
+        })
+    }
+}

@@ -1,0 +1,251 @@
+//! An upstream server's tool as a taskgate tool: the call runs under the task's lease, its
+//! progress becomes the task's status, a cancel reaches the server, and a call that a dead
+//! worker may have sent already is not sent again unless that is known to be safe.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientNotification, ClientRequest,
+    PingRequest, Request, ServerResult,
+};
+use rmcp::service::{PeerRequestOptions, ServiceError};
+use serde_json::Value;
+use taskgate_shared::protocol::{ErrorKind, RpcError};
+use taskgate_shared::tools::ToolSpec;
+use tokio::sync::mpsc;
+
+use super::config::Resolved;
+use super::connection::Upstream;
+use super::handler::{CallEvent, declined_status};
+use crate::metrics::METRICS;
+use crate::tool::{BoxFuture, Tool, ToolContext, ToolError, ToolOutput};
+
+/// At most one status update (each is a write and a publish) per this long.
+const STATUS_EVERY: Duration = Duration::from_secs(1);
+
+pub(crate) struct UpstreamTool {
+    pub(super) upstream: Arc<Upstream>,
+    /// The upstream's own name for the tool.
+    pub(super) remote: String,
+    pub(super) spec: ToolSpec,
+    pub(super) settings: Resolved,
+    /// Whether running the call again after a reclaim is allowed.
+    pub(super) retry_safe: bool,
+    pub(super) cancel_grace: Duration,
+}
+
+impl Tool for UpstreamTool {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    fn call<'a>(&'a self, arguments: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let upstream = self.upstream.name().to_owned();
+            let started = Instant::now();
+            let outcome = self.run(arguments, ctx).await;
+            let label = match &outcome {
+                Ok(_) => "completed",
+                Err(ToolError::Cancelled(_)) => "cancelled",
+                Err(ToolError::Rpc(_)) => "failed",
+                Err(ToolError::LeaseLost | ToolError::Suspend) => "abandoned",
+            };
+            METRICS.upstream_calls.with_label_values(&[&upstream, label]).inc();
+            METRICS.upstream_seconds.with_label_values(&[&upstream]).observe(started.elapsed().as_secs_f64());
+            tracing::info!(upstream = %upstream, tool = %self.remote, task_id = %ctx.task_id(), outcome = label, "upstream call ended");
+            outcome
+        })
+    }
+}
+
+impl UpstreamTool {
+    async fn run(&self, arguments: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let upstream = self.upstream.name();
+        if !self.retry_safe && !ctx.mark_started().await? {
+            tracing::warn!(upstream, tool = %self.remote, task_id = %ctx.task_id(), "an earlier run was interrupted mid-call; not retried");
+            return Err(ToolError::Rpc(RpcError::new(
+                ErrorKind::Internal,
+                format!(
+                    "the call to upstream tool {:?} was interrupted (its worker stopped) and is not retried because the tool may have side effects; mark it read-only or idempotent upstream, or set retry_on_reclaim, to allow a retry",
+                    self.remote
+                ),
+            )));
+        }
+        let _permit = self.upstream.in_flight.acquire().await.map_err(|_| unavailable(upstream, "shutting down"))?;
+        let (index, peer, bridge) = self.upstream.connection().await.map_err(|m| unavailable(upstream, &m))?;
+
+        let arguments = match arguments {
+            Value::Object(map) => Some(map),
+            Value::Null => None,
+            _ => return Err(ToolError::Rpc(RpcError::invalid_params("tool arguments must be an object"))),
+        };
+        let mut params = CallToolRequestParams::new(self.remote.clone());
+        params.arguments = arguments;
+        let options = PeerRequestOptions::with_timeout(self.settings.timeout)
+            .reset_timeout_on_progress()
+            .with_max_total_timeout(self.settings.max_timeout);
+        let in_flight = METRICS.upstream_in_flight.with_label_values(&[upstream]);
+        in_flight.inc();
+        let _in_flight = scopeguard(move || in_flight.dec());
+        let handle = peer
+            .send_request_with_option(ClientRequest::CallToolRequest(Request::new(params)), options)
+            .await
+            .map_err(|err| self.failure(err))?;
+        let (events_tx, mut events) = mpsc::channel(32);
+        let _route = bridge.route(handle.progress_token.clone(), events_tx);
+        let request_id = handle.id.clone();
+        let response = handle.await_response();
+        tokio::pin!(response);
+
+        let mut throttle = Throttle::default();
+        let answer = loop {
+            tokio::select! {
+                answer = &mut response => break answer,
+                Some(event) = events.recv() => match event {
+                    CallEvent::Progress(p) => {
+                        let message = progress_message(p.progress, p.total, p.message.as_deref());
+                        throttle.offer(message, (p.progress, p.total));
+                    }
+                    CallEvent::InputDeclined(kind) => throttle.offer(declined_status(kind), (0.0, None)),
+                },
+                () = throttle.due() => {}
+                () = ctx.cancelled() => {
+                    tracing::info!(upstream, tool = %self.remote, task_id = %ctx.task_id(), "cancelling the upstream call");
+                    let notice = CancelledNotification::new(
+                        CancelledNotificationParam::new(Some(request_id), Some("cancelled by the task's owner".into())),
+                    );
+                    let _ = peer.send_notification(ClientNotification::CancelledNotification(notice)).await;
+                    // A server that ignores the cancel still has to answer others; one that
+                    // does not even answer a ping within the grace period is restarted.
+                    let (upstream_ref, grace) = (self.upstream.clone(), self.cancel_grace);
+                    tokio::spawn(async move {
+                        let ping = peer.send_request_with_option(
+                            ClientRequest::PingRequest(PingRequest::default()),
+                            PeerRequestOptions::with_timeout(grace),
+                        );
+                        let alive = match ping.await {
+                            Ok(handle) => handle.await_response().await.is_ok(),
+                            Err(_) => false,
+                        };
+                        if !alive {
+                            upstream_ref.kill(index);
+                        }
+                    });
+                    return Err(ToolError::Cancelled(None));
+                }
+            }
+            if let Some((message, (progress, total))) = throttle.take() {
+                ctx.progress(progress, total, Some(&message)).await;
+                ctx.set_status(&message).await?;
+            }
+        };
+        match answer {
+            Ok(ServerResult::CallToolResult(result)) => {
+                let result = serde_json::to_value(result).map_err(|_| unavailable(upstream, "its result did not serialise"))?;
+                Ok(ToolOutput { result, status_message: None })
+            }
+            Ok(ServerResult::CreateTaskResult(_)) => Err(ToolError::Rpc(RpcError::new(
+                ErrorKind::Internal,
+                format!("upstream tool {:?} answered with a task of its own, which taskgate does not follow yet", self.remote),
+            ))),
+            Ok(ServerResult::InputRequiredResult(_)) => Err(ToolError::Rpc(RpcError::new(
+                ErrorKind::Internal,
+                format!("upstream tool {:?} asked for input, which taskgate does not forward yet", self.remote),
+            ))),
+            Ok(_) => Err(unavailable(upstream, "it answered the call with an unexpected result")),
+            Err(err) => Err(self.failure(err)),
+        }
+    }
+
+    fn failure(&self, err: ServiceError) -> ToolError {
+        let upstream = self.upstream.name();
+        ToolError::Rpc(match err {
+            ServiceError::McpError(e) => {
+                let kind = ErrorKind::from_code(i64::from(e.code.0));
+                let mut error = RpcError::new(kind, e.message.into_owned());
+                if let Some(data) = e.data {
+                    error = error.with_data(data);
+                }
+                error
+            }
+            ServiceError::Timeout { timeout } if timeout == self.settings.max_timeout => RpcError::new(
+                ErrorKind::Internal,
+                format!("upstream tool {:?} did not finish within its limit of {} ms", self.remote, timeout.as_millis()),
+            ),
+            ServiceError::Timeout { timeout } => RpcError::new(
+                ErrorKind::Internal,
+                format!(
+                    "upstream tool {:?} went {} ms without an answer or progress, and was abandoned",
+                    self.remote,
+                    timeout.as_millis()
+                ),
+            ),
+            ServiceError::TransportClosed | ServiceError::TransportSend(_) => RpcError::new(
+                ErrorKind::Internal,
+                format!("upstream server {upstream:?} closed the connection during the call (it may have crashed)"),
+            ),
+            other => RpcError::new(ErrorKind::Internal, format!("upstream server {upstream:?} failed the call: {other}")),
+        })
+    }
+}
+
+fn unavailable(upstream: &str, why: &str) -> ToolError {
+    let message = if why.starts_with("upstream server") { why.to_owned() } else { format!("upstream server {upstream:?}: {why}") };
+    ToolError::Rpc(RpcError::new(ErrorKind::Internal, message))
+}
+
+fn progress_message(progress: f64, total: Option<f64>, message: Option<&str>) -> String {
+    let amount = match total {
+        Some(total) => format!("{progress}/{total}"),
+        None => format!("{progress}"),
+    };
+    match message {
+        Some(message) => format!("{message} ({amount})"),
+        None => format!("Progress {amount}"),
+    }
+}
+
+/// Keeps the latest progress and lets it out at most once per [`STATUS_EVERY`]: the first at
+/// once, later ones when the interval is over, and never an old one after a newer.
+#[derive(Default)]
+struct Throttle {
+    latest: Option<(String, (f64, Option<f64>))>,
+    last: Option<Instant>,
+}
+
+impl Throttle {
+    fn offer(&mut self, message: String, amount: (f64, Option<f64>)) {
+        self.latest = Some((message, amount));
+    }
+
+    fn take(&mut self) -> Option<(String, (f64, Option<f64>))> {
+        if self.last.is_some_and(|last| last.elapsed() < STATUS_EVERY) {
+            return None;
+        }
+        let latest = self.latest.take()?;
+        self.last = Some(Instant::now());
+        Some(latest)
+    }
+
+    /// Resolves when a held-back update may go out; never when there is none.
+    async fn due(&self) {
+        match (&self.latest, self.last) {
+            (Some(_), Some(last)) => tokio::time::sleep_until((last + STATUS_EVERY).into()).await,
+            _ => std::future::pending().await,
+        }
+    }
+}
+
+/// Runs `f` when dropped.
+fn scopeguard(f: impl FnOnce()) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
+}
