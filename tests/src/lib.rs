@@ -10,6 +10,7 @@ mod fault_proxy;
 mod process;
 mod redis_server;
 mod stack;
+pub mod upstream;
 
 pub use client::{McpClient, Reply, SseItem, SseStream, ack, meta, meta_without_tasks, standard_headers};
 pub use fault_proxy::{Fault, FaultProxy};

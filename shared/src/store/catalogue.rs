@@ -18,7 +18,12 @@ impl Store {
     /// Publishes these specs, live for `ttl`, with this worker's configuration digest (empty:
     /// none), and removes specs no heartbeat renewed. Returns the digests of every live worker
     /// (one round trip).
-    pub async fn publish_tools(&self, specs: &[ToolSpec], digest: &str, ttl: Duration) -> Result<Vec<String>, StoreError> {
+    pub async fn publish_tools(
+        &self,
+        specs: &[ToolSpec],
+        digest: &str,
+        ttl: Duration,
+    ) -> Result<Vec<String>, StoreError> {
         let keys = self.keys().catalogue();
         let mut invocation = scripts::PUBLISH_TOOLS.key(&keys.specs);
         invocation.key(&keys.live).key(&keys.digests);
@@ -36,8 +41,7 @@ impl Store {
     /// host's clock; the TTL dwarfs any sane skew).
     pub async fn tool_is_live(&self, tool: &str) -> Result<bool, StoreError> {
         let keys = self.keys().catalogue();
-        let expiry: Option<f64> =
-            redis::cmd("ZSCORE").arg(&keys.live).arg(tool).query_async(&mut self.conn()).await?;
+        let expiry: Option<f64> = redis::cmd("ZSCORE").arg(&keys.live).arg(tool).query_async(&mut self.conn()).await?;
         Ok(expiry.is_some_and(|ms| ms > crate::task::now_ms() as f64))
     }
 

@@ -56,7 +56,9 @@ pub enum Started {
     /// No earlier run of this task got this far.
     First,
     /// A run under an earlier fencing token got this far: its side effect may have happened.
-    Before { fence: u64 },
+    Before {
+        fence: u64,
+    },
     LeaseLost,
 }
 

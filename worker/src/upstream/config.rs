@@ -105,10 +105,7 @@ impl UpstreamConfig {
             own.and_then(f).or_else(|| f(&self.defaults)).unwrap_or(default)
         };
         Resolved {
-            execution: own
-                .and_then(|s| s.execution)
-                .or(self.defaults.execution)
-                .unwrap_or(Execution::TaskOptional),
+            execution: own.and_then(|s| s.execution).or(self.defaults.execution).unwrap_or(Execution::TaskOptional),
             ttl_ms: pick(|s| s.ttl_ms, DEFAULT_TTL_MS),
             poll_interval_ms: pick(|s| s.poll_interval_ms, DEFAULT_POLL_INTERVAL_MS),
             timeout: Duration::from_millis(pick(|s| s.timeout_ms, DEFAULT_TIMEOUT_MS)),
@@ -135,15 +132,17 @@ pub struct ConfigError {
 /// Reads and checks the file.
 pub fn load(path: &Path) -> Result<Vec<UpstreamConfig>, ConfigError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|err| ConfigError { path: shown.clone(), line: None, message: format!("cannot read: {err}") })?;
+    let text = std::fs::read_to_string(path).map_err(|err| ConfigError {
+        path: shown.clone(),
+        line: None,
+        message: format!("cannot read: {err}"),
+    })?;
     parse(&text, &shown)
 }
 
 /// Parses a file's text; `path` names it in errors. JSON when it starts with `{`, else TOML.
 pub fn parse(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError> {
-    let configs =
-        if text.trim_start().starts_with('{') { parse_json(text, path)? } else { parse_toml(text, path)? };
+    let configs = if text.trim_start().starts_with('{') { parse_json(text, path)? } else { parse_toml(text, path)? };
     let mut seen = std::collections::BTreeSet::new();
     for config in &configs {
         if !seen.insert(config.name.clone()) {
@@ -368,7 +367,9 @@ fn parse_json(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError
                     if matches!(secret, Secret::Value(_)) && looks_secret(&header) {
                         return Err(fail(
                             "headers",
-                            format!("{header:?} carries a credential: write it as \"${{VAR}}\" and set VAR in the worker's environment"),
+                            format!(
+                                "{header:?} carries a credential: write it as \"${{VAR}}\" and set VAR in the worker's environment"
+                            ),
                         ));
                     }
                     headers.insert(header, secret);
@@ -413,11 +414,17 @@ fn placeholder(value: String) -> Secret {
 
 fn looks_secret(header: &str) -> bool {
     let h = header.to_ascii_lowercase();
-    h == "authorization" || h == "proxy-authorization" || h == "cookie" || ["token", "key", "secret", "password"].iter().any(|w| h.contains(w))
+    h == "authorization"
+        || h == "proxy-authorization"
+        || h == "cookie"
+        || ["token", "key", "secret", "password"].iter().any(|w| h.contains(w))
 }
 
 fn check_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+    if name.is_empty()
+        || name.len() > 64
+        || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
         return Err(format!("{name:?} must be 1 to 64 characters of a-z, 0-9 and -"));
     }
     Ok(())
@@ -559,7 +566,8 @@ retry_on_reclaim = true
         .unwrap_err();
         assert!(err.to_string().contains("never inline") && !err.to_string().contains("abc"), "{err}");
 
-        let err = parse("[[upstream]]\nname = \"a\"\ncommand = \"x\"\nexecution = \"sometimes\"\n", "u.toml").unwrap_err();
+        let err =
+            parse("[[upstream]]\nname = \"a\"\ncommand = \"x\"\nexecution = \"sometimes\"\n", "u.toml").unwrap_err();
         assert_eq!(err.line, Some(4), "{err}");
     }
 

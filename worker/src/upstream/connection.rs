@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{ProtocolVersion, Tool};
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _, Peer, RoleClient, RunningService};
+use rmcp::service::{
+    ClientInitializeError, ClientLifecycleMode, ClientServiceExt as _, Peer, RoleClient, RunningService,
+};
 use rmcp::transport::TokioChildProcess;
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
 use tokio::io::AsyncBufReadExt as _;
@@ -136,17 +138,19 @@ async fn supervise(
     let name: Arc<str> = config.name.as_str().into();
     let mut backoff = Duration::from_millis(100);
     let mut first = true;
+    let mut legacy = false;
     loop {
         let list_changed = Arc::new(Notify::new());
         let bridge = Bridge::new(name.clone(), list_changed.clone());
         let started = Instant::now();
         let outcome = tokio::select! {
-            connected = connect(&config, index, bridge.clone()) => connected,
+            connected = connect(&config, index, bridge.clone(), &mut legacy) => connected,
             () = shutdown.cancelled() => return,
         };
         let reason = match outcome {
             Ok(running) => {
-                let version = running.peer().peer_info().map(|info| info.protocol_version.to_string()).unwrap_or_default();
+                let version =
+                    running.peer().peer_info().map(|info| info.protocol_version.to_string()).unwrap_or_default();
                 tracing::info!(upstream = %name, instance = index, protocol = %version, "upstream connected");
                 if !first {
                     METRICS.upstream_restarts.with_label_values(&[&name]).inc();
@@ -225,11 +229,60 @@ async fn keep_listing(
     }
 }
 
-async fn connect(config: &UpstreamConfig, index: u16, bridge: Bridge) -> Result<RunningService<RoleClient, Bridge>, String> {
-    let lifecycle = ClientLifecycleMode::Auto {
+/// Connects with `server/discover` (2026-07-28) unless the server is known to be legacy, and
+/// falls back to `initialize` when the server names only older revisions. `legacy` remembers
+/// that across reconnections.
+async fn connect(
+    config: &UpstreamConfig,
+    index: u16,
+    bridge: Bridge,
+    legacy: &mut bool,
+) -> Result<RunningService<RoleClient, Bridge>, String> {
+    let modern = ClientLifecycleMode::Auto {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
         legacy_version: Some(ProtocolVersion::V_2025_11_25),
     };
+    if !*legacy {
+        match open(config, index, bridge.clone(), modern).await {
+            Err(Opened::OlderOnly) => *legacy = true,
+            other => return other.map_err(Opened::into_message),
+        }
+    }
+    open(config, index, bridge, ClientLifecycleMode::Initialize).await.map_err(Opened::into_message)
+}
+
+enum Opened {
+    /// The server answered discovery with only revisions that still use `initialize`.
+    OlderOnly,
+    Failed(String),
+}
+
+impl Opened {
+    fn into_message(self) -> String {
+        match self {
+            Self::OlderOnly => "the server supports no revision this worker speaks".into(),
+            Self::Failed(message) => message,
+        }
+    }
+}
+
+fn handshake_failed(err: ClientInitializeError) -> Opened {
+    match err {
+        ClientInitializeError::NoCompatibleProtocolVersion { server_supported, .. }
+            if server_supported.iter().any(|v| *v <= ProtocolVersion::V_2025_11_25) =>
+        {
+            Opened::OlderOnly
+        }
+        other => Opened::Failed(format!("handshake failed: {other}")),
+    }
+}
+
+async fn open(
+    config: &UpstreamConfig,
+    index: u16,
+    bridge: Bridge,
+    lifecycle: ClientLifecycleMode,
+) -> Result<RunningService<RoleClient, Bridge>, Opened> {
     let connecting = async {
         match &config.transport {
             Transport::Stdio { command, args, env, cwd } => {
@@ -241,7 +294,7 @@ async fn connect(config: &UpstreamConfig, index: u16, bridge: Bridge) -> Result<
                     }
                 }
                 for (key, value) in env {
-                    cmd.env(key, value.resolve().map_err(|e| format!("env {key}: {e}"))?);
+                    cmd.env(key, value.resolve().map_err(|e| Opened::Failed(format!("env {key}: {e}")))?);
                 }
                 if let Some(cwd) = cwd {
                     cmd.current_dir(cwd);
@@ -249,33 +302,33 @@ async fn connect(config: &UpstreamConfig, index: u16, bridge: Bridge) -> Result<
                 let (child, stderr) = TokioChildProcess::builder(cmd)
                     .stderr(std::process::Stdio::piped())
                     .spawn()
-                    .map_err(|err| format!("cannot start {command:?}: {err}"))?;
+                    .map_err(|err| Opened::Failed(format!("cannot start {command:?}: {err}")))?;
                 if let Some(stderr) = stderr {
                     tokio::spawn(forward_stderr(config.name.clone(), index, stderr));
                 }
-                bridge.serve_with_lifecycle(child, lifecycle).await.map_err(|err| format!("handshake failed: {err}"))
+                bridge.serve_with_lifecycle(child, lifecycle).await.map_err(handshake_failed)
             }
             Transport::Http { url, headers } => {
                 let mut custom = std::collections::HashMap::new();
                 for (name, value) in headers {
-                    let value = value.resolve().map_err(|e| format!("header {name}: {e}"))?;
+                    let value = value.resolve().map_err(|e| Opened::Failed(format!("header {name}: {e}")))?;
                     let name = reqwest::header::HeaderName::try_from(name.as_str())
-                        .map_err(|_| format!("header name {name:?} is not valid"))?;
+                        .map_err(|_| Opened::Failed(format!("header name {name:?} is not valid")))?;
                     let value = reqwest::header::HeaderValue::try_from(value)
-                        .map_err(|_| format!("header {name} has a value that is not valid in HTTP"))?;
+                        .map_err(|_| Opened::Failed(format!("header {name} has a value that is not valid in HTTP")))?;
                     custom.insert(name, value);
                 }
                 let transport = StreamableHttpClientTransport::with_client(
                     reqwest::Client::new(),
                     StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom),
                 );
-                bridge.serve_with_lifecycle(transport, lifecycle).await.map_err(|err| format!("handshake failed: {err}"))
+                bridge.serve_with_lifecycle(transport, lifecycle).await.map_err(handshake_failed)
             }
         }
     };
-    tokio::time::timeout(config.connect_timeout, connecting)
-        .await
-        .unwrap_or_else(|_| Err(format!("no handshake within {} ms", config.connect_timeout.as_millis())))
+    tokio::time::timeout(config.connect_timeout, connecting).await.unwrap_or_else(|_| {
+        Err(Opened::Failed(format!("no handshake within {} ms", config.connect_timeout.as_millis())))
+    })
 }
 
 /// Copies a child's stderr into the worker's log, line by line, bounded in length and rate.

@@ -17,7 +17,9 @@ use tokio::sync::{Notify, mpsc};
 
 /// The task's status after the server asked for input (`kind`) and was refused.
 pub(super) fn declined_status(kind: &str) -> String {
-    format!("The upstream server asked for {kind} during the call; taskgate does not forward that yet, so it was declined.")
+    format!(
+        "The upstream server asked for {kind} during the call; taskgate does not forward that yet, so it was declined."
+    )
 }
 
 /// Progress and input events of one call.
@@ -118,6 +120,9 @@ impl ClientHandler for Bridge {
     fn get_info(&self) -> ClientConfig {
         // No elicitation, sampling, roots or Tasks extension declared: the server should not
         // ask for input or answer with a task of its own.
-        ClientConfig::new(ClientCapabilities::default(), Implementation::new("taskgate-worker", env!("CARGO_PKG_VERSION")))
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("taskgate-worker", env!("CARGO_PKG_VERSION")),
+        )
     }
 }

@@ -49,7 +49,10 @@ impl Upstreams {
         let waits = self.servers.iter().map(|server| async move {
             // The handshake may take the connect timeout, and listing after it too.
             if !server.listed(server.config.connect_timeout * 2).await {
-                tracing::error!(upstream = server.name(), "upstream not listed at start; its tools join when it comes up");
+                tracing::error!(
+                    upstream = server.name(),
+                    "upstream not listed at start; its tools join when it comes up"
+                );
             }
         });
         futures::future::join_all(waits).await;
@@ -95,7 +98,8 @@ impl Upstreams {
         };
         let settings = config.settings(&remote_name);
         let hinted = |hint: &str| json.pointer(&format!("/annotations/{hint}")).and_then(Value::as_bool) == Some(true);
-        let retry_safe = settings.retry_on_reclaim.unwrap_or_else(|| hinted("readOnlyHint") || hinted("idempotentHint"));
+        let retry_safe =
+            settings.retry_on_reclaim.unwrap_or_else(|| hinted("readOnlyHint") || hinted("idempotentHint"));
         let spec = ToolSpec {
             descriptor,
             execution: settings.execution,

@@ -142,12 +142,16 @@ impl UpstreamTool {
         };
         match answer {
             Ok(ServerResult::CallToolResult(result)) => {
-                let result = serde_json::to_value(result).map_err(|_| unavailable(upstream, "its result did not serialise"))?;
+                let result =
+                    serde_json::to_value(result).map_err(|_| unavailable(upstream, "its result did not serialise"))?;
                 Ok(ToolOutput { result, status_message: None })
             }
             Ok(ServerResult::CreateTaskResult(_)) => Err(ToolError::Rpc(RpcError::new(
                 ErrorKind::Internal,
-                format!("upstream tool {:?} answered with a task of its own, which taskgate does not follow yet", self.remote),
+                format!(
+                    "upstream tool {:?} answered with a task of its own, which taskgate does not follow yet",
+                    self.remote
+                ),
             ))),
             Ok(ServerResult::InputRequiredResult(_)) => Err(ToolError::Rpc(RpcError::new(
                 ErrorKind::Internal,
@@ -171,7 +175,11 @@ impl UpstreamTool {
             }
             ServiceError::Timeout { timeout } if timeout == self.settings.max_timeout => RpcError::new(
                 ErrorKind::Internal,
-                format!("upstream tool {:?} did not finish within its limit of {} ms", self.remote, timeout.as_millis()),
+                format!(
+                    "upstream tool {:?} did not finish within its limit of {} ms",
+                    self.remote,
+                    timeout.as_millis()
+                ),
             ),
             ServiceError::Timeout { timeout } => RpcError::new(
                 ErrorKind::Internal,
@@ -185,13 +193,19 @@ impl UpstreamTool {
                 ErrorKind::Internal,
                 format!("upstream server {upstream:?} closed the connection during the call (it may have crashed)"),
             ),
-            other => RpcError::new(ErrorKind::Internal, format!("upstream server {upstream:?} failed the call: {other}")),
+            other => {
+                RpcError::new(ErrorKind::Internal, format!("upstream server {upstream:?} failed the call: {other}"))
+            }
         })
     }
 }
 
 fn unavailable(upstream: &str, why: &str) -> ToolError {
-    let message = if why.starts_with("upstream server") { why.to_owned() } else { format!("upstream server {upstream:?}: {why}") };
+    let message = if why.starts_with("upstream server") {
+        why.to_owned()
+    } else {
+        format!("upstream server {upstream:?}: {why}")
+    };
     ToolError::Rpc(RpcError::new(ErrorKind::Internal, message))
 }
 

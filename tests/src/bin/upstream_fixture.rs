@@ -1,0 +1,220 @@
+//! A hermetic upstream MCP server for the bridge tests, built on the official Rust SDK's server
+//! side. `upstream-fixture stdio [--legacy]` serves on stdin/stdout; `upstream-fixture http
+//! [--legacy]` serves Streamable HTTP on a free loopback port and prints its URL as the first
+//! line of stdout. `--legacy` speaks only 2025-11-25 and earlier (no `server/discover`).
+//!
+//! It appends what it sees to the file named by `FIXTURE_LOG` (one line per event), so a test
+//! can tell which handshake ran, which calls arrived, and whether a cancel reached it.
+
+use std::borrow::Cow;
+use std::io::Write as _;
+use std::time::Duration;
+
+use rmcp::model::CallToolResponse;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ContentBlock as Content, DiscoverResult, Implementation,
+    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler, ServiceExt as _};
+use serde_json::{Value, json};
+
+#[derive(Clone)]
+struct Fixture {
+    legacy: bool,
+}
+
+fn log(line: &str) {
+    if let Ok(path) = std::env::var("FIXTURE_LOG")
+        && let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+    {
+        let _ = writeln!(file, "{line}");
+    }
+}
+
+fn tool(name: &str, description: &str, properties: Value, annotations: Option<Value>) -> Tool {
+    let mut json = json!({
+        "name": name,
+        "description": description,
+        "inputSchema": { "type": "object", "properties": properties },
+    });
+    if let Some(annotations) = annotations {
+        json["annotations"] = annotations;
+    }
+    serde_json::from_value(json).expect("a valid tool")
+}
+
+fn tools() -> Vec<Tool> {
+    let tag = json!({ "tag": { "type": "string" }, "ms": { "type": "integer" } });
+    let mut slow = tool(
+        "slow",
+        "Reports progress once per step, then answers.",
+        json!({ "steps": { "type": "integer" }, "step_ms": { "type": "integer" } }),
+        Some(json!({ "readOnlyHint": true })),
+    );
+    slow.title = Some("Slow, with progress".into());
+    slow.output_schema = Some(std::sync::Arc::new(
+        serde_json::from_value(json!({ "type": "object", "properties": { "steps": { "type": "integer" } } })).unwrap(),
+    ));
+    vec![
+        tool(
+            "echo",
+            "Answers with its arguments.",
+            json!({ "text": { "type": "string" } }),
+            Some(json!({ "readOnlyHint": true })),
+        ),
+        slow,
+        tool("wait_for_cancel", "Waits until the call is cancelled, and logs the cancel.", json!({}), None),
+        tool("crash", "Ends the server's process mid-call.", json!({}), None),
+        tool("never_answers", "Never answers, whatever happens.", json!({}), None),
+        tool("side_effect", "Logs an effect, then takes `ms` to answer.", tag.clone(), None),
+        tool(
+            "idempotent_effect",
+            "Like side_effect, but annotated idempotent.",
+            tag,
+            Some(json!({ "idempotentHint": true })),
+        ),
+        tool("ask", "Asks the client for input mid-call.", json!({}), None),
+    ]
+}
+
+fn text(text: impl Into<String>) -> CallToolResponse {
+    CallToolResponse::Complete(CallToolResult::success(vec![Content::text(text.into())]))
+}
+
+impl ServerHandler for Fixture {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+            .with_server_info(Implementation::new("taskgate-upstream-fixture", "1.0.0"))
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        if self.legacy {
+            Cow::Borrowed(&[ProtocolVersion::V_2025_06_18, ProtocolVersion::V_2025_11_25])
+        } else {
+            Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
+        }
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let result = self.negotiate_initialize(&request)?;
+        log(&format!("initialize {}", result.protocol_version));
+        Ok(result)
+    }
+
+    async fn discover(&self, _context: RequestContext<RoleServer>) -> Result<DiscoverResult, ErrorData> {
+        log("discover");
+        Ok(DiscoverResult::from_server_info(self.supported_protocol_versions().into_owned(), self.get_info()))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult { tools: tools(), ..Default::default() })
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = request.arguments.clone().unwrap_or_default();
+        let int = |key: &str, default: u64| args.get(key).and_then(Value::as_u64).unwrap_or(default);
+        let tag = args.get("tag").and_then(Value::as_str).unwrap_or("").to_owned();
+        log(&format!("call {} {tag}", request.name));
+        match request.name.as_ref() {
+            "echo" => Ok(text(args.get("text").and_then(Value::as_str).unwrap_or("").to_owned())),
+            "slow" => {
+                let steps = int("steps", 3);
+                let token = context.meta.get_progress_token();
+                for step in 1..=steps {
+                    tokio::time::sleep(Duration::from_millis(int("step_ms", 100))).await;
+                    if let Some(token) = &token {
+                        let _ = context
+                            .peer
+                            .notify_progress(
+                                ProgressNotificationParam::new(token.clone(), step as f64)
+                                    .with_total(steps as f64)
+                                    .with_message(format!("step {step}")),
+                            )
+                            .await;
+                    }
+                }
+                let mut result = CallToolResult::success(vec![Content::text(format!("slow done after {steps} steps"))]);
+                result.structured_content = Some(json!({ "steps": steps }));
+                Ok(CallToolResponse::Complete(result))
+            }
+            "wait_for_cancel" => {
+                context.ct.cancelled().await;
+                log("cancelled wait_for_cancel");
+                Ok(text("cancelled"))
+            }
+            "crash" => {
+                log("crashing");
+                std::process::exit(3);
+            }
+            "never_answers" => std::future::pending().await,
+            "side_effect" | "idempotent_effect" => {
+                log(&format!("effect {tag}"));
+                tokio::time::sleep(Duration::from_millis(int("ms", 0))).await;
+                Ok(text(format!("effect {tag} done")))
+            }
+            "ask" => {
+                let params = serde_json::from_value(json!({
+                    "mode": "form",
+                    "message": "Approve?",
+                    "requestedSchema": { "type": "object", "properties": { "ok": { "type": "boolean" } } }
+                }))
+                .expect("elicitation params");
+                let outcome = context
+                    .peer
+                    .send_request(rmcp::model::ServerRequest::ElicitRequest(rmcp::model::Request::new(params)))
+                    .await;
+                let line = match outcome {
+                    Ok(reply) => format!("ask answered {reply:?}"),
+                    Err(err) => format!("ask refused: {err}"),
+                };
+                log(&line);
+                Ok(text(line))
+            }
+            other => Err(ErrorData::invalid_params(format!("unknown tool {other}"), None)),
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let legacy = args.iter().any(|a| a == "--legacy");
+    let fixture = Fixture { legacy };
+    match args.first().map(String::as_str) {
+        Some("stdio") => {
+            log("started stdio");
+            let running = fixture.serve(rmcp::transport::stdio()).await?;
+            running.waiting().await?;
+        }
+        Some("http") => {
+            use rmcp::transport::streamable_http_server::{
+                StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+            };
+            let config = StreamableHttpServerConfig::default().with_legacy_session_mode(legacy);
+            let service: StreamableHttpService<Fixture, LocalSessionManager> =
+                StreamableHttpService::new(move || Ok(fixture.clone()), Default::default(), config);
+            let router = axum::Router::new().nest_service("/mcp", service);
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            println!("http://{}/mcp", listener.local_addr()?);
+            log("started http");
+            axum::serve(listener, router).await?;
+        }
+        _ => anyhow::bail!("usage: upstream-fixture stdio|http [--legacy]"),
+    }
+    Ok(())
+}

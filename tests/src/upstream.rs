@@ -1,0 +1,68 @@
+//! Helpers of the upstream-bridge tests: the hermetic fixture server over HTTP, the upstreams
+//! file a worker is given, and waiting for a tool to appear in (or leave) `tools/list`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt as _;
+
+use crate::McpClient;
+
+/// The fixture (`src/bin/upstream_fixture.rs`) serving Streamable HTTP; killed when dropped.
+pub struct HttpFixture {
+    _child: tokio::process::Child,
+    pub url: String,
+}
+
+impl HttpFixture {
+    /// Starts `bin http [--legacy]`, logging to `log`, and reads its URL.
+    pub async fn start(bin: &str, legacy: bool, log: &Path) -> Self {
+        let mut command = tokio::process::Command::new(bin);
+        command.arg("http").env("FIXTURE_LOG", log).stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true);
+        if legacy {
+            command.arg("--legacy");
+        }
+        let mut child = command.spawn().expect("the fixture starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let url = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("the fixture prints its URL in time")
+            .expect("stdout reads")
+            .expect("a URL line");
+        Self { _child: child, url }
+    }
+}
+
+/// Writes an upstreams file into `dir` and returns its path.
+pub fn upstreams_file(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, body).expect("the upstreams file is written");
+    path
+}
+
+/// The fixture's event log (one line per event).
+pub fn fixture_log(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// Waits until `tools/list` lists `name`, and returns its descriptor.
+pub async fn wait_for_tool(client: &McpClient, name: &str, patience: Duration) -> Value {
+    crate::eventually(patience, &format!("tools/list to list {name}"), || async {
+        let reply = client.call("tools/list", json!({})).await;
+        reply.result()["tools"].as_array()?.iter().find(|t| t["name"] == name).cloned()
+    })
+    .await
+}
+
+/// Waits until `tools/list` no longer lists `name`.
+pub async fn wait_for_no_tool(client: &McpClient, name: &str, patience: Duration) {
+    crate::eventually(patience, &format!("tools/list to drop {name}"), || async {
+        let reply = client.call("tools/list", json!({})).await;
+        let tools = reply.result()["tools"].as_array()?.clone();
+        (!tools.iter().any(|t| t["name"] == name)).then_some(())
+    })
+    .await;
+}
