@@ -137,8 +137,11 @@ async fn server_everything_over_stdio() {
     everything_runs_as_tasks(&upstream).await;
 }
 
-/// server-everything's own HTTP listener, killed when dropped.
-struct EverythingHttp(tokio::process::Child, u16);
+/// server-everything's own HTTP listener (the child is killed when dropped) and its port.
+struct EverythingHttp {
+    _child: tokio::process::Child,
+    port: u16,
+}
 
 impl EverythingHttp {
     async fn start() -> Self {
@@ -157,14 +160,14 @@ impl EverythingHttp {
             tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok().map(drop)
         })
         .await;
-        Self(child, port)
+        Self { _child: child, port }
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_everything_over_streamable_http() {
     let server = EverythingHttp::start().await;
-    let upstream = format!("[[upstream]]\nname = \"everything\"\nurl = \"http://127.0.0.1:{}/mcp\"\n", server.1);
+    let upstream = format!("[[upstream]]\nname = \"everything\"\nurl = \"http://127.0.0.1:{}/mcp\"\n", server.port);
     everything_runs_as_tasks(&upstream).await;
 }
 

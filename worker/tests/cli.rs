@@ -31,3 +31,17 @@ fn tool_overrides_must_name_served_tools() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("invalid tool override"), "{bad}: {out:?}");
     }
 }
+
+#[test]
+fn a_bad_upstreams_file_is_refused_naming_the_line_and_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("upstreams.toml");
+    std::fs::write(&file, "[[upstream]]\nname = \"ok\"\ncommand = \"x\"\ninstances = 0\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_taskgate-worker"))
+        .args(["--upstreams", file.to_str().unwrap(), "--log-format", "text"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("upstreams.toml:4") && stderr.contains("`instances`"), "{stderr}");
+}

@@ -473,19 +473,23 @@ fn line_at(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
 }
 
-/// The line of `field = …` inside an entry's span, or the entry's first line.
+/// The line of `field = …` in the entry that starts at `span` (its table runs to the next
+/// table header), or the entry's first line.
 fn field_line(text: &str, span: Range<usize>, field: &str) -> usize {
     let key = field.rsplit('.').next().unwrap_or(field);
-    let body = &text[span.start.min(text.len())..span.end.min(text.len())];
-    let mut offset = span.start;
-    for line in body.split_inclusive('\n') {
+    let start = span.start.min(text.len());
+    let mut offset = start;
+    for (i, line) in text[start..].split_inclusive('\n').enumerate() {
         let trimmed = line.trim_start();
+        if i > 0 && trimmed.starts_with("[[upstream]]") {
+            break;
+        }
         if trimmed.strip_prefix(key).is_some_and(|rest| rest.trim_start().starts_with('=')) {
             return line_at(text, offset);
         }
         offset += line.len();
     }
-    line_at(text, span.start)
+    line_at(text, start)
 }
 
 /// A digest of the configuration, published beside the catalogue so the fleet can see that

@@ -99,7 +99,7 @@ impl Upstream {
                     Link::Down { reason } => last.clone_from(reason),
                 }
             }
-            let mut any_change = self.links.iter().cloned().collect::<Vec<_>>();
+            let mut any_change = self.links.clone();
             let changed = futures::future::select_all(any_change.iter_mut().map(|rx| Box::pin(rx.changed())));
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
                 return Err(format!(

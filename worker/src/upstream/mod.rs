@@ -87,7 +87,7 @@ impl Upstreams {
         let json = serde_json::to_value(remote).map_err(|e| e.to_string())?;
         let field = |key: &str| json.get(key).filter(|v| !v.is_null()).cloned();
         let descriptor = ToolDescriptor {
-            name: name.clone(),
+            name,
             title: remote.title.clone(),
             description: remote.description.as_deref().map(str::to_owned),
             input_schema: field("inputSchema").unwrap_or_else(|| serde_json::json!({ "type": "object" })),
