@@ -87,11 +87,14 @@ impl Upstream {
     pub(super) async fn connection(&self) -> Result<(usize, Peer<RoleClient>, Bridge), String> {
         let deadline = tokio::time::Instant::now() + self.config.connect_timeout;
         let start = self.next.fetch_add(1, Ordering::Relaxed);
+        // Own receivers, marked seen on every look, so waiting for a change never spins on one
+        // that was already looked at.
+        let mut links = self.links.clone();
         loop {
             let mut last = String::new();
-            for offset in 0..self.links.len() {
-                let index = (start + offset) % self.links.len();
-                match &*self.links[index].borrow() {
+            for offset in 0..links.len() {
+                let index = (start + offset) % links.len();
+                match &*links[index].borrow_and_update() {
                     Link::Up { peer, bridge } if !peer.is_transport_closed() => {
                         return Ok((index, peer.clone(), bridge.clone()));
                     }
@@ -99,14 +102,18 @@ impl Upstream {
                     Link::Down { reason } => last.clone_from(reason),
                 }
             }
-            let mut any_change = self.links.clone();
-            let changed = futures::future::select_all(any_change.iter_mut().map(|rx| Box::pin(rx.changed())));
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                return Err(format!(
-                    "upstream server {:?} is unavailable ({last}); waited {} ms for it",
-                    self.config.name,
-                    self.config.connect_timeout.as_millis()
-                ));
+            let changed = futures::future::select_all(links.iter_mut().map(|rx| Box::pin(rx.changed())));
+            match tokio::time::timeout_at(deadline, changed).await {
+                Err(_) => {
+                    return Err(format!(
+                        "upstream server {:?} is unavailable ({last}); waited {} ms for it",
+                        self.config.name,
+                        self.config.connect_timeout.as_millis()
+                    ));
+                }
+                // The supervisor is gone: the worker is shutting down.
+                Ok((Err(_), ..)) => return Err(format!("upstream server {:?} is shutting down", self.config.name)),
+                Ok(_) => {}
             }
         }
     }
