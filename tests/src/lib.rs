@@ -9,6 +9,7 @@ mod client;
 mod fault_proxy;
 mod process;
 mod redis_server;
+mod scrape;
 mod stack;
 pub mod upstream;
 
@@ -16,6 +17,7 @@ pub use client::{McpClient, Reply, SseItem, SseStream, ack, meta, meta_without_t
 pub use fault_proxy::{Fault, FaultProxy};
 pub use process::{Binary, Service};
 pub use redis_server::{RedisCluster, RedisServer};
+pub use scrape::Scrape;
 pub use stack::{Stack, StackBuilder};
 
 use std::future::Future;

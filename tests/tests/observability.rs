@@ -1,83 +1,16 @@
-//! Observability (issue 9): Prometheus metrics of the gateway and the worker after a full
+//! Observability: Prometheus metrics of the gateway and the worker after a full
 //! lifecycle, one trace from the client's request to the worker's execution over OTLP, request
 //! fields on log lines, and dashboards and alerts that name only metrics that exist.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use sha2::Digest as _;
-use taskgate_tests::{McpClient, Stack, eventually, free_port, standard_headers};
+use taskgate_tests::{McpClient, Scrape, Stack, eventually, free_port, standard_headers};
 
 const PATIENCE: Duration = Duration::from_secs(20);
-
-/// One scrape: series (name and sorted labels) to value, and the family names it declares.
-struct Scrape {
-    series: BTreeMap<(String, BTreeMap<String, String>), f64>,
-    families: BTreeSet<String>,
-}
-
-impl Scrape {
-    async fn of(url: &str) -> Self {
-        let response = reqwest::Client::new().get(url).send().await.expect("metrics answer");
-        assert_eq!(response.status(), 200);
-        let content_type = response.headers()["content-type"].to_str().unwrap().to_owned();
-        assert!(content_type.starts_with("text/plain; version=0.0.4"), "{content_type}");
-        Self::parse(&response.text().await.unwrap())
-    }
-
-    fn parse(text: &str) -> Self {
-        let mut series = BTreeMap::new();
-        let mut families = BTreeSet::new();
-        for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("# TYPE ") {
-                families.insert(rest.split(' ').next().unwrap().to_owned());
-                continue;
-            }
-            if line.starts_with('#') || line.is_empty() {
-                continue;
-            }
-            let (key, value) = line.rsplit_once(' ').unwrap();
-            let (name, labels) = match key.split_once('{') {
-                Some((name, labels)) => (name, labels.trim_end_matches('}')),
-                None => (key, ""),
-            };
-            let labels = labels
-                .split("\",")
-                .filter(|l| !l.is_empty())
-                .map(|l| {
-                    let (k, v) = l.split_once('=').unwrap();
-                    (k.to_owned(), v.trim_matches('"').to_owned())
-                })
-                .collect();
-            series.insert((name.to_owned(), labels), value.parse().unwrap());
-        }
-        Self { series, families }
-    }
-
-    /// The value of one series (0 when absent: a labelled counter appears on first use).
-    fn get(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        let labels = labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        self.series.get(&(name.to_owned(), labels)).copied().unwrap_or(0.0)
-    }
-
-    /// A series that must be exported even at zero.
-    fn present(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        let labels_map: BTreeMap<String, String> =
-            labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        *self.series.get(&(name.to_owned(), labels_map)).unwrap_or_else(|| panic!("{name}{labels:?} is not exported"))
-    }
-
-    /// The sum over every series of `name` whose labels include `labels`.
-    fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.series
-            .iter()
-            .filter(|((n, l), _)| n == name && labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v)))
-            .map(|(_, v)| v)
-            .sum()
-    }
-}
 
 fn api_keys_file(dir: &std::path::Path) -> std::path::PathBuf {
     let file = dir.join("api-keys");

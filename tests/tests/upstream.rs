@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use taskgate_tests::upstream::{HttpFixture, fixture_log, upstreams_file, wait_for_no_tool, wait_for_tool};
-use taskgate_tests::{McpClient, Stack, eventually};
+use taskgate_tests::{McpClient, Scrape, Stack, StackBuilder, eventually, free_port};
 
 const FIXTURE: &str = env!("CARGO_BIN_EXE_upstream-fixture");
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -15,12 +15,37 @@ const PATIENCE: Duration = Duration::from_secs(30);
 /// A stack whose one worker serves the fixture (stdio, or the given URL) as `fx`, with `extra`
 /// lines in its `[[upstream]]` table. Returns the stack, the upstreams file and the fixture log.
 async fn stack_with(transport: Transport<'_>, extra: &str) -> (Stack, PathBuf, PathBuf) {
-    let mut stack = Stack::builder().workers(0).spawn().await;
+    stack_from(Stack::builder(), transport, extra, &[]).await
+}
+
+/// [`stack_with`] from a given builder, with more worker arguments.
+async fn stack_from(
+    builder: StackBuilder,
+    transport: Transport<'_>,
+    extra: &str,
+    worker_args: &[&str],
+) -> (Stack, PathBuf, PathBuf) {
+    let mut stack = builder.workers(0).spawn().await;
     let dir = stack.scratch_dir().to_owned();
     let log = dir.join("fixture.log");
     let file = upstreams_file(&dir, "upstreams.toml", &upstream_table(&transport, &log, extra));
-    stack.add_worker(&["--tools", "", "--upstreams", file.to_str().unwrap()]).await;
+    let mut args = vec!["--tools", "", "--upstreams", file.to_str().unwrap()];
+    args.extend_from_slice(worker_args);
+    stack.add_worker(&args).await;
     (stack, file, log)
+}
+
+/// Runs `tool` as a task to its end and returns the task.
+async fn run(client: &McpClient, tool: &str, arguments: Value) -> Value {
+    let task = client.create_task(tool, arguments).await;
+    terminal(client, &task).await
+}
+
+/// The fixture's `whoami` answer, run as a task.
+async fn whoami(client: &McpClient) -> Value {
+    let done = run(client, "fx__whoami", json!({})).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    serde_json::from_str(done["result"]["content"][0]["text"].as_str().expect("a text answer")).expect("JSON")
 }
 
 enum Transport<'a> {
@@ -250,4 +275,175 @@ async fn after_a_worker_dies_mid_call_only_retry_safe_tools_run_again() {
         .await;
     assert_eq!(effects("once"), 1, "{}", fixture_log(&log));
     assert_eq!(client.get_task(&idempotent).await.result()["status"], "working");
+}
+
+/// `instances = 2`: calls go round robin over two children, and each child gets only the minimal
+/// environment, what `env` and `env_from` name, and its `cwd`.
+#[tokio::test]
+async fn instances_share_the_calls_and_children_get_only_their_environment() {
+    let cwd = tempfile::tempdir().unwrap();
+    let extra = format!("instances = 2\nenv_from = [\"FIXTURE_PROBE\"]\ncwd = {:?}\n", cwd.path().to_str().unwrap());
+    let builder = Stack::builder().env("FIXTURE_PROBE", "passed").env("FIXTURE_HIDDEN", "kept from the child");
+    let (stack, _file, log) = stack_from(builder, Transport::Stdio { legacy: false }, &extra, &[]).await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__whoami", PATIENCE).await;
+
+    let pids = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    eventually(PATIENCE, "calls to reach both children", || async {
+        let who = whoami(&client).await;
+        assert_eq!(who["cwd"], cwd.path().canonicalize().unwrap().to_str().unwrap(), "{who}");
+        let env = who["env"].as_object().unwrap();
+        let names: Vec<&str> = env.keys().map(String::as_str).collect();
+        assert_eq!(names, ["FIXTURE_LOG", "FIXTURE_PROBE"], "{who}");
+        assert_eq!(env["FIXTURE_PROBE"], "passed");
+        let mut pids = pids.lock().unwrap();
+        pids.insert(who["pid"].as_u64().unwrap());
+        (pids.len() == 2).then_some(())
+    })
+    .await;
+    assert_eq!(fixture_log(&log).matches("started stdio").count(), 2, "{}", fixture_log(&log));
+}
+
+/// `max_in_flight = 2`: six calls at once, and the server never holds more than two.
+#[tokio::test]
+async fn max_in_flight_bounds_the_calls_open_to_a_server() {
+    let (stack, _file, _log) = stack_with(Transport::Stdio { legacy: false }, "max_in_flight = 2\n").await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__hold", PATIENCE).await;
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        tasks.push(client.create_task("fx__hold", json!({ "ms": 400 })).await);
+    }
+    for task in &tasks {
+        assert_eq!(terminal(&client, task).await["status"], "completed");
+    }
+    let peak = run(&client, "fx__peak", json!({})).await;
+    assert_eq!(peak["result"]["content"][0]["text"], "2", "{peak}");
+}
+
+/// Per upstream: calls by outcome, latency, in-flight calls, restarts and `list_changed`
+/// refreshes; and every log line about a call names the upstream and the tool.
+#[tokio::test]
+async fn metrics_and_logs_account_for_every_upstream_call() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let args = ["--metrics-listen", listen.as_str()];
+    let (stack, _file, _log) = stack_from(Stack::builder(), Transport::Stdio { legacy: false }, "", &args).await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__echo", PATIENCE).await;
+    let metrics = format!("http://{listen}/metrics");
+
+    let held = client.create_task("fx__hold", json!({ "ms": 60_000 })).await;
+    eventually(PATIENCE, "one call in flight", || async {
+        let scrape = Scrape::of(&metrics).await;
+        (scrape.get("taskgate_upstream_calls_in_flight", &[("upstream", "fx")]) == 1.0).then_some(())
+    })
+    .await;
+    client.cancel_task(&held).await;
+    let echoed = run(&client, "fx__echo", json!({ "text": "one" })).await;
+    // A cancelled call leaves the server serving: it is alive, whatever it answers a ping.
+    assert_eq!(echoed["status"], "completed", "{echoed}");
+    assert_eq!(run(&client, "fx__crash", json!({})).await["status"], "failed");
+    let relisted = run(&client, "fx__relist", json!({})).await;
+    assert_eq!(relisted["status"], "completed", "{relisted}");
+
+    let scrape = eventually(PATIENCE, "the restart and the refresh to be counted", || async {
+        let scrape = Scrape::of(&metrics).await;
+        (scrape.get("taskgate_upstream_restarts_total", &[("upstream", "fx")]) == 1.0
+            && scrape.get("taskgate_upstream_list_refreshes_total", &[("upstream", "fx")]) == 1.0)
+            .then_some(scrape)
+    })
+    .await;
+    let calls =
+        |outcome: &str| scrape.get("taskgate_upstream_calls_total", &[("upstream", "fx"), ("outcome", outcome)]);
+    assert_eq!((calls("completed"), calls("failed"), calls("cancelled")), (2.0, 1.0, 1.0));
+    assert_eq!(scrape.get("taskgate_upstream_call_duration_seconds_count", &[("upstream", "fx")]), 4.0);
+    assert_eq!(scrape.get("taskgate_upstream_calls_in_flight", &[("upstream", "fx")]), 0.0);
+
+    let log = stack.workers[0].log();
+    let ended: Vec<Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["message"] == "upstream call ended")
+        .collect();
+    assert_eq!(ended.len(), 4, "{log}");
+    for line in &ended {
+        assert_eq!(line["upstream"], "fx", "{line}");
+        assert!(line["tool"].as_str().is_some_and(|t| !t.is_empty()), "{line}");
+    }
+}
+
+/// A child that floods stderr: lines are cut at 2 KiB, at most 50 a second are logged, and the
+/// rest are counted as dropped, even when the child then goes quiet.
+#[tokio::test]
+async fn a_noisy_child_is_logged_within_bounds() {
+    let (stack, _file, _log) = stack_with(Transport::Stdio { legacy: false }, "").await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__noisy", PATIENCE).await;
+    let done = run(&client, "fx__noisy", json!({ "lines": 300, "bytes": 5000 })).await;
+    assert_eq!(done["status"], "completed", "{done}");
+
+    let (logged, dropped) = eventually(PATIENCE, "every noisy line logged or counted", || async {
+        let log = stack.workers[0].log();
+        let lines: Vec<Value> = log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        let logged: Vec<usize> = lines
+            .iter()
+            .filter(|l| l["message"] == "upstream stderr" && l["upstream"] == "fx")
+            .filter_map(|l| l["stderr"].as_str().map(str::len))
+            .collect();
+        let dropped: u64 = lines
+            .iter()
+            .filter(|l| l["message"] == "upstream stderr lines dropped (rate limit)")
+            .filter_map(|l| l["dropped"].as_u64())
+            .sum();
+        (logged.len() as u64 + dropped == 300).then_some((logged, dropped))
+    })
+    .await;
+    assert!(dropped > 0, "a burst of 300 lines is over the rate");
+    assert!(logged.iter().all(|len| *len == 2048), "{logged:?}");
+}
+
+/// A server that ignores a cancel and then answers no ping within the grace period is killed and
+/// started again; the next call is served.
+#[tokio::test]
+async fn a_child_that_stops_answering_after_a_cancel_is_restarted() {
+    let args = ["--cancel-grace-ms", "1000"];
+    let (stack, _file, log) = stack_from(Stack::builder(), Transport::Stdio { legacy: false }, "", &args).await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__freeze", PATIENCE).await;
+    let task = client.create_task("fx__freeze", json!({})).await;
+    eventually(PATIENCE, "the child to freeze", || async { fixture_log(&log).contains("freezing").then_some(()) })
+        .await;
+    client.cancel_task(&task).await;
+    assert_eq!(terminal(&client, &task).await["status"], "cancelled");
+    eventually(PATIENCE, "the frozen child to be replaced", || async {
+        (fixture_log(&log).matches("started stdio").count() == 2).then_some(())
+    })
+    .await;
+    assert!(stack.workers[0].log().contains("upstream stopped answering: restarting it"));
+    let done = run(&client, "fx__echo", json!({ "text": "thawed out" })).await;
+    assert_eq!(done["result"]["content"][0]["text"], "thawed out", "{done}");
+}
+
+/// An HTTP upstream's headers come from a file and from the worker's environment; the client's
+/// own credentials never reach it.
+#[tokio::test]
+async fn http_headers_come_from_files_and_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = HttpFixture::start(FIXTURE, false, &dir.path().join("fixture.log")).await;
+    let token = dir.path().join("token");
+    std::fs::write(&token, "upstream-secret\n").unwrap();
+    let extra = format!(
+        "headers = {{ Authorization = {{ file = {:?}, prefix = \"Bearer \" }}, X-Team = {{ env = \"FIXTURE_TEAM\" }} }}\n",
+        token.to_str().unwrap()
+    );
+    let builder = Stack::builder().env("FIXTURE_TEAM", "platform");
+    let (stack, _file, _log) = stack_from(builder, Transport::Http(&fixture.url), &extra, &[]).await;
+    let client = stack.client(0).with_bearer("the-client-token");
+    wait_for_tool(&client, "fx__whoami", PATIENCE).await;
+    let who = whoami(&client).await;
+    assert_eq!(who["authorization"], "Bearer upstream-secret", "{who}");
+    assert_eq!(who["x-team"], "platform", "{who}");
+    let log = stack.workers[0].log();
+    assert!(!log.contains("upstream-secret"), "the secret reached the log: {log}");
 }

@@ -8,6 +8,7 @@
 
 use std::borrow::Cow;
 use std::io::Write as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rmcp::model::CallToolResponse;
@@ -19,6 +20,10 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt as _};
 use serde_json::{Value, json};
+
+/// Calls of `hold` running now, and the most ever at once.
+static HELD: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
 
 #[derive(Clone)]
 struct Fixture {
@@ -76,6 +81,27 @@ fn tools() -> Vec<Tool> {
             Some(json!({ "idempotentHint": true })),
         ),
         tool("ask", "Asks the client for input mid-call.", json!({}), None),
+        tool(
+            "whoami",
+            "Answers with its pid, working directory, FIXTURE_* environment and the HTTP request's Authorization and X-Team headers.",
+            json!({}),
+            Some(json!({ "readOnlyHint": true })),
+        ),
+        tool("hold", "Holds for `ms`, counting the calls held at once.", json!({ "ms": { "type": "integer" } }), None),
+        tool("peak", "The most `hold` calls this process ever held at once.", json!({}), None),
+        tool(
+            "noisy",
+            "Writes `lines` lines of `bytes` bytes each to stderr, then answers.",
+            json!({ "lines": { "type": "integer" }, "bytes": { "type": "integer" } }),
+            None,
+        ),
+        tool("relist", "Sends notifications/tools/list_changed.", json!({}), None),
+        tool(
+            "freeze",
+            "Stops its own process (SIGSTOP): it answers nothing any more, pings included.",
+            json!({}),
+            None,
+        ),
     ]
 }
 
@@ -184,6 +210,52 @@ impl ServerHandler for Fixture {
                 };
                 log(&line);
                 Ok(text(line))
+            }
+            "whoami" => {
+                let env: serde_json::Map<String, Value> = std::env::vars()
+                    .filter(|(k, _)| k.starts_with("FIXTURE_"))
+                    .map(|(k, v)| (k, Value::String(v)))
+                    .collect();
+                let authorization = context
+                    .extensions
+                    .get::<axum::http::request::Parts>()
+                    .and_then(|parts| parts.headers.get("authorization"))
+                    .and_then(|value| value.to_str().ok())
+                    .map(str::to_owned);
+                let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
+                let team = context
+                    .extensions
+                    .get::<axum::http::request::Parts>()
+                    .and_then(|parts| parts.headers.get("x-team"))
+                    .and_then(|value| value.to_str().ok())
+                    .map(str::to_owned);
+                let who = json!({ "pid": std::process::id(), "cwd": cwd, "env": env, "authorization": authorization, "x-team": team });
+                Ok(text(who.to_string()))
+            }
+            "hold" => {
+                let now = HELD.fetch_add(1, Ordering::SeqCst) + 1;
+                PEAK.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(int("ms", 100))).await;
+                HELD.fetch_sub(1, Ordering::SeqCst);
+                Ok(text("held"))
+            }
+            "relist" => {
+                let _ = context.peer.notify_tool_list_changed().await;
+                Ok(text("relisted"))
+            }
+            "peak" => Ok(text(PEAK.load(Ordering::SeqCst).to_string())),
+            "noisy" => {
+                let line = "e".repeat(int("bytes", 10) as usize);
+                let mut stderr = std::io::stderr().lock();
+                for _ in 0..int("lines", 1) {
+                    let _ = writeln!(stderr, "{line}");
+                }
+                Ok(text("written"))
+            }
+            "freeze" => {
+                log("freezing");
+                let _ = std::process::Command::new("kill").args(["-STOP", &std::process::id().to_string()]).status();
+                Ok(text("thawed"))
             }
             other => Err(ErrorData::invalid_params(format!("unknown tool {other}"), None)),
         }

@@ -15,7 +15,6 @@ use rmcp::service::{
 };
 use rmcp::transport::TokioChildProcess;
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
-use tokio::io::AsyncBufReadExt as _;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -26,11 +25,6 @@ use crate::metrics::METRICS;
 /// The environment a stdio child gets from the worker besides what its entry configures: enough
 /// to find programs and a home, and nothing of the worker's own (no Redis URL, no tokens).
 const PASSED_ENV: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LC_ALL", "TMPDIR", "TZ"];
-
-/// Longest stderr line kept, and lines logged per second per child, so a chatty or hostile
-/// server cannot flood the worker's logs.
-const STDERR_LINE_BYTES: usize = 2048;
-const STDERR_LINES_PER_SEC: u32 = 50;
 
 /// State of one connection.
 #[derive(Clone)]
@@ -311,7 +305,7 @@ async fn open(
                     .spawn()
                     .map_err(|err| Opened::Failed(format!("cannot start {command:?}: {err}")))?;
                 if let Some(stderr) = stderr {
-                    tokio::spawn(forward_stderr(config.name.clone(), index, stderr));
+                    tokio::spawn(super::stderr::forward(config.name.clone(), index, stderr));
                 }
                 bridge.serve_with_lifecycle(child, lifecycle).await.map_err(handshake_failed)
             }
@@ -336,38 +330,4 @@ async fn open(
     tokio::time::timeout(config.connect_timeout, connecting).await.unwrap_or_else(|_| {
         Err(Opened::Failed(format!("no handshake within {} ms", config.connect_timeout.as_millis())))
     })
-}
-
-/// Copies a child's stderr into the worker's log, line by line, bounded in length and rate.
-async fn forward_stderr(upstream: String, instance: u16, stderr: tokio::process::ChildStderr) {
-    let mut lines = tokio::io::BufReader::new(stderr);
-    let mut buf = Vec::new();
-    let mut window = Instant::now();
-    let (mut logged, mut dropped) = (0u32, 0u64);
-    loop {
-        buf.clear();
-        // Read at most a bounded line; the rest of an overlong line is skipped.
-        match tokio::io::AsyncReadExt::take(&mut lines, STDERR_LINE_BYTES as u64).read_until(b'\n', &mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-        if buf.last() != Some(&b'\n') && buf.len() == STDERR_LINE_BYTES {
-            let mut rest = Vec::new();
-            let _ = lines.read_until(b'\n', &mut rest).await;
-        }
-        if window.elapsed() >= Duration::from_secs(1) {
-            if dropped > 0 {
-                tracing::warn!(upstream = %upstream, instance, dropped, "upstream stderr lines dropped (rate limit)");
-            }
-            window = Instant::now();
-            (logged, dropped) = (0, 0);
-        }
-        if logged >= STDERR_LINES_PER_SEC {
-            dropped += 1;
-            continue;
-        }
-        logged += 1;
-        let line = String::from_utf8_lossy(&buf);
-        tracing::info!(upstream = %upstream, instance, stderr = %line.trim_end(), "upstream stderr");
-    }
 }

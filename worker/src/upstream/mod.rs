@@ -4,6 +4,7 @@
 pub mod config;
 mod connection;
 mod handler;
+mod stderr;
 mod tool;
 
 use std::collections::BTreeMap;

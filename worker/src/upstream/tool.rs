@@ -124,8 +124,13 @@ impl UpstreamTool {
                             ClientRequest::PingRequest(PingRequest::default()),
                             PeerRequestOptions::with_timeout(grace),
                         );
+                        // Any answer, an error included, shows the server is alive: a
+                        // 2026-07-28 server may well not know `ping`.
                         let alive = match ping.await {
-                            Ok(handle) => handle.await_response().await.is_ok(),
+                            Ok(handle) => matches!(
+                                handle.await_response().await,
+                                Ok(_) | Err(ServiceError::McpError(_) | ServiceError::UnexpectedResponse)
+                            ),
                             Err(_) => false,
                         };
                         if !alive {
