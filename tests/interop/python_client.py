@@ -11,6 +11,9 @@ the gateway's defaults must serve it as it is. Each request is printed as one JS
 (`request`, `ms`, `ok`), then `{"done": true}`.
 
 Usage: python python_client.py http://127.0.0.1:PORT/mcp
+       python python_client.py http://127.0.0.1:PORT/mcp call TOOL '{"json": "arguments"}'
+The second form calls one tool as a task, lets the extension's claim poll it to its end, and
+prints `{"result": <CallToolResult>}`.
 """
 
 from __future__ import annotations
@@ -165,5 +168,15 @@ async def main(url: str) -> None:
     print(json.dumps({"done": True}), flush=True)
 
 
+async def call(url: str, tool: str, arguments: dict[str, Any]) -> None:
+    client = Client(url, mode="auto", extensions=[TasksExtension()])
+    async with client:
+        result = await timed("tools/call", client.call_tool(tool, arguments))
+        print(json.dumps({"result": result.model_dump(by_alias=True, mode="json", exclude_none=True)}), flush=True)
+
+
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8080/mcp"))
+    if len(sys.argv) == 5 and sys.argv[2] == "call":
+        asyncio.run(call(sys.argv[1], sys.argv[3], json.loads(sys.argv[4])))
+    else:
+        asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8080/mcp"))

@@ -7,6 +7,7 @@
 
 mod client;
 mod fault_proxy;
+pub mod interop;
 mod process;
 mod redis_server;
 mod scrape;

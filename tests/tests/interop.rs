@@ -11,7 +11,6 @@
 //!   client for the Tasks extension, so `tests/interop/python_client.py` adds one through the
 //!   SDK's extension hooks, and polls every 50 ms.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
@@ -24,7 +23,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientLifecycleMode, ClientServiceExt as _};
 use serde_json::{Value, json};
-use taskgate_tests::{Stack, StackBuilder};
+use taskgate_tests::{Stack, StackBuilder, interop};
 
 /// The gateway at its defaults: the harness's own relaxations are taken back.
 fn at_defaults() -> StackBuilder {
@@ -145,27 +144,12 @@ async fn the_rust_sdk_client_runs_tasks_at_the_defaults() {
     let _ = client.cancel().await;
 }
 
-/// The pinned Python SDK's interpreter, installed by `scripts/interop-clients` when missing.
-fn python() -> PathBuf {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
-    let python = root.join(".cache/interop/venv/bin/python");
-    if !python.is_file() {
-        let status = std::process::Command::new(root.join("scripts/interop-clients"))
-            .current_dir(root)
-            .status()
-            .expect("scripts/interop-clients runs");
-        assert!(status.success(), "scripts/interop-clients could not install the pinned Python SDK");
-    }
-    python
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_client_runs_tasks_at_the_defaults() {
-    let python = python();
+    let python = interop::python();
     let stack = at_defaults().spawn().await;
     let url = format!("{}/mcp", stack.gateways[0].url.as_deref().unwrap());
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/python_client.py");
-    let run = tokio::process::Command::new(python).arg(script).arg(&url).kill_on_drop(true).output();
+    let run = tokio::process::Command::new(python).arg(interop::python_client()).arg(&url).kill_on_drop(true).output();
     let output = tokio::time::timeout(Duration::from_secs(120), run).await.expect("the client finishes").unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -1,9 +1,9 @@
 //! Real third-party MCP servers behind the workers, installed pinned from their registries by
 //! `scripts/interop-servers` (run by the test when they are missing): the reference
 //! `@modelcontextprotocol/server-everything` (npm; a 2025-11-25 server with sessions) over stdio
-//! and over Streamable HTTP, and `mcp-server-time` (PyPI). The calls are driven by the official
-//! Rust SDK's client against the gateway, and followed with `subscriptions/listen` on another
-//! replica.
+//! and over Streamable HTTP, and `mcp-server-time` (PyPI). The calls are driven by the suite's
+//! interop clients, the official Rust and Python SDKs, against the gateway, and followed with
+//! `subscriptions/listen` on another replica.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -20,7 +20,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{ClientLifecycleMode, ClientServiceExt as _};
 use serde_json::{Value, json};
 use taskgate_tests::upstream::{upstreams_file, wait_for_tool};
-use taskgate_tests::{Stack, eventually, free_port};
+use taskgate_tests::{Stack, eventually, free_port, interop};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -123,6 +123,11 @@ async fn everything_runs_as_tasks(upstream: &str) {
     let TaskPayload::Completed { result } = &echoed.task.payload else { panic!("{:?}", echoed.task.status()) };
     assert_eq!(result["content"][0]["text"], "Echo: through the bridge");
     let _ = client.cancel().await;
+
+    // The official Python SDK through the other replica.
+    let url = format!("{}/mcp", stack.gateways[1].url.as_deref().unwrap());
+    let result = interop::python_call(&url, "everything__echo", &json!({ "message": "from Python" })).await;
+    assert_eq!(result["content"][0]["text"], "Echo: from Python", "{result}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -199,4 +204,13 @@ async fn mcp_server_time_converts_deterministically() {
     assert!(converted["source"]["datetime"].as_str().unwrap().ends_with("T12:00:00+09:00"), "{result:?}");
     assert!(converted["target"]["datetime"].as_str().unwrap().ends_with("T08:30:00+05:30"), "{result:?}");
     let _ = client.cancel().await;
+
+    // The same call from the official Python SDK, the suite's other interop client.
+    let url = format!("{}/mcp", stack.gateways[0].url.as_deref().unwrap());
+    let arguments =
+        json!({ "source_timezone": "America/Phoenix", "time": "06:15", "target_timezone": "Asia/Kathmandu" });
+    let result = interop::python_call(&url, "time__convert_time", &arguments).await;
+    let converted = &result["structuredContent"];
+    assert_eq!(converted["time_difference"], "+12.75h", "{result}");
+    assert!(converted["target"]["datetime"].as_str().unwrap().ends_with("T19:00:00+05:45"), "{result}");
 }
