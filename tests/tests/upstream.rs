@@ -246,13 +246,21 @@ async fn tools_leave_the_listing_once_no_live_worker_serves_them() {
 }
 
 /// `kill -9` of the worker mid-call: a tool that may have side effects is not called again; one
-/// annotated idempotent is.
+/// annotated idempotent is, and so is one the operator marked `retry_on_reclaim`.
 #[tokio::test]
 async fn after_a_worker_dies_mid_call_only_retry_safe_tools_run_again() {
     let mut stack = Stack::builder().workers(0).spawn().await;
     let dir = stack.scratch_dir().to_owned();
     let log = dir.join("fixture.log");
-    let file = upstreams_file(&dir, "upstreams.toml", &upstream_table(&Transport::Stdio { legacy: false }, &log, ""));
+    let mut body = upstream_table(&Transport::Stdio { legacy: false }, &log, "");
+    // The same server again, as `fy`, whose side_effect the operator declared safe to retry.
+    body += &upstream_table(
+        &Transport::Stdio { legacy: false },
+        &log,
+        "tools = [\"side_effect\"]\n[upstream.tool.side_effect]\nretry_on_reclaim = true\n",
+    )
+    .replace("name = \"fx\"", "name = \"fy\"");
+    let file = upstreams_file(&dir, "upstreams.toml", &body);
     let args = ["--tools", "", "--upstreams", file.to_str().unwrap(), "--lease-ms", "1500"];
     stack.add_worker(&args).await;
     let client = stack.client(0);
@@ -261,8 +269,9 @@ async fn after_a_worker_dies_mid_call_only_retry_safe_tools_run_again() {
     let effects = |tag: &str| fixture_log(&log).lines().filter(|l| *l == format!("effect {tag}")).count();
     let effect = client.create_task("fx__side_effect", json!({ "tag": "once", "ms": 600_000 })).await;
     let idempotent = client.create_task("fx__idempotent_effect", json!({ "tag": "again", "ms": 600_000 })).await;
-    eventually(PATIENCE, "both calls to reach the upstream", || async {
-        (effects("once") == 1 && effects("again") == 1).then_some(())
+    let allowed = client.create_task("fy__side_effect", json!({ "tag": "allowed", "ms": 600_000 })).await;
+    eventually(PATIENCE, "the calls to reach the upstream", || async {
+        (effects("once") == 1 && effects("again") == 1 && effects("allowed") == 1).then_some(())
     })
     .await;
     stack.workers[0].kill().await;
@@ -271,10 +280,13 @@ async fn after_a_worker_dies_mid_call_only_retry_safe_tools_run_again() {
     let done = terminal(&client, &effect).await;
     assert_eq!(done["status"], "failed", "{done}");
     assert!(done["statusMessage"].as_str().unwrap_or_default().contains("not retried"), "{done}");
-    eventually(PATIENCE, "the idempotent call to be sent again", || async { (effects("again") == 2).then_some(()) })
-        .await;
+    eventually(PATIENCE, "the retry-safe calls to be sent again", || async {
+        (effects("again") == 2 && effects("allowed") == 2).then_some(())
+    })
+    .await;
     assert_eq!(effects("once"), 1, "{}", fixture_log(&log));
     assert_eq!(client.get_task(&idempotent).await.result()["status"], "working");
+    assert_eq!(client.get_task(&allowed).await.result()["status"], "working");
 }
 
 /// `instances = 2`: calls go round robin over two children, and each child gets only the minimal
@@ -446,4 +458,100 @@ async fn http_headers_come_from_files_and_the_environment() {
     assert_eq!(who["x-team"], "platform", "{who}");
     let log = stack.workers[0].log();
     assert!(!log.contains("upstream-secret"), "the secret reached the log: {log}");
+}
+
+/// `prefix`, the allow- and deny-lists and per-tool settings shape what is published and how
+/// each tool runs: `task-required` refuses a call without the Tasks extension, `sync-only`
+/// answers inline even when the client could take a task, `ttl_ms` and `poll_interval_ms` are
+/// the task's.
+#[tokio::test]
+async fn names_lists_and_per_tool_settings_shape_the_catalogue() {
+    let extra = "prefix = \"fix_\"\ntools = [\"echo\", \"hold\", \"whoami\"]\ndeny_tools = [\"whoami\"]\n\
+                 [upstream.tool.hold]\nexecution = \"task-required\"\nttl_ms = 600000\npoll_interval_ms = 2500\n\
+                 [upstream.tool.echo]\nexecution = \"sync-only\"\n";
+    let (stack, _file, _log) = stack_with(Transport::Stdio { legacy: false }, extra).await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fix_hold", PATIENCE).await;
+    let listed = client.call("tools/list", json!({})).await;
+    let mut names: Vec<&str> =
+        listed.result()["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["fix_echo", "fix_hold"], "{}", listed.text);
+
+    let task = client.create_task("fix_hold", json!({ "ms": 10 })).await;
+    let created = client.get_task(&task).await;
+    assert_eq!(created.result()["ttlMs"], 600_000, "{}", created.text);
+    assert_eq!(created.result()["pollIntervalMs"], 2500, "{}", created.text);
+    let without_tasks = json!({ "name": "fix_hold", "arguments": {}, "_meta": taskgate_tests::meta_without_tasks() });
+    let refused = client.call("tools/call", without_tasks).await;
+    assert_eq!(refused.error_code(), Some(-32021), "{}", refused.text);
+
+    let inline = client.call("tools/call", json!({ "name": "fix_echo", "arguments": { "text": "inline" } })).await;
+    assert_eq!(inline.result()["resultType"], "complete", "{}", inline.text);
+    assert_eq!(inline.result()["content"][0]["text"], "inline", "{}", inline.text);
+}
+
+/// An HTTP server that goes away after it was listed: a call fails at once, naming the server
+/// and saying it could not be reached, instead of hanging.
+#[tokio::test]
+async fn a_call_to_an_http_server_that_is_gone_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = HttpFixture::start(FIXTURE, false, &dir.path().join("fixture.log")).await;
+    let (stack, _file, _log) = stack_with(Transport::Http(&fixture.url), "").await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__echo", PATIENCE).await;
+    drop(fixture);
+    let done = run(&client, "fx__echo", json!({ "text": "anyone?" })).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    let message = done["statusMessage"].as_str().unwrap_or_default();
+    assert!(message.starts_with("upstream server \"fx\" could not be reached: "), "{done}");
+}
+
+/// A stdio child that crashed and cannot be started again: calls wait for it up to
+/// `connect_timeout_ms`, then fail naming the server, the reason and the wait.
+#[tokio::test]
+async fn a_call_to_a_stdio_server_that_stays_down_fails_after_the_connect_timeout() {
+    let mut stack = Stack::builder().workers(0).spawn().await;
+    let dir = stack.scratch_dir().to_owned();
+    let gate = dir.join("may-start");
+    std::fs::write(&gate, "").unwrap();
+    // A launcher that starts the fixture only while the gate file exists.
+    let script = format!("test -e {} || exit 7; exec {} stdio", gate.display(), FIXTURE);
+    let body = format!(
+        "[[upstream]]\nname = \"fx\"\ncommand = \"/bin/sh\"\nargs = [\"-c\", {script:?}]\nconnect_timeout_ms = 1000\n"
+    );
+    let file = upstreams_file(&dir, "upstreams.toml", &body);
+    stack.add_worker(&["--tools", "", "--upstreams", file.to_str().unwrap()]).await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__crash", PATIENCE).await;
+    std::fs::remove_file(&gate).unwrap();
+    assert_eq!(run(&client, "fx__crash", json!({})).await["status"], "failed");
+    eventually(PATIENCE, "a call to report the server unavailable", || async {
+        let done = run(&client, "fx__echo", json!({ "text": "still there?" })).await;
+        assert_eq!(done["status"], "failed", "{done}");
+        let message = done["statusMessage"].as_str().unwrap_or_default().to_owned();
+        (message.starts_with("upstream server \"fx\" is unavailable (") && message.ends_with("waited 1000 ms for it"))
+            .then_some(())
+    })
+    .await;
+}
+
+/// Two servers that would publish the same name stop the worker at start, naming the tool.
+#[tokio::test]
+async fn colliding_names_refuse_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = |name: &str| {
+        format!(
+            "[[upstream]]\nname = \"{name}\"\nprefix = \"\"\ncommand = {FIXTURE:?}\nargs = [\"stdio\"]\ntools = [\"echo\"]\n"
+        )
+    };
+    let file = upstreams_file(dir.path(), "upstreams.toml", &format!("{}\n{}", table("one"), table("two")));
+    let run = tokio::process::Command::new(taskgate_tests::Binary::Worker.path())
+        .args(["--redis-url", "redis://127.0.0.1:1", "--tools", "", "--upstreams", file.to_str().unwrap()])
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(PATIENCE, run).await.expect("the worker exits").unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("tool names collide") && stderr.contains("\"echo\""), "{stderr}");
 }

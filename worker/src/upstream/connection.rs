@@ -77,6 +77,10 @@ impl Upstream {
         &self.config.name
     }
 
+    pub(super) fn is_http(&self) -> bool {
+        matches!(self.config.transport, Transport::Http { .. })
+    }
+
     /// A live connection, round robin, waiting up to the connect timeout for one to come up.
     pub(super) async fn connection(&self) -> Result<(usize, Peer<RoleClient>, Bridge), String> {
         let deadline = tokio::time::Instant::now() + self.config.connect_timeout;

@@ -194,6 +194,12 @@ impl UpstreamTool {
                     timeout.as_millis()
                 ),
             ),
+            // Over HTTP every call is its own request: a failed send means the server could
+            // not be reached (refused, reset, a 5xx), not that a connection died mid-call.
+            ServiceError::TransportSend(err) if self.upstream.is_http() => RpcError::new(
+                ErrorKind::Internal,
+                format!("upstream server {upstream:?} could not be reached: {}", error_chain(&*err.error)),
+            ),
             ServiceError::TransportClosed | ServiceError::TransportSend(_) => RpcError::new(
                 ErrorKind::Internal,
                 format!("upstream server {upstream:?} closed the connection during the call (it may have crashed)"),
@@ -203,6 +209,20 @@ impl UpstreamTool {
             }
         })
     }
+}
+
+/// An error and its sources, `a: b: c`, so that the root cause (a refused connection, say) shows.
+fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text = format!("{text}: {cause_text}");
+        }
+        source = cause.source();
+    }
+    text
 }
 
 fn unavailable(upstream: &str, why: &str) -> ToolError {
