@@ -11,6 +11,8 @@ use tokio::process::{Child, Command};
 pub enum Binary {
     Gateway,
     Worker,
+    /// `examples/custom-worker`: the worker as a library, with a tool of its own.
+    ExampleWorker,
 }
 
 impl Binary {
@@ -18,6 +20,7 @@ impl Binary {
         match self {
             Self::Gateway => "taskgate-gateway",
             Self::Worker => "taskgate-worker",
+            Self::ExampleWorker => "custom-worker",
         }
     }
 
@@ -43,7 +46,17 @@ impl Binary {
 fn build_binaries() {
     let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
     let status = std::process::Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--bins", "-p", "taskgate-gateway", "-p", "taskgate-worker"])
+        .args([
+            "build",
+            "--quiet",
+            "--bins",
+            "-p",
+            "taskgate-gateway",
+            "-p",
+            "taskgate-worker",
+            "-p",
+            "taskgate-example-worker",
+        ])
         .current_dir(workspace)
         .status()
         .expect("cargo runs");
@@ -76,6 +89,8 @@ impl Service {
 
     async fn start(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file");
+        // Counted before the start, so that a worker quicker than this look is still seen.
+        let started = self.log().matches("worker running").count();
         let child = Command::new(self.binary.path())
             .args(&self.args)
             .env("RUST_LOG", "info")
@@ -90,9 +105,8 @@ impl Service {
         self.child = Some(child);
         match (&self.url, self.binary) {
             (Some(url), _) => wait_ready(url).await,
-            (None, Binary::Worker) => {
+            (None, Binary::Worker | Binary::ExampleWorker) => {
                 // A worker logs this once its consumer groups exist and its tools are published.
-                let started = self.log().matches("worker running").count();
                 crate::eventually(Duration::from_secs(20), "the worker to start", || {
                     let running = self.log().matches("worker running").count() > started;
                     async move { running.then_some(()) }

@@ -182,6 +182,12 @@ impl Stack {
     /// Starts a worker that reaches Redis at `redis_url` (a [`crate::FaultProxy`] in front of
     /// the stack's server, say). Returns its index.
     pub async fn add_worker_via(&mut self, redis_url: &str, extra: &[&str]) -> usize {
+        self.add_worker_binary(Binary::Worker, redis_url, extra).await
+    }
+
+    /// Starts another worker from `binary` (a worker built on the library, say). Returns its
+    /// index.
+    pub async fn add_worker_binary(&mut self, binary: Binary, redis_url: &str, extra: &[&str]) -> usize {
         let i = self.workers.len();
         let mut args = vec![
             "--redis-url".into(),
@@ -196,7 +202,7 @@ impl Stack {
         args.extend(self.worker_args.iter().cloned());
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let log = self.logs.path().join(format!("worker-{i}.log"));
-        self.workers.push(Service::spawn(Binary::Worker, args, self.env.clone(), log, None).await);
+        self.workers.push(Service::spawn(binary, args, self.env.clone(), log, None).await);
         i
     }
 

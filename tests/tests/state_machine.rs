@@ -97,7 +97,13 @@ async fn run(store: &Store, conn: &mut redis::aio::MultiplexedConnection, ops: V
             Op::Park(c, k) => {
                 let requests = vec![(format!("k{k}"), r#"{"method":"roots/list","params":{}}"#.to_owned())];
                 let parked = store
-                    .request_input(Lease { task_id: &id, worker: &worker, fence: fence_for(*c) }, None, &requests, "c")
+                    .request_input(
+                        Lease { task_id: &id, worker: &worker, fence: fence_for(*c) },
+                        None,
+                        &requests,
+                        None,
+                        "c",
+                    )
                     .await
                     .unwrap();
                 if matches!(parked, Parked::Parked | Parked::CancelledInstead) {

@@ -555,3 +555,115 @@ async fn colliding_names_refuse_the_start() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("tool names collide") && stderr.contains("\"echo\""), "{stderr}");
 }
+
+/// `_meta` declaring the Tasks extension and nothing a server could ask for input with.
+fn meta_without_input() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": { "extensions": { "io.modelcontextprotocol/tasks": {} } }
+    })
+}
+
+/// The outstanding input requests of a task parked in `input_required`, once it is.
+async fn parked_requests(client: &McpClient, task: &str) -> Value {
+    let parked = client.wait_for_status(task, "input_required", PATIENCE).await;
+    parked["inputRequests"].clone()
+}
+
+/// A 2026-07-28 server's `input_required`, over two rounds: each round parks the task under keys
+/// of its own round (the server reuses its key `ok`), and the answers go back with the server's
+/// `requestState`, so no round is asked twice.
+async fn two_rounds_of_input(transport: Transport<'_>, log: Option<PathBuf>) {
+    let (stack, _file, stdio_log) = stack_with(transport, "").await;
+    let log = log.unwrap_or(stdio_log);
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__approve_twice", PATIENCE).await;
+    let task = client.create_task("fx__approve_twice", json!({})).await;
+
+    let first = parked_requests(&client, &task).await;
+    assert_eq!(first.as_object().unwrap().keys().collect::<Vec<_>>(), ["r1.ok"], "{first}");
+    assert_eq!(first["r1.ok"]["method"], "elicitation/create");
+    assert_eq!(first["r1.ok"]["params"]["message"], "Approve step 1?");
+    assert_eq!(client.get_task(&task).await.result()["statusMessage"], "Approve step 1?");
+    let reply = client.update_task(&task, json!({ "r1.ok": { "action": "accept", "content": { "ok": true } } })).await;
+    assert!(reply.error_code().is_none(), "{}", reply.text);
+
+    let second = eventually(PATIENCE, "the second round", || async {
+        let requests = parked_requests(&client, &task).await;
+        requests.get("r2.ok").is_some().then_some(requests)
+    })
+    .await;
+    assert_eq!(second.as_object().unwrap().len(), 1, "{second}");
+    assert_eq!(second["r2.ok"]["params"]["message"], "Approve step 2?");
+    client.update_task(&task, json!({ "r2.ok": { "action": "accept", "content": { "ok": true } } })).await;
+
+    let done = terminal(&client, &task).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "approved twice", "{done}");
+    let calls: Vec<String> =
+        fixture_log(&log).lines().filter(|l| l.starts_with("approve_twice ")).map(str::to_owned).collect();
+    assert_eq!(
+        calls,
+        [
+            "approve_twice state=- answer=- elicitation=true",
+            "approve_twice state=step1 answer=accept elicitation=true",
+            "approve_twice state=step2 answer=accept elicitation=true",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn input_required_from_a_stdio_upstream_is_answered_over_two_rounds() {
+    two_rounds_of_input(Transport::Stdio { legacy: false }, None).await;
+}
+
+#[tokio::test]
+async fn input_required_from_an_http_upstream_is_answered_over_two_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("fixture.log");
+    let fixture = HttpFixture::start(FIXTURE, false, &log).await;
+    two_rounds_of_input(Transport::Http(&fixture.url), Some(log)).await;
+}
+
+/// The server learns only the input capabilities the task's creator declared, and input it asks
+/// for anyway is never forwarded: the task fails with -32021.
+#[tokio::test]
+async fn an_upstream_is_never_given_input_its_creator_cannot_give() {
+    let (stack, _file, _log) = stack_with(Transport::Stdio { legacy: false }, "").await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__approve_twice", PATIENCE).await;
+    async fn create(client: &McpClient, force: bool) -> String {
+        let params =
+            json!({ "name": "fx__approve_twice", "arguments": { "force": force }, "_meta": meta_without_input() });
+        let reply = client.call("tools/call", params).await;
+        assert_eq!(reply.result()["resultType"], "task", "{}", reply.text);
+        reply.result()["taskId"].as_str().unwrap().to_owned()
+    }
+    let polite = terminal(&client, &create(&client, false).await).await;
+    assert_eq!(polite["result"]["content"][0]["text"], "not asked: the client declared no elicitation", "{polite}");
+    let forced = terminal(&client, &create(&client, true).await).await;
+    assert_eq!(forced["status"], "failed", "{forced}");
+    assert_eq!(forced["error"]["code"], -32021, "{forced}");
+}
+
+/// The worker that parked the task dies; the answers arrive; another worker continues the
+/// server's rounds from the saved state (the tool is not retry-safe, and this is no retry).
+#[tokio::test]
+async fn a_parked_upstream_call_continues_on_another_worker() {
+    let (mut stack, file, log) = stack_with(Transport::Stdio { legacy: false }, "").await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__approve_twice", PATIENCE).await;
+    let task = client.create_task("fx__approve_twice", json!({})).await;
+    parked_requests(&client, &task).await;
+    stack.workers[0].kill().await;
+    client.update_task(&task, json!({ "r1.ok": { "action": "accept", "content": { "ok": true } } })).await;
+    stack.add_worker(&["--tools", "", "--upstreams", file.to_str().unwrap()]).await;
+    eventually(PATIENCE, "the second round", || async {
+        parked_requests(&client, &task).await.get("r2.ok").is_some().then_some(())
+    })
+    .await;
+    client.update_task(&task, json!({ "r2.ok": { "action": "decline" } })).await;
+    let done = terminal(&client, &task).await;
+    assert_eq!(done["result"]["content"][0]["text"], "decline at step2", "{done}");
+    assert!(fixture_log(&log).contains("approve_twice state=step1 answer=accept"), "{}", fixture_log(&log));
+}

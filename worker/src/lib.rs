@@ -1,5 +1,9 @@
 //! The taskgate worker: claims tasks through fenced leases, runs the tools, parks tasks for
 //! input, writes outcomes. Tool code runs only here.
+//!
+//! It is also a library: a team that writes tools in Rust implements [`tool::Tool`] and builds
+//! its own worker binary with [`Worker`], keeping every flag of this one (`--tools`,
+//! `--upstreams`, leases, metrics). `examples/custom-worker` is such a binary, in a few lines.
 
 pub mod config;
 mod metrics;
@@ -30,7 +34,9 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Upstreams(#[from] upstream::ConfigError),
-    #[error("tool names collide: {0:?}; give the upstream servers distinct prefixes")]
+    #[error(
+        "tool names collide: {0:?}; give the upstream servers distinct prefixes, and your own tools names of their own"
+    )]
     Collision(Vec<String>),
     #[error("cannot listen for metrics on {addr}: {source}")]
     MetricsListen { addr: std::net::SocketAddr, source: std::io::Error },
@@ -38,8 +44,69 @@ pub enum StartError {
 
 /// Runs the worker until `shutdown` resolves, then drains (see the README's operations notes).
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+    Worker::new(config).run(shutdown).await
+}
+
+/// A worker with tools of its own beside the packs and upstream servers its configuration names.
+pub struct Worker {
+    config: Config,
+    tools: Vec<Arc<dyn tool::Tool>>,
+}
+
+impl Worker {
+    pub fn new(config: Config) -> Self {
+        Self { config, tools: Vec::new() }
+    }
+
+    /// Serves `tool` too. A name that a pack, an upstream or another tool also has refuses the
+    /// start.
+    pub fn tool(mut self, tool: impl tool::Tool) -> Self {
+        self.tools.push(Arc::new(tool));
+        self
+    }
+
+    /// Runs until `shutdown` resolves, then drains.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+        start(self.config, self.tools, shutdown).await
+    }
+}
+
+/// Ctrl-C or SIGTERM: the usual `shutdown` of a worker binary.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut sig) => {
+                sig.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { () = ctrl_c => {}, () = term => {} }
+}
+
+async fn start(
+    config: Config,
+    own_tools: Vec<Arc<dyn tool::Tool>>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StartError> {
     config.validate()?;
-    let tools = packs::registry(&config.tools, &config.pack_options())?;
+    let mut tools = packs::registry(&config.tools, &config.pack_options())?;
+    let mut collisions = Vec::new();
+    for tool in own_tools {
+        let name = tool.spec().descriptor.name.clone();
+        if tools.insert(name.clone(), tool).is_some() {
+            collisions.push(name);
+        }
+    }
+    if !collisions.is_empty() {
+        return Err(StartError::Collision(collisions));
+    }
     let specs = config.specs(&tools)?;
     let upstreams_stop = CancellationToken::new();
     let upstreams = match &config.upstreams {

@@ -15,6 +15,13 @@
 //! - side effects before a suspension must be idempotent, keyed by the task id (the fencing
 //!   token changes on every run), or checkpointed elsewhere.
 //!
+//! A tool that would rather continue than replay saves a small JSON state with its requests
+//! ([`ToolContext::suspend_saving`]); the run after the answers reads it back with
+//! [`ToolContext::saved_state`] and the answers with [`ToolContext::answer`]. The upstream
+//! bridge does this with a 2026-07-28 server's `requestState`: each round of the server's input
+//! requests parks the task once, under keys of that round, and the next run sends the answers
+//! and the state back to the server instead of starting the call over.
+//!
 //! Cancellation is cooperative: watch [`ToolContext::cancelled`] or call
 //! [`ToolContext::checkpoint`]. A tool that ignores a cancel is stopped after the worker's cancel
 //! grace period.
@@ -26,7 +33,7 @@ use std::sync::Mutex;
 
 use serde_json::{Value, json};
 use taskgate_shared::protocol::{RpcError, result};
-use taskgate_shared::store::{Lease, Started, Store};
+use taskgate_shared::store::{Claim, Lease, Started, Store};
 use taskgate_shared::task::TaskId;
 use taskgate_shared::tools::ToolSpec;
 use tokio_util::sync::CancellationToken;
@@ -115,30 +122,36 @@ pub struct ToolContext {
     store: Store,
     answers: HashMap<String, Value>,
     client_capabilities: Value,
+    saved_state: Option<Value>,
     pending: Mutex<Vec<(String, Value)>>,
     park_message: Mutex<Option<String>>,
+    pending_state: Mutex<Option<Value>>,
     cancel: CancellationToken,
 }
 
+/// What a suspended call leaves for the park: its requests, the status message, the state.
+pub(crate) struct Pending {
+    pub(crate) requests: Vec<(String, Value)>,
+    pub(crate) message: Option<String>,
+    pub(crate) state: Option<Value>,
+}
+
 impl ToolContext {
-    pub(crate) fn new(
-        task_id: TaskId,
-        fence: u64,
-        worker: String,
-        store: Store,
-        answers: HashMap<String, Value>,
-        client_capabilities: Value,
-        cancel: CancellationToken,
-    ) -> Self {
+    /// The context of a run of `claim`: the answers, capabilities and state its record holds.
+    pub(crate) fn for_claim(claim: &Claim, worker: String, store: Store, cancel: CancellationToken) -> Self {
+        let answers =
+            claim.answers.iter().filter_map(|(k, v)| Some((k.clone(), serde_json::from_str(v).ok()?))).collect();
         Self {
-            task_id,
-            fence,
+            task_id: claim.task_id.clone(),
+            fence: claim.fence,
             worker,
             store,
             answers,
-            client_capabilities,
+            client_capabilities: serde_json::from_str(&claim.client_capabilities).unwrap_or(Value::Null),
+            saved_state: claim.tool_state.as_deref().and_then(|s| serde_json::from_str(s).ok()),
             pending: Mutex::default(),
             park_message: Mutex::default(),
+            pending_state: Mutex::default(),
             cancel,
         }
     }
@@ -225,6 +238,30 @@ impl ToolContext {
         Err(ToolError::Suspend)
     }
 
+    /// The recorded answer to input request `key`, if it has one.
+    pub fn answer(&self, key: &str) -> Option<&Value> {
+        self.answers.get(key)
+    }
+
+    /// What the run that last parked this task saved with its requests.
+    pub fn saved_state(&self) -> Option<&Value> {
+        self.saved_state.as_ref()
+    }
+
+    /// Asks every request of `requests` (keys never asked before) and saves `state` with the
+    /// park; return the [`ToolError::Suspend`] it gives. The next run finds the state in
+    /// [`saved_state`](Self::saved_state).
+    pub fn suspend_saving(&self, requests: Vec<(String, Value)>, status_message: &str, state: Value) -> ToolError {
+        if let (Ok(mut pending), Ok(mut message), Ok(mut saved)) =
+            (self.pending.lock(), self.park_message.lock(), self.pending_state.lock())
+        {
+            pending.extend(requests);
+            *message = Some(status_message.to_owned());
+            *saved = Some(state);
+        }
+        ToolError::Suspend
+    }
+
     /// Reports progress. Forwarded as `notifications/progress` to an inline caller that sent a
     /// `progressToken`; values must increase. Best effort: never stored.
     pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
@@ -259,11 +296,13 @@ impl ToolContext {
         if self.is_cancelled() { Err(ToolError::Cancelled(None)) } else { Ok(()) }
     }
 
-    /// The requests recorded by a suspended call.
-    pub(crate) fn take_pending(&self) -> (Vec<(String, Value)>, Option<String>) {
-        let pending = self.pending.lock().map(|mut p| std::mem::take(&mut *p)).unwrap_or_default();
-        let message = self.park_message.lock().ok().and_then(|mut m| m.take());
-        (pending, message)
+    /// What a suspended call recorded.
+    pub(crate) fn take_pending(&self) -> Pending {
+        Pending {
+            requests: self.pending.lock().map(|mut p| std::mem::take(&mut *p)).unwrap_or_default(),
+            message: self.park_message.lock().ok().and_then(|mut m| m.take()),
+            state: self.pending_state.lock().ok().and_then(|mut s| s.take()),
+        }
     }
 }
 

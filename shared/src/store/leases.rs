@@ -34,6 +34,8 @@ pub struct Claim {
     pub client_capabilities: String,
     /// The owner's tenant when the task counts against its active-task cap, else empty.
     pub tenant: String,
+    /// What the tool saved when it last parked the task for input (JSON text).
+    pub tool_state: Option<String>,
 }
 
 /// The identity every fenced write carries.
@@ -237,6 +239,7 @@ impl Store {
                     answers: reply.pairs(6)?,
                     client_capabilities: reply.string(7)?,
                     tenant: reply.string(8)?,
+                    tool_state: reply.string(9).ok().filter(|s| !s.is_empty()),
                 }))
             }
             _ => Err(reply.unexpected_code()),
@@ -311,6 +314,7 @@ impl Store {
         lease: Lease<'_>,
         message: Option<&str>,
         requests: &[(String, String)],
+        tool_state: Option<&str>,
         cancelled_message: &str,
     ) -> Result<Parked, StoreError> {
         let keys = self.keys().task(lease.task_id);
@@ -323,7 +327,8 @@ impl Store {
             .arg(lease.fence)
             .arg(message.unwrap_or(""))
             .arg(self.keys().events_channel())
-            .arg(cancelled_message);
+            .arg(cancelled_message)
+            .arg(tool_state.unwrap_or(""));
         for (key, request) in requests {
             call.arg(key).arg(request);
         }

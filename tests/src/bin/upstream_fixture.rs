@@ -14,8 +14,8 @@ use std::time::Duration;
 use rmcp::model::CallToolResponse;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ContentBlock as Content, DiscoverResult, Implementation,
-    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    InitializeRequestParams, InitializeResult, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt as _};
@@ -96,6 +96,12 @@ fn tools() -> Vec<Tool> {
             None,
         ),
         tool("relist", "Sends notifications/tools/list_changed.", json!({}), None),
+        tool(
+            "approve_twice",
+            "Asks for approval in two rounds of input_required (2026-07-28), keeping its place in requestState. Without an elicitation capability declared it does not ask, unless `force`.",
+            json!({ "force": { "type": "boolean" } }),
+            None,
+        ),
         tool(
             "freeze",
             "Stops its own process (SIGSTOP): it answers nothing any more, pings included.",
@@ -238,6 +244,48 @@ impl ServerHandler for Fixture {
                 tokio::time::sleep(Duration::from_millis(int("ms", 100))).await;
                 HELD.fetch_sub(1, Ordering::SeqCst);
                 Ok(text("held"))
+            }
+            "approve_twice" => {
+                let declared = context.meta.client_capabilities().is_some_and(|c| c.elicitation.is_some());
+                let state = request.request_state.clone();
+                let action = request
+                    .input_responses
+                    .as_ref()
+                    .and_then(|r| r.get("ok"))
+                    .and_then(|a| a.get("action"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                log(&format!(
+                    "approve_twice state={} answer={} elicitation={declared}",
+                    state.as_deref().unwrap_or("-"),
+                    action.as_deref().unwrap_or("-")
+                ));
+                let ask = |step: u32| {
+                    let request = serde_json::from_value(json!({
+                        "method": "elicitation/create",
+                        "params": {
+                            "mode": "form",
+                            "message": format!("Approve step {step}?"),
+                            "requestedSchema": { "type": "object", "properties": { "ok": { "type": "boolean" } } }
+                        }
+                    }))
+                    .expect("an input request");
+                    let requests = std::collections::BTreeMap::from([("ok".to_owned(), request)]);
+                    CallToolResponse::InputRequired(InputRequiredResult::new(
+                        Some(requests),
+                        Some(format!("step{step}")),
+                    ))
+                };
+                if !declared && !args.get("force").and_then(Value::as_bool).unwrap_or(false) {
+                    return Ok(text("not asked: the client declared no elicitation"));
+                }
+                match (state.as_deref(), action.as_deref()) {
+                    (None, _) => Ok(ask(1)),
+                    (Some("step1"), Some("accept")) => Ok(ask(2)),
+                    (Some("step2"), Some("accept")) => Ok(text("approved twice")),
+                    (Some(step), Some(action)) => Ok(text(format!("{action} at {step}"))),
+                    _ => Err(ErrorData::invalid_params("retried without an answer", None)),
+                }
             }
             "relist" => {
                 let _ = context.peer.notify_tool_list_changed().await;

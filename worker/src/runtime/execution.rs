@@ -1,6 +1,5 @@
 //! Runs one claimed task to an outcome and writes it, fenced.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -83,15 +82,10 @@ async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
         None => unserved(&shared, &claim.tool).await,
         Some(tool) => {
             let arguments: Value = serde_json::from_str(&claim.arguments).unwrap_or(Value::Null);
-            let answers: HashMap<String, Value> =
-                claim.answers.iter().filter_map(|(k, v)| Some((k.clone(), serde_json::from_str(v).ok()?))).collect();
-            let ctx = Arc::new(ToolContext::new(
-                task_id.clone(),
-                claim.fence,
+            let ctx = Arc::new(ToolContext::for_claim(
+                &claim,
                 shared.worker_id.clone(),
                 shared.store.clone(),
-                answers,
-                serde_json::from_str(&claim.client_capabilities).unwrap_or(Value::Null),
                 held.cancel.clone(),
             ));
             let run_ctx = ctx.clone();
@@ -165,7 +159,7 @@ async fn unserved(shared: &Shared, tool: &str) -> Outcome {
 /// Parks the task; the status it left `working` for (`input_required`, or the terminal status
 /// it ended in instead), `None` when nothing was written.
 async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) -> Option<&'static str> {
-    let (pending, message) = ctx.take_pending();
+    let crate::tool::Pending { requests: pending, message, state } = ctx.take_pending();
     if pending.is_empty() {
         // Parking with nothing to answer would strand the task: nobody could resume it.
         tracing::error!(task_id = %task_id, "the tool suspended without asking for any input");
@@ -185,7 +179,8 @@ async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) 
     }
     let requests: Vec<(String, String)> = pending.into_iter().map(|(k, r)| (k, r.to_string())).collect();
     let lease = Lease { task_id, worker: &shared.worker_id, fence };
-    match shared.store.request_input(lease, message.as_deref(), &requests, CANCELLED).await {
+    let state = state.map(|s| s.to_string());
+    match shared.store.request_input(lease, message.as_deref(), &requests, state.as_deref(), CANCELLED).await {
         Ok(Parked::Parked) => {
             tracing::info!(task_id = %task_id, keys = requests.len(), "parked for input");
             Some("input_required")

@@ -4,6 +4,7 @@
 pub mod config;
 mod connection;
 mod handler;
+mod rounds;
 mod stderr;
 mod tool;
 

@@ -9,7 +9,7 @@ use rmcp::model::{
     CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientNotification, ClientRequest,
     PingRequest, Request, ServerResult,
 };
-use rmcp::service::{PeerRequestOptions, ServiceError};
+use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 use serde_json::Value;
 use taskgate_shared::protocol::{ErrorKind, RpcError};
 use taskgate_shared::tools::ToolSpec;
@@ -17,7 +17,8 @@ use tokio::sync::mpsc;
 
 use super::config::Resolved;
 use super::connection::Upstream;
-use super::handler::{CallEvent, declined_status};
+use super::handler::{Bridge, CallEvent, declined_status};
+use super::rounds;
 use crate::metrics::METRICS;
 use crate::tool::{BoxFuture, Tool, ToolContext, ToolError, ToolOutput};
 
@@ -72,19 +73,64 @@ impl UpstreamTool {
                 ),
             )));
         }
-        let _permit = self.upstream.in_flight.acquire().await.map_err(|_| unavailable(upstream, "shutting down"))?;
-        let (index, peer, bridge) = self.upstream.connection().await.map_err(|m| unavailable(upstream, &m))?;
-
         let arguments = match arguments {
             Value::Object(map) => Some(map),
             Value::Null => None,
             _ => return Err(ToolError::Rpc(RpcError::invalid_params("tool arguments must be an object"))),
         };
-        let mut params = CallToolRequestParams::new(self.remote.clone());
-        params.arguments = arguments;
-        let options = PeerRequestOptions::with_timeout(self.settings.timeout)
+        let _permit = self.upstream.in_flight.acquire().await.map_err(|_| unavailable(upstream, "shutting down"))?;
+        let (index, peer, bridge) = self.upstream.connection().await.map_err(|m| unavailable(upstream, &m))?;
+        // A run after the task was parked continues the server's rounds where they stopped.
+        let mut resume = rounds::resume(ctx)?;
+        loop {
+            let mut params = CallToolRequestParams::new(self.remote.clone());
+            params.arguments.clone_from(&arguments);
+            if let Some(resume) = &resume {
+                params.input_responses = Some(resume.responses.clone());
+                params.request_state.clone_from(&resume.request_state);
+            }
+            match self.send(params, index, &peer, &bridge, ctx).await? {
+                ServerResult::CallToolResult(result) => {
+                    let result = serde_json::to_value(result)
+                        .map_err(|_| unavailable(upstream, "its result did not serialise"))?;
+                    return Ok(ToolOutput { result, status_message: None });
+                }
+                ServerResult::InputRequiredResult(asked) => {
+                    match rounds::next(ctx, &self.remote, resume.as_ref(), asked) {
+                        rounds::Next::Retry(next) => resume = Some(next),
+                        rounds::Next::Stop(err) => return Err(err),
+                    }
+                }
+                ServerResult::CreateTaskResult(_) => {
+                    return Err(ToolError::Rpc(RpcError::new(
+                        ErrorKind::Internal,
+                        format!(
+                            "upstream tool {:?} answered with a task of its own, which taskgate does not follow yet",
+                            self.remote
+                        ),
+                    )));
+                }
+                _ => return Err(unavailable(upstream, "it answered the call with an unexpected result")),
+            }
+        }
+    }
+
+    /// Sends one `tools/call` and waits for its answer, turning the server's progress into the
+    /// task's status and a cancel of the task into one of the call.
+    async fn send(
+        &self,
+        params: CallToolRequestParams,
+        index: usize,
+        peer: &Peer<RoleClient>,
+        bridge: &Bridge,
+        ctx: &ToolContext,
+    ) -> Result<ServerResult, ToolError> {
+        let upstream = self.upstream.name();
+        let mut options = PeerRequestOptions::with_timeout(self.settings.timeout)
             .reset_timeout_on_progress()
             .with_max_total_timeout(self.settings.max_timeout);
+        // The server may ask only for input the task's creator can give.
+        options.meta = rounds::creator_capabilities(ctx);
         let in_flight = METRICS.upstream_in_flight.with_label_values(&[upstream]);
         in_flight.inc();
         let _in_flight = scopeguard(move || in_flight.dec());
@@ -99,9 +145,9 @@ impl UpstreamTool {
         tokio::pin!(response);
 
         let mut throttle = Throttle::default();
-        let answer = loop {
+        loop {
             tokio::select! {
-                answer = &mut response => break answer,
+                answer = &mut response => return answer.map_err(|err| self.failure(err)),
                 Some(event) = events.recv() => match event {
                     CallEvent::Progress(p) => {
                         let message = progress_message(p.progress, p.total, p.message.as_deref());
@@ -118,7 +164,7 @@ impl UpstreamTool {
                     let _ = peer.send_notification(ClientNotification::CancelledNotification(notice)).await;
                     // A server that ignores the cancel still has to answer others; one that
                     // does not even answer a ping within the grace period is restarted.
-                    let (upstream_ref, grace) = (self.upstream.clone(), self.cancel_grace);
+                    let (upstream_ref, grace, peer) = (self.upstream.clone(), self.cancel_grace, peer.clone());
                     tokio::spawn(async move {
                         let ping = peer.send_request_with_option(
                             ClientRequest::PingRequest(PingRequest::default()),
@@ -144,26 +190,6 @@ impl UpstreamTool {
                 ctx.progress(progress, total, Some(&message)).await;
                 ctx.set_status(&message).await?;
             }
-        };
-        match answer {
-            Ok(ServerResult::CallToolResult(result)) => {
-                let result =
-                    serde_json::to_value(result).map_err(|_| unavailable(upstream, "its result did not serialise"))?;
-                Ok(ToolOutput { result, status_message: None })
-            }
-            Ok(ServerResult::CreateTaskResult(_)) => Err(ToolError::Rpc(RpcError::new(
-                ErrorKind::Internal,
-                format!(
-                    "upstream tool {:?} answered with a task of its own, which taskgate does not follow yet",
-                    self.remote
-                ),
-            ))),
-            Ok(ServerResult::InputRequiredResult(_)) => Err(ToolError::Rpc(RpcError::new(
-                ErrorKind::Internal,
-                format!("upstream tool {:?} asked for input, which taskgate does not forward yet", self.remote),
-            ))),
-            Ok(_) => Err(unavailable(upstream, "it answered the call with an unexpected result")),
-            Err(err) => Err(self.failure(err)),
         }
     }
 

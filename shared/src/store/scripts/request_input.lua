@@ -2,9 +2,13 @@
 -- connection is held while a human answers). The lease is released here.
 -- Every key must never have been issued before; all keys of the call are checked first, so a
 -- refusal writes nothing. A cancel requested meanwhile wins: the task ends cancelled.
+-- The tool may save a state with the park (what it needs to continue rather than replay, such
+-- as an upstream server's requestState); the next claim returns it. A park is a clean end of
+-- the run, so the marker of a started side effect is cleared: the next run starts afresh.
 -- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] inputs hash   KEYS[4] issued set
 -- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] status message ('' = keep)
--- ARGV[5] events channel   ARGV[6] cancelled status message   ARGV[7..] key, request JSON pairs
+-- ARGV[5] events channel   ARGV[6] cancelled status message   ARGV[7] tool state ('' = none)
+-- ARGV[8..] key, request JSON pairs
 -- Returns {1, version} parked | {2, version} cancelled instead | {-2} lease lost
 --       | {-5, key} key already issued.
 -- Publishes "<id> <version> input_required" (or cancelled).
@@ -12,7 +16,7 @@ local rcall = redis.call
 local record, leases, inputs, issued = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'cancel', 'created', 'ttl')
 if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
-for i = 7, #ARGV, 2 do
+for i = 8, #ARGV, 2 do
   if rcall('SISMEMBER', issued, ARGV[i]) == 1 then return {-5, ARGV[i]} end
 end
 local t = rcall('TIME')
@@ -25,13 +29,15 @@ if f[4] then
   status = 'cancelled'
   rcall('HSET', record, 'status', status, 'msg', ARGV[6], 'updated', now)
 else
-  for i = 7, #ARGV, 2 do
+  for i = 8, #ARGV, 2 do
     rcall('SADD', issued, ARGV[i])
     rcall('HSET', inputs, ARGV[i], ARGV[i + 1])
   end
   rcall('PEXPIREAT', issued, expires)
   rcall('PEXPIREAT', inputs, expires)
   rcall('HSET', record, 'status', status, 'updated', now, 'parked', now)
+  if ARGV[7] ~= '' then rcall('HSET', record, 'tstate', ARGV[7]) else rcall('HDEL', record, 'tstate') end
+  rcall('HDEL', record, 'started')
   if ARGV[4] ~= '' then rcall('HSET', record, 'msg', ARGV[4]) end
 end
 local ver = rcall('HINCRBY', record, 'ver', 1)
