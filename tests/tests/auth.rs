@@ -1,4 +1,4 @@
-//! Authentication and ownership (issue 6): bearer JWTs (HS256, RS256/ES256 via JWKS file or
+//! Authentication and ownership: bearer JWTs (HS256, RS256/ES256 via JWKS file or
 //! URL), API keys, challenges, protected-resource metadata, and task isolation between
 //! principals and tenants.
 

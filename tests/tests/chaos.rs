@@ -1,4 +1,4 @@
-//! Chaos (issue 8): a steady lifecycle load against 2 gateways and 3 workers on a real
+//! Chaos: a steady lifecycle load against 2 gateways and 3 workers on a real
 //! redis-server (AOF, `appendfsync always`) while workers are killed with `kill -9` every two
 //! seconds, a gateway is killed and restarted, redis-server is restarted, and every Redis client
 //! connection is killed. Then the invariants are checked and the figures printed.

@@ -1,4 +1,4 @@
-//! Durability and Redis outages (issue 8): what survives `kill -9` of redis-server, a lost
+//! Durability and Redis outages: what survives `kill -9` of redis-server, a lost
 //! primary, and how the fleet behaves while Redis is unreachable.
 
 use std::time::{Duration, Instant};

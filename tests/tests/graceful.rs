@@ -1,4 +1,4 @@
-//! Graceful rollouts (issue 10). Gateway on SIGTERM: readiness off at once, requests still served
+//! Graceful rollouts. Gateway on SIGTERM: readiness off at once, requests still served
 //! for the shutdown delay, in-flight calls finish, listen streams end with their result, exit 0.
 //! (The worker's side, drain then release, is in lifecycle.rs.)
 

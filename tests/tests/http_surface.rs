@@ -1,4 +1,4 @@
-//! The Streamable HTTP surface and the wire core (issue 2), over real HTTP to the real gateway.
+//! The Streamable HTTP surface and the wire core, over real HTTP to the real gateway.
 
 use std::time::Duration;
 

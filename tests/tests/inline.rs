@@ -1,4 +1,4 @@
-//! Inline execution and MRTR (issue 4): sync and optional tools without the Tasks extension,
+//! Inline execution and MRTR: sync and optional tools without the Tasks extension,
 //! signed requestState, the capability gate, progress over SSE, and cancellation on
 //! disconnect.
 

@@ -1,4 +1,4 @@
-//! The durable task lifecycle across replicas (issue 3): real redis-server, real gateways and
+//! The durable task lifecycle across replicas: real redis-server, real gateways and
 //! workers, crashes by `kill -9`.
 
 use std::time::Duration;
@@ -34,7 +34,7 @@ async fn lesson_run_across_replicas() {
 
     let discover = a.call("server/discover", json!({})).await;
     assert_eq!(discover.result()["resultType"], "complete");
-    assert!(discover.result().get("status").is_none(), "discover has no status (the lesson's `ack` line)");
+    assert!(discover.result().get("status").is_none(), "discover has no status (an acknowledgement carries none)");
 
     // The catalogue comes from workers; start one to publish it, then stop it so the task stays
     // observably `working` until a worker runs again.

@@ -1,4 +1,4 @@
-//! Fleet-wide limits (issue 6): kept in Redis, so two replicas admit what one would.
+//! Fleet-wide limits: kept in Redis, so two replicas admit what one would.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! `subscriptions/listen` with `notifications/tasks` across replicas (issue 5).
+//! `subscriptions/listen` with `notifications/tasks` across replicas.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Property test of the task state machine (issue 8): random sequences of every transition,
+//! Property test of the task state machine: random sequences of every transition,
 //! issued by current and stale lease holders, owners and strangers, run against the real Lua
 //! scripts on a real redis-server. After every step:
 //! - a terminal state never changes again (status, result, error);

@@ -54,7 +54,7 @@ impl ErrorKind {
     }
 }
 
-/// A JSON-RPC error object. Messages are fixed strings where a lesson or the spec pins them, so
+/// A JSON-RPC error object. Messages are fixed strings where the spec or the conformance suite pins them, so
 /// clients and tests can match on them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RpcError {

@@ -30,7 +30,7 @@ impl ValidMeta {
     }
 }
 
-/// Validates `params._meta` in the lesson's order: `_meta`, version string, version support,
+/// Validates `params._meta` in the order the conformance suite expects: `_meta`, version string, version support,
 /// capabilities, then `clientInfo` when present.
 ///
 /// `check_headers` runs after the version is known to be a string and before its support is

@@ -1,4 +1,4 @@
-//! The `demo` pack: the lesson's `generate_report`, a tool with two outstanding inputs, and a
+//! The `demo` pack: `generate_report` (asks to approve an outline), a tool with two outstanding inputs, and a
 //! cancellable `sleep`.
 
 use std::sync::Arc;
@@ -34,7 +34,7 @@ fn spec(
     spec
 }
 
-/// The lesson's report generator: asks `approve_outline`, then completes or is cancelled.
+/// The report generator: asks `approve_outline`, then completes or is cancelled.
 ///
 /// An `accept` whose content is not `approved: true` is treated as a refusal (missing content
 /// is never consent), since the key cannot be asked again.

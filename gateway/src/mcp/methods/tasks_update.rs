@@ -15,7 +15,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
     let id = task_id(call.params)?;
     let owner = call.principal.owner();
     let Some(Value::Object(responses)) = call.params.get("inputResponses") else {
-        // The lookup comes first (lesson rule 48): a foreign id must not learn that its
+        // The lookup comes first: a foreign id must not learn that its
         // inputResponses were malformed.
         let exists = call.state.store.get_task(&id).await.map_err(storage_error)?;
         return Err(match exists {
