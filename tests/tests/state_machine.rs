@@ -4,7 +4,9 @@
 //! - a terminal state never changes again (status, result, error);
 //! - the version never goes backwards, and the fencing token never shrinks;
 //! - a write with a stale fencing token is refused and changes nothing;
-//! - outstanding input requests exist only while `input_required`.
+//! - outstanding input requests exist only while `input_required`;
+//! - a held question (`hold_for_input`) keeps its holder, and is marked only while the task
+//!   shows `input_required`; looking for its answer changes nothing.
 
 use std::time::Duration;
 
@@ -28,6 +30,9 @@ enum Op {
     Answer(bool, u8),
     Cancel(bool),
     Reclaim,
+    /// Hold a question open (key `k`) while keeping the lease, or look for its answer.
+    Hold(bool, u8),
+    HeldAnswer(bool, u8),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -42,6 +47,8 @@ fn op() -> impl Strategy<Value = Op> {
         (any::<bool>(), 0u8..4).prop_map(|(o, k)| Op::Answer(o, k)),
         any::<bool>().prop_map(Op::Cancel),
         Just(Op::Reclaim),
+        (any::<bool>(), 0u8..4).prop_map(|(c, k)| Op::Hold(c, k)),
+        (any::<bool>(), 0u8..4).prop_map(|(c, k)| Op::HeldAnswer(c, k)),
     ]
 }
 
@@ -149,6 +156,17 @@ async fn run(store: &Store, conn: &mut redis::aio::MultiplexedConnection, ops: V
                     prop_assert_eq!(outcome, CancelOutcome::NotFound, "a stranger learns nothing");
                 }
             }
+            Op::Hold(c, k) => {
+                let lease = Lease { task_id: &id, worker: &worker, fence: fence_for(*c) };
+                let request = r#"{"method":"roots/list","params":{}}"#;
+                store.hold_for_input(lease, "q", &format!("k{k}"), request).await.unwrap();
+            }
+            Op::HeldAnswer(c, k) => {
+                let lease = Lease { task_id: &id, worker: &worker, fence: fence_for(*c) };
+                store.held_answer(lease, &format!("k{k}")).await.unwrap();
+                let after = store.get_task(&id).await.unwrap().unwrap();
+                prop_assert_eq!(after.version, before.version, "looking for an answer wrote");
+            }
             Op::Reclaim => {
                 // Expire the lease first so the reaper's step has something to do.
                 let _: () = redis::cmd("HSET").arg(&keys.record).arg("lease").arg(0).query_async(conn).await.unwrap();
@@ -178,10 +196,15 @@ async fn run(store: &Store, conn: &mut redis::aio::MultiplexedConnection, ops: V
                 | Op::Complete(false)
                 | Op::Fail(false)
                 | Op::Release(false)
+                | Op::Hold(false, _)
         );
         if stale && seen.fence > 0 {
             prop_assert_eq!(after.version, before.version, "a stale write landed: {:?}", op);
             prop_assert_eq!(after.status, before.status);
+        }
+        if field(conn, &keys.record, "held").await.is_some() {
+            prop_assert_eq!(after.status, TaskStatus::InputRequired, "held outside input_required after {:?}", op);
+            prop_assert!(field(conn, &keys.record, "holder").await.is_some(), "held without a holder after {op:?}");
         }
         let inputs: u64 = redis::cmd("HLEN").arg(&keys.inputs).query_async(conn).await.unwrap();
         prop_assert_eq!(

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use taskgate_shared::task::TaskId;
 use taskgate_tests::upstream::{HttpFixture, fixture_log, upstreams_file, wait_for_no_tool, wait_for_tool};
 use taskgate_tests::{McpClient, Scrape, Stack, StackBuilder, eventually, free_port};
 
@@ -194,16 +195,126 @@ async fn a_silent_call_times_out_by_inactivity() {
     assert!(done["statusMessage"].as_str().unwrap_or_default().contains("800 ms without an answer"), "{done}");
 }
 
+/// The default policy: a mid-call elicitation is answered `decline`, and sampling refused with
+/// an error the server can show.
 #[tokio::test]
-async fn input_requests_from_the_upstream_are_declined_with_a_reason() {
+async fn input_requests_from_an_older_upstream_are_declined_by_default() {
     let (stack, _file, log) = stack_with(Transport::Stdio { legacy: true }, "").await;
     let client = stack.client(0);
     wait_for_tool(&client, "fx__ask", PATIENCE).await;
+    let done = run(&client, "fx__ask", json!({})).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned();
+    assert!(text.starts_with("ask answered") && text.contains("action: Decline"), "{done}");
+    let done = run(&client, "fx__sample", json!({})).await;
+    let text = done["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned();
+    assert!(text.starts_with("sample refused") && text.contains("sampling is not available"), "{done}");
+    assert!(fixture_log(&log).contains("sample refused"), "{}", fixture_log(&log));
+}
+
+/// `elicitation = "hold"` and its stack: a legacy stdio fixture, a 1.5 s lease.
+async fn holding_stack() -> (Stack, PathBuf, PathBuf) {
+    stack_from(Stack::builder(), Transport::Stdio { legacy: true }, "elicitation = \"hold\"\n", &["--lease-ms", "1500"])
+        .await
+}
+
+/// The held question, once the task shows it: its key and the request.
+async fn held_question(client: &McpClient, task: &str) -> (String, Value) {
+    let requests = parked_requests(client, task).await;
+    let (key, request) = requests.as_object().unwrap().iter().next().expect("one question");
+    assert_eq!(requests.as_object().unwrap().len(), 1, "{requests}");
+    (key.clone(), request.clone())
+}
+
+/// `elicitation = "hold"`: the server's mid-call question shows on the task as
+/// `input_required` (outliving several lease renewals) and the answer reaches the server.
+#[tokio::test]
+async fn a_held_question_is_answered_through_the_task() {
+    let (stack, _file, log) = holding_stack().await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__ask", PATIENCE).await;
     let task = client.create_task("fx__ask", json!({})).await;
+    let (key, request) = held_question(&client, &task).await;
+    assert!(key.starts_with("held."), "{key}");
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    assert_eq!(request["params"]["message"], "Approve?", "{request}");
+    assert_eq!(client.get_task(&task).await.result()["statusMessage"], "Approve?");
+    // The worker keeps renewing the lease while the question is open: wait until it reaches past
+    // its end at the time of the question.
+    let record = stack.store().keys().task(&TaskId::parse(&task).unwrap()).record;
+    let redis = redis::Client::open(stack.redis_url.as_str()).unwrap();
+    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+    let lease_then: u64 = redis::AsyncCommands::hget(&mut conn, &record, "lease").await.unwrap();
+    eventually(PATIENCE, "a renewal past the lease's first end", || {
+        let mut conn = conn.clone();
+        let record = record.clone();
+        async move {
+            let lease: u64 = redis::AsyncCommands::hget(&mut conn, &record, "lease").await.ok()?;
+            (lease > lease_then + 1500).then_some(())
+        }
+    })
+    .await;
+    assert_eq!(client.get_task(&task).await.result()["status"], "input_required");
+    let reply = client.update_task(&task, json!({ key: { "action": "accept", "content": { "ok": true } } })).await;
+    assert!(reply.error_code().is_none(), "{}", reply.text);
     let done = terminal(&client, &task).await;
     assert_eq!(done["status"], "completed", "{done}");
-    let log = fixture_log(&log);
-    assert!(log.contains("ask refused") && log.contains("does not forward input requests"), "{log}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned();
+    assert!(text.contains("action: Accept") && text.contains("\"ok\": Bool(true)"), "{done}");
+    assert!(fixture_log(&log).contains("ask answered"), "{}", fixture_log(&log));
+}
+
+/// A creator that declared no elicitation is never asked: the server hears `decline`.
+#[tokio::test]
+async fn a_held_question_never_reaches_a_creator_who_cannot_answer() {
+    let (stack, _file, _log) = holding_stack().await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__ask", PATIENCE).await;
+    let params = json!({ "name": "fx__ask", "arguments": {}, "_meta": meta_without_input() });
+    let created = client.call("tools/call", params).await;
+    let task = created.result()["taskId"].as_str().expect("a task").to_owned();
+    let done = terminal(&client, &task).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert!(done["result"]["content"][0]["text"].as_str().unwrap_or_default().contains("action: Decline"), "{done}");
+}
+
+/// A cancel of a task holding a question ends it at once and tells the server; the server's
+/// child keeps serving.
+#[tokio::test]
+async fn cancelling_a_held_question_tells_the_server() {
+    let (stack, _file, log) = holding_stack().await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__ask", PATIENCE).await;
+    let task = client.create_task("fx__ask", json!({})).await;
+    held_question(&client, &task).await;
+    let reply = client.cancel_task(&task).await;
+    assert!(reply.error_code().is_none(), "{}", reply.text);
+    assert_eq!(client.get_task(&task).await.result()["status"], "cancelled");
+    eventually(PATIENCE, "the server to hear the cancel", || async {
+        fixture_log(&log).contains("action: Cancel").then_some(())
+    })
+    .await;
+    let done = run(&client, "fx__echo", json!({ "text": "still serving" })).await;
+    assert_eq!(done["result"]["content"][0]["text"], "still serving", "{done}");
+}
+
+/// `kill -9` of the worker holding a question: its session is gone, so the task fails, clearly,
+/// once the lease lapses; it neither hangs nor runs again.
+#[tokio::test]
+async fn a_worker_that_dies_holding_a_question_fails_the_task_clearly() {
+    let (mut stack, _file, log) = holding_stack().await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__ask", PATIENCE).await;
+    let task = client.create_task("fx__ask", json!({})).await;
+    let (key, _) = held_question(&client, &task).await;
+    stack.workers[0].kill().await;
+    stack.add_worker(&["--tools", "demo", "--lease-ms", "1500"]).await;
+    let done = terminal(&client, &task).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert!(done["statusMessage"].as_str().unwrap_or_default().contains("can no longer be answered"), "{done}");
+    let late = client.update_task(&task, json!({ key: { "action": "accept", "content": { "ok": true } } })).await;
+    assert_eq!(client.get_task(&task).await.result()["status"], "failed", "{}", late.text);
+    assert_eq!(fixture_log(&log).matches("call ask").count(), 1, "{}", fixture_log(&log));
 }
 
 #[tokio::test]

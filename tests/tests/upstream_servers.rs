@@ -214,3 +214,36 @@ async fn mcp_server_time_converts_deterministically() {
     assert_eq!(converted["time_difference"], "+12.75h", "{result}");
     assert!(converted["target"]["datetime"].as_str().unwrap().ends_with("T19:00:00+05:45"), "{result}");
 }
+
+/// server-everything's own mid-call elicitation, held on the task (`elicitation = "hold"`) and
+/// answered through `tasks/update`, as the README shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_everything_elicitation_is_answered_through_the_task() {
+    let (node, everything, _) = servers();
+    let mut stack = Stack::builder().workers(0).spawn().await;
+    let upstream = format!(
+        "[[upstream]]\nname = \"everything\"\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\nelicitation = \"hold\"\n",
+        node.to_str().unwrap(),
+        everything.to_str().unwrap()
+    );
+    let file = upstreams_file(stack.scratch_dir(), "upstreams.toml", &upstream);
+    stack.add_worker(&["--tools", "", "--upstreams", file.to_str().unwrap()]).await;
+    let client = stack.client(0);
+    let tool = "everything__trigger-elicitation-request";
+    wait_for_tool(&client, tool, PATIENCE).await;
+
+    let task = client.create_task(tool, json!({})).await;
+    let parked = client.wait_for_status(&task, "input_required", PATIENCE).await;
+    let requests = parked["inputRequests"].as_object().expect("input requests").clone();
+    assert_eq!(requests.len(), 1, "{parked}");
+    let (key, request) = requests.iter().next().unwrap();
+    assert_eq!(request["params"]["message"], "Please provide inputs for the following fields:", "{request}");
+    let answer = json!({ key: { "action": "accept", "content": { "name": "Ada Lovelace", "check": true } } });
+    let reply = client.update_task(&task, answer).await;
+    assert!(reply.error_code().is_none(), "{}", reply.text);
+    let done = client.wait_for_status(&task, "completed", PATIENCE).await;
+    let text: Vec<&str> =
+        done["result"]["content"].as_array().unwrap().iter().filter_map(|c| c["text"].as_str()).collect();
+    assert!(text.iter().any(|t| t.contains("User provided the requested information")), "{done}");
+    assert!(text.iter().any(|t| t.contains("- Name: Ada Lovelace") && t.contains("- Agreed to terms: true")), "{done}");
+}

@@ -29,14 +29,20 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::{Value, json};
-use taskgate_shared::protocol::{RpcError, result};
-use taskgate_shared::store::{Claim, Lease, Started, Store};
+use taskgate_shared::protocol::{ErrorKind, RpcError, result};
+use taskgate_shared::store::{Claim, HeldAnswer, Hold, Lease, Started, Store};
 use taskgate_shared::task::TaskId;
 use taskgate_shared::tools::ToolSpec;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+/// How often a held question's answer is looked up without a signal (pub/sub is lossy).
+const HELD_LOOK_AGAIN: Duration = Duration::from_secs(2);
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -127,6 +133,9 @@ pub struct ToolContext {
     park_message: Mutex<Option<String>>,
     pending_state: Mutex<Option<Value>>,
     cancel: CancellationToken,
+    answered: Arc<Notify>,
+    /// Questions held open by this run so far (they number its keys).
+    held: AtomicU32,
 }
 
 /// What a suspended call leaves for the park: its requests, the status message, the state.
@@ -138,7 +147,13 @@ pub(crate) struct Pending {
 
 impl ToolContext {
     /// The context of a run of `claim`: the answers, capabilities and state its record holds.
-    pub(crate) fn for_claim(claim: &Claim, worker: String, store: Store, cancel: CancellationToken) -> Self {
+    pub(crate) fn for_claim(
+        claim: &Claim,
+        worker: String,
+        store: Store,
+        cancel: CancellationToken,
+        answered: Arc<Notify>,
+    ) -> Self {
         let answers =
             claim.answers.iter().filter_map(|(k, v)| Some((k.clone(), serde_json::from_str(v).ok()?))).collect();
         Self {
@@ -153,7 +168,13 @@ impl ToolContext {
             park_message: Mutex::default(),
             pending_state: Mutex::default(),
             cancel,
+            answered,
+            held: AtomicU32::new(0),
         }
+    }
+
+    fn lease(&self) -> Lease<'_> {
+        Lease { task_id: &self.task_id, worker: &self.worker, fence: self.fence }
     }
 
     /// The `clientCapabilities` of the request that created the task. Ask only for input the
@@ -180,7 +201,7 @@ impl ToolContext {
 
     /// Sets the task's status message (visible to `tasks/get`).
     pub async fn set_status(&self, message: &str) -> Result<(), ToolError> {
-        let lease = Lease { task_id: &self.task_id, worker: &self.worker, fence: self.fence };
+        let lease = self.lease();
         match self.store.set_status(lease, message).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(ToolError::LeaseLost),
@@ -196,7 +217,7 @@ impl ToolContext {
     /// here. `false` means an earlier run (one that lost its lease, as when its worker died)
     /// got this far and may have caused the effect already.
     pub async fn mark_started(&self) -> Result<bool, ToolError> {
-        let lease = Lease { task_id: &self.task_id, worker: &self.worker, fence: self.fence };
+        let lease = self.lease();
         match self.store.mark_started(lease).await {
             Ok(Started::First) => Ok(true),
             Ok(Started::Before { .. }) => Ok(false),
@@ -260,6 +281,47 @@ impl ToolContext {
             *saved = Some(state);
         }
         ToolError::Suspend
+    }
+
+    /// Shows `request` on the task as `input_required` while this run keeps its lease, and waits
+    /// for the answer. Only for a question that cannot be replayed (one that belongs to a live
+    /// session, as a mid-call `elicitation/create` from an upstream server does); everything
+    /// else asks with [`input`](Self::input), which holds nothing while a human answers. If
+    /// this worker stops meanwhile, the task fails. The key (`held.<fencing token>.<n>`) is
+    /// this run's own, so keys stay unique over the task's life.
+    pub async fn hold_input(&self, request: &Value, status_message: &str) -> Result<Value, ToolError> {
+        let n = self.held.fetch_add(1, Ordering::Relaxed) + 1;
+        let key = format!("held.{}.{n}", self.fence);
+        let internal = |message: String| ToolError::Rpc(RpcError::new(ErrorKind::Internal, message));
+        match self.store.hold_for_input(self.lease(), status_message, &key, &request.to_string()).await {
+            Ok(Hold::Held) => {}
+            Ok(Hold::CancelPending) => return Err(ToolError::Cancelled(None)),
+            Ok(Hold::LeaseLost) => return Err(ToolError::LeaseLost),
+            Ok(Hold::KeyReused(key)) => return Err(internal(format!("input key {key:?} was issued before"))),
+            Err(err) => {
+                // Written or not is unknown (invariant 14); failing the run ends the task
+                // either way, and a held task may be finished by its holder.
+                tracing::warn!(task_id = %self.task_id, error = %err, "could not show a held question");
+                return Err(internal("the question could not be shown on the task".into()));
+            }
+        }
+        tracing::info!(task_id = %self.task_id, key = %key, "holding a question open for its answer");
+        loop {
+            match self.store.held_answer(self.lease(), &key).await {
+                Ok(HeldAnswer::Answered(answer)) => {
+                    return serde_json::from_str(&answer).map_err(|_| internal("the answer is not JSON".into()));
+                }
+                Ok(HeldAnswer::Waiting) => {}
+                Ok(HeldAnswer::Ended) => return Err(ToolError::Cancelled(None)),
+                Ok(HeldAnswer::LeaseLost) => return Err(ToolError::LeaseLost),
+                Err(err) => tracing::warn!(task_id = %self.task_id, error = %err, "could not look for the answer"),
+            }
+            tokio::select! {
+                () = self.answered.notified() => {}
+                () = self.cancel.cancelled() => return Err(ToolError::Cancelled(None)),
+                () = tokio::time::sleep(HELD_LOOK_AGAIN) => {}
+            }
+        }
     }
 
     /// Reports progress. Forwarded as `notifications/progress` to an inline caller that sent a

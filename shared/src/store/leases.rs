@@ -74,6 +74,34 @@ pub enum Parked {
     KeyReused(String),
 }
 
+/// The outcome of a held question whose worker stopped: the upstream session it belonged to is
+/// gone, so nobody can take the answer any more.
+const HELD_LOST: &str = "The worker holding the upstream server's session for this question stopped, so the question can no longer be answered; call the tool again.";
+static HELD_LOST_ERROR: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| serde_json::json!({ "code": -32603, "message": HELD_LOST }).to_string());
+
+/// What [`Store::hold_for_input`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hold {
+    /// The task shows `input_required`; this worker keeps the lease.
+    Held,
+    /// A cancel is pending: nothing was written.
+    CancelPending,
+    LeaseLost,
+    KeyReused(String),
+}
+
+/// What [`Store::held_answer`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeldAnswer {
+    /// The answer (JSON text); the task is working again.
+    Answered(String),
+    Waiting,
+    /// The task ended meanwhile (cancelled, or expired).
+    Ended,
+    LeaseLost,
+}
+
 /// A terminal outcome written by the lease holder.
 #[derive(Debug, Clone)]
 pub enum Finish<'a> {
@@ -307,6 +335,61 @@ impl Store {
         }
     }
 
+    /// Shows the task as `input_required` with one request (key, request JSON) while this
+    /// worker keeps the lease: for a question asked on a live upstream session, which cannot be
+    /// replayed. The answer comes back through [`held_answer`](Self::held_answer).
+    pub async fn hold_for_input(
+        &self,
+        lease: Lease<'_>,
+        message: &str,
+        key: &str,
+        request: &str,
+    ) -> Result<Hold, StoreError> {
+        let keys = self.keys().task(lease.task_id);
+        let reply: Vec<Value> = scripts::HOLD_FOR_INPUT
+            .key(&keys.record)
+            .key(&keys.inputs)
+            .key(&keys.issued)
+            .arg(lease.task_id.as_str())
+            .arg(lease.worker)
+            .arg(lease.fence)
+            .arg(message)
+            .arg(self.keys().events_channel())
+            .arg(key)
+            .arg(request)
+            .invoke_async(&mut self.conn())
+            .await?;
+        let reply = Reply::new(reply);
+        Ok(match reply.code()? {
+            code::OK => Hold::Held,
+            2 => Hold::CancelPending,
+            code::LEASE_LOST => Hold::LeaseLost,
+            code::KEY_REUSED => Hold::KeyReused(reply.string(1)?),
+            _ => return Err(reply.unexpected_code()),
+        })
+    }
+
+    /// The answer to a held request, if it came.
+    pub async fn held_answer(&self, lease: Lease<'_>, key: &str) -> Result<HeldAnswer, StoreError> {
+        let keys = self.keys().task(lease.task_id);
+        let reply: Vec<Value> = scripts::HELD_ANSWER
+            .key(&keys.record)
+            .key(&keys.answers)
+            .arg(lease.worker)
+            .arg(lease.fence)
+            .arg(key)
+            .invoke_async(&mut self.conn())
+            .await?;
+        let reply = Reply::new(reply);
+        Ok(match reply.code()? {
+            code::OK => HeldAnswer::Answered(reply.string(1)?),
+            code::NOTHING => HeldAnswer::Waiting,
+            3 => HeldAnswer::Ended,
+            code::LEASE_LOST => HeldAnswer::LeaseLost,
+            _ => return Err(reply.unexpected_code()),
+        })
+    }
+
     /// Parks the task in `input_required` with these requests (key, request JSON) and
     /// releases the lease.
     pub async fn request_input(
@@ -432,6 +515,8 @@ impl Store {
             .arg(failure_message)
             .arg(cancelled_message)
             .arg(self.keys().events_channel())
+            .arg(HELD_LOST_ERROR.as_str())
+            .arg(HELD_LOST)
             .invoke_async(&mut self.conn())
             .await?;
         let reply = Reply::new(reply);

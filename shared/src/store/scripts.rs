@@ -28,6 +28,8 @@ script!(REAP_CONSUMERS, "scripts/reap_consumers.lua");
 script!(PUBLISH_TOOLS, "scripts/publish_tools.lua");
 script!(READ_TOOLS, "scripts/read_tools.lua");
 script!(MARK_STARTED, "scripts/mark_started.lua");
+script!(HOLD_FOR_INPUT, "scripts/hold_for_input.lua");
+script!(HELD_ANSWER, "scripts/held_answer.lua");
 
 /// The script's label for metrics and spans (`script:<name>`), by its SHA-1.
 pub(super) fn label_of(sha: &[u8]) -> Option<&'static str> {
@@ -50,6 +52,8 @@ pub(super) fn label_of(sha: &[u8]) -> Option<&'static str> {
             "script:publish_tools",
             "script:read_tools",
             "script:mark_started",
+            "script:hold_for_input",
+            "script:held_answer",
         ];
         all().iter().zip(names).map(|(script, name)| (script.get_hash().to_owned(), name)).collect()
     });
@@ -57,7 +61,7 @@ pub(super) fn label_of(sha: &[u8]) -> Option<&'static str> {
 }
 
 /// Every script, for loading at boot so a broken one fails start-up rather than a request.
-pub(super) fn all() -> [&'static Script; 17] {
+pub(super) fn all() -> [&'static Script; 19] {
     [
         &CREATE_TASK,
         &CLAIM_TASK,
@@ -76,5 +80,7 @@ pub(super) fn all() -> [&'static Script; 17] {
         &PUBLISH_TOOLS,
         &READ_TOOLS,
         &MARK_STARTED,
+        &HOLD_FOR_INPUT,
+        &HELD_ANSWER,
     ]
 }

@@ -137,7 +137,8 @@ impl Store {
             .arg(&owner.tenant)
             .arg(&owner.principal)
             .arg(self.keys().events_channel())
-            .arg(resume_message.unwrap_or(""));
+            .arg(resume_message.unwrap_or(""))
+            .arg(self.keys().signal_prefix());
         for (key, answer) in answers {
             call.arg(key).arg(answer);
         }
@@ -170,6 +171,7 @@ impl Store {
         let reply: Vec<Value> = scripts::CANCEL_TASK
             .key(&keys.record)
             .key(&keys.inputs)
+            .key(&keys.leases)
             .arg(id.as_str())
             .arg(&owner.tenant)
             .arg(&owner.principal)

@@ -81,6 +81,7 @@ fn tools() -> Vec<Tool> {
             Some(json!({ "idempotentHint": true })),
         ),
         tool("ask", "Asks the client for input mid-call.", json!({}), None),
+        tool("sample", "Asks the client for an LLM sampling mid-call.", json!({}), None),
         tool(
             "whoami",
             "Answers with its pid, working directory, FIXTURE_* environment and the HTTP request's Authorization and X-Team headers.",
@@ -213,6 +214,23 @@ impl ServerHandler for Fixture {
                 let line = match outcome {
                     Ok(reply) => format!("ask answered {reply:?}"),
                     Err(err) => format!("ask refused: {err}"),
+                };
+                log(&line);
+                Ok(text(line))
+            }
+            "sample" => {
+                let params = serde_json::from_value(json!({
+                    "messages": [{ "role": "user", "content": { "type": "text", "text": "Say hi" } }],
+                    "maxTokens": 10
+                }))
+                .expect("sampling params");
+                let outcome = context
+                    .peer
+                    .send_request(rmcp::model::ServerRequest::CreateMessageRequest(rmcp::model::Request::new(params)))
+                    .await;
+                let line = match outcome {
+                    Ok(reply) => format!("sample answered {reply:?}"),
+                    Err(err) => format!("sample refused: {err}"),
                 };
                 log(&line);
                 Ok(text(line))

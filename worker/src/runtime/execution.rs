@@ -87,6 +87,7 @@ async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
                 shared.worker_id.clone(),
                 shared.store.clone(),
                 held.cancel.clone(),
+                held.answered.clone(),
             ));
             let run_ctx = ctx.clone();
             let mut handle =

@@ -18,6 +18,8 @@ pub(crate) struct HeldTask {
     pub(crate) fence: u64,
     /// A cancel was requested for the task.
     pub(crate) cancel: CancellationToken,
+    /// The answer to a held question came (the answer script signals it).
+    pub(crate) answered: Arc<tokio::sync::Notify>,
     /// This worker's lease is gone: stop at once and write nothing.
     pub(crate) lost: CancellationToken,
     /// The run is over and its outcome is being written: a renewal refused from now on means
@@ -71,6 +73,7 @@ impl Held {
         let task = HeldTask {
             fence,
             cancel: CancellationToken::new(),
+            answered: Arc::default(),
             lost: CancellationToken::new(),
             ending: CancellationToken::new(),
             valid_until: Arc::new(Mutex::new(sent + lease.saturating_sub(margin))),

@@ -1,6 +1,8 @@
 //! This worker's signal channel: the cancel script publishes a task id here when a task this
-//! worker holds is cancelled, so the tool sees it within milliseconds. Pub/sub is lossy; lease
-//! renewals carry the same flag as a backstop.
+//! worker holds is cancelled, so the tool sees it within milliseconds, and the answer script
+//! publishes `answered <id>` when a question this worker holds open was answered. Pub/sub is
+//! lossy: lease renewals carry the cancel flag, and a held question is looked up now and then,
+//! as backstops.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +27,11 @@ pub(super) async fn run(shared: Arc<Shared>) {
                         let Ok(payload) = msg.get_payload::<String>() else {
                             continue;
                         };
-                        if let Some(id) = TaskId::parse(&payload) {
+                        if let Some(id) = payload.strip_prefix("answered ").and_then(TaskId::parse) {
+                            for run in shared.held.runs_of(&id) {
+                                run.answered.notify_one();
+                            }
+                        } else if let Some(id) = TaskId::parse(&payload) {
                             for run in shared.held.runs_of(&id) {
                                 run.cancel.cancel();
                             }

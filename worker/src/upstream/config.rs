@@ -38,6 +38,21 @@ pub struct UpstreamConfig {
     /// Settings of every tool, and per tool (by the upstream's name for it).
     pub defaults: ToolSettings,
     pub tools: BTreeMap<String, ToolSettings>,
+    /// What a mid-call `elicitation/create` (revisions before 2026-07-28) gets.
+    pub elicitation: ElicitationPolicy,
+}
+
+/// What a mid-call `elicitation/create` from a server gets. It belongs to a live session, so it
+/// cannot be replayed like a 2026-07-28 `input_required`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ElicitationPolicy {
+    /// Answered `decline` at once, and the task's status says so.
+    #[default]
+    Decline,
+    /// Shown on the task as `input_required` while this worker keeps the lease and the session,
+    /// and the answer passed on; if the worker stops first, the task fails.
+    Hold,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -194,6 +209,8 @@ struct TomlUpstream {
     max_timeout_ms: Option<u64>,
     retry_on_reclaim: Option<bool>,
     #[serde(default)]
+    elicitation: ElicitationPolicy,
+    #[serde(default)]
     tool: BTreeMap<String, ToolSettings>,
 }
 
@@ -301,6 +318,7 @@ fn parse_toml(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError
                 deny: raw.deny_tools,
                 defaults,
                 tools: raw.tool,
+                elicitation: raw.elicitation,
             })
         })
         .collect()
@@ -393,6 +411,7 @@ fn parse_json(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError
             deny: Vec::new(),
             defaults: ToolSettings::default(),
             tools: BTreeMap::new(),
+            elicitation: ElicitationPolicy::Decline,
         });
     }
     Ok(configs)

@@ -146,7 +146,7 @@ async fn supervise(
     let mut legacy = false;
     loop {
         let list_changed = Arc::new(Notify::new());
-        let bridge = Bridge::new(name.clone(), list_changed.clone());
+        let bridge = Bridge::new(name.clone(), list_changed.clone(), config.elicitation);
         let started = Instant::now();
         let outcome = tokio::select! {
             connected = connect(&config, index, bridge.clone(), &mut legacy) => connected,

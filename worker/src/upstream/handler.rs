@@ -1,6 +1,8 @@
 //! What the worker answers when an upstream server talks back during a connection: progress is
-//! routed to the call it belongs to, list changes trigger a new listing, and requests for input
-//! are declined with a message the server can show (forwarding them is not built yet).
+//! routed to the call it belongs to, list changes trigger a new listing, and a mid-call
+//! `elicitation/create` (revisions before 2026-07-28) is either answered `decline` (the default)
+//! or, with `elicitation = "hold"`, handed to the call it belongs to, which shows it on the task
+//! and waits for the answer. Sampling is declined with an error the server can show.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,16 +11,19 @@ use std::sync::{Arc, Mutex};
 #[allow(deprecated)]
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
-    ElicitResult, ErrorCode, Implementation, ProgressNotificationParam, ProgressToken,
+    ElicitResult, ElicitationAction, ElicitationCapability, ErrorCode, FormElicitationCapability, Implementation,
+    ProgressNotificationParam, ProgressToken, UrlElicitationCapability,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use rmcp::{ClientHandler, ErrorData};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use super::config::ElicitationPolicy;
 
 /// The task's status after the server asked for input (`kind`) and was refused.
 pub(super) fn declined_status(kind: &str) -> String {
     format!(
-        "The upstream server asked for {kind} during the call; taskgate does not forward that yet, so it was declined."
+        "The upstream server asked for {kind} during the call, and was declined (see the server's elicitation setting)."
     )
 }
 
@@ -27,6 +32,12 @@ pub(super) fn declined_status(kind: &str) -> String {
 pub(super) enum CallEvent {
     Progress(ProgressNotificationParam),
     InputDeclined(&'static str),
+    /// The server asks a question of the call's task (`elicitation = "hold"`); the call answers
+    /// through `reply` (dropping it answers `cancel`).
+    Elicitation {
+        request: ElicitRequestParams,
+        reply: oneshot::Sender<ElicitResult>,
+    },
 }
 
 /// The client side of one connection to an upstream server.
@@ -36,11 +47,19 @@ pub(super) struct Bridge {
     /// Calls in flight on this connection, by progress token.
     calls: Arc<Mutex<HashMap<ProgressToken, mpsc::Sender<CallEvent>>>>,
     pub(super) list_changed: Arc<Notify>,
+    elicitation: ElicitationPolicy,
 }
 
 impl Bridge {
-    pub(super) fn new(upstream: Arc<str>, list_changed: Arc<Notify>) -> Self {
-        Self { upstream, calls: Arc::default(), list_changed }
+    pub(super) fn new(upstream: Arc<str>, list_changed: Arc<Notify>, elicitation: ElicitationPolicy) -> Self {
+        Self { upstream, calls: Arc::default(), list_changed, elicitation }
+    }
+
+    /// The events of the one call in flight, when there is exactly one: a request from the
+    /// server carries no reference to the call it serves.
+    fn the_only_call(&self) -> Option<mpsc::Sender<CallEvent>> {
+        let calls = self.calls.lock().ok()?;
+        if calls.len() == 1 { calls.values().next().cloned() } else { None }
     }
 
     /// Routes events for `token` to `events` until the returned guard drops.
@@ -51,13 +70,9 @@ impl Bridge {
         Route { calls: self.calls.clone(), token }
     }
 
-    /// A request from the server carries no reference to the call it serves, so its decline
-    /// can be shown on that call's task only when the call is the one in flight.
+    /// Shows a decline on the call's task when the call can be told.
     fn tell_the_only_call(&self, kind: &'static str) {
-        let Ok(calls) = self.calls.lock() else { return };
-        if calls.len() == 1
-            && let Some(events) = calls.values().next()
-        {
+        if let Some(events) = self.the_only_call() {
             let _ = events.try_send(CallEvent::InputDeclined(kind));
         }
     }
@@ -65,11 +80,14 @@ impl Bridge {
     fn declined(&self, kind: &'static str) -> ErrorData {
         tracing::info!(upstream = %self.upstream, kind, "declined an input request from the upstream server");
         self.tell_the_only_call(kind);
-        ErrorData::new(
-            ErrorCode::INVALID_REQUEST,
-            format!("{kind} is not available through this gateway: it does not forward input requests from tools yet"),
-            None,
-        )
+        ErrorData::new(ErrorCode::INVALID_REQUEST, format!("{kind} is not available through this gateway"), None)
+    }
+
+    /// `decline`, and the task's status says so.
+    fn decline_elicitation(&self, why: &str) -> ElicitResult {
+        tracing::info!(upstream = %self.upstream, why, "answered an elicitation from the upstream server with decline");
+        self.tell_the_only_call("elicitation");
+        ElicitResult::new(ElicitationAction::Decline)
     }
 }
 
@@ -91,10 +109,21 @@ impl Drop for Route {
 impl ClientHandler for Bridge {
     async fn create_elicitation(
         &self,
-        _request: ElicitRequestParams,
+        request: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        Err(self.declined("elicitation"))
+        if self.elicitation == ElicitationPolicy::Decline {
+            return Ok(self.decline_elicitation("the server's elicitation policy is decline"));
+        }
+        let Some(events) = self.the_only_call() else {
+            return Ok(self.decline_elicitation("several calls are in flight, and the question names none of them"));
+        };
+        let (reply, answer) = oneshot::channel();
+        if events.send(CallEvent::Elicitation { request, reply }).await.is_err() {
+            return Ok(ElicitResult::new(ElicitationAction::Cancel));
+        }
+        // A call that ends without answering (cancelled, timed out) answers `cancel`.
+        Ok(answer.await.unwrap_or_else(|_| ElicitResult::new(ElicitationAction::Cancel)))
     }
 
     async fn create_message(
@@ -118,11 +147,16 @@ impl ClientHandler for Bridge {
     }
 
     fn get_info(&self) -> ClientConfig {
-        // No elicitation, sampling, roots or Tasks extension declared: the server should not
-        // ask for input or answer with a task of its own.
-        ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("taskgate-worker", env!("CARGO_PKG_VERSION")),
-        )
+        // Elicitation is declared only where it is held and forwarded; no sampling, roots or
+        // Tasks extension: the server should not ask for those, or answer with a task of its
+        // own. (A 2026-07-28 call declares the task creator's own capabilities per request.)
+        let mut capabilities = ClientCapabilities::default();
+        if self.elicitation == ElicitationPolicy::Hold {
+            let mut elicitation = ElicitationCapability::new();
+            elicitation.form = Some(FormElicitationCapability::default());
+            elicitation.url = Some(UrlElicitationCapability::default());
+            capabilities.elicitation = Some(elicitation);
+        }
+        ClientConfig::new(capabilities, Implementation::new("taskgate-worker", env!("CARGO_PKG_VERSION")))
     }
 }

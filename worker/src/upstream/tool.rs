@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientNotification, ClientRequest,
-    PingRequest, Request, ServerResult,
+    ElicitRequestParams, ElicitResult, ElicitationAction, PingRequest, Request, ServerResult,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 use serde_json::Value;
+use taskgate_shared::protocol::capabilities::check_input_requests;
 use taskgate_shared::protocol::{ErrorKind, RpcError};
 use taskgate_shared::tools::ToolSpec;
 use tokio::sync::mpsc;
@@ -154,6 +155,15 @@ impl UpstreamTool {
                         throttle.offer(message, (p.progress, p.total));
                     }
                     CallEvent::InputDeclined(kind) => throttle.offer(declined_status(kind), (0.0, None)),
+                    CallEvent::Elicitation { request, reply } => match self.hold(ctx, request).await {
+                        Ok(answer) => {
+                            let _ = reply.send(answer);
+                        }
+                        // Cancelled: the branch below tells the server (the dropped reply
+                        // answers the question `cancel`).
+                        Err(ToolError::Cancelled(_)) if ctx.is_cancelled() => {}
+                        Err(err) => return Err(err),
+                    },
                 },
                 () = throttle.due() => {}
                 () = ctx.cancelled() => {
@@ -191,6 +201,29 @@ impl UpstreamTool {
                 ctx.set_status(&message).await?;
             }
         }
+    }
+
+    /// A question the server asked mid-call (`elicitation = "hold"`): shown on the task while
+    /// this run keeps its lease, unless the task's creator cannot answer it, in which case the
+    /// server hears `decline` (input is never forwarded to a client that did not declare it).
+    async fn hold(&self, ctx: &ToolContext, request: ElicitRequestParams) -> Result<ElicitResult, ToolError> {
+        let upstream = self.upstream.name();
+        let request = serde_json::json!({ "method": "elicitation/create", "params": request });
+        let declared = ctx.client_capabilities().as_object().cloned().unwrap_or_default();
+        if check_input_requests(&declared, std::iter::once(&request)).is_err() {
+            tracing::info!(upstream, tool = %self.remote, task_id = %ctx.task_id(), "the task's creator cannot answer the server's question: declined");
+            ctx.set_status(&declined_status("elicitation")).await?;
+            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        }
+        let message = request
+            .pointer("/params/message")
+            .and_then(Value::as_str)
+            .map_or_else(|| format!("The upstream tool {:?} asks a question.", self.remote), str::to_owned);
+        tracing::info!(upstream, tool = %self.remote, task_id = %ctx.task_id(), "holding the server's question for the task's creator");
+        let answer = ctx.hold_input(&request, &message).await?;
+        // The client's answer was checked by the gateway as an elicitation result; one that
+        // does not read as such ends the question.
+        Ok(serde_json::from_value(answer).unwrap_or_else(|_| ElicitResult::new(ElicitationAction::Cancel)))
     }
 
     fn failure(&self, err: ServiceError) -> ToolError {

@@ -1,19 +1,22 @@
 -- accept_input: store a client's answers (tasks/update). Ownership is checked here
 -- (invariant 10). Answers to unknown, already answered or superseded keys are ignored.
--- When no request is left outstanding the task goes back to working and onto its shard's queue.
+-- When no request is left outstanding the task goes back to working and onto its shard's queue;
+-- a held task (hold_for_input) goes back to the worker holding it instead, through its signal
+-- channel, with "answered <id>".
 -- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] answers hash   KEYS[4] shard stream
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] events channel
--- ARGV[5] status message when resumed ('' = keep)   ARGV[6..] key, response JSON pairs
+-- ARGV[5] status message when resumed ('' = keep)   ARGV[6] signal channel prefix
+-- ARGV[7..] key, response JSON pairs
 -- Returns {1, version, resumed 0|1, ms spent in input_required when resumed (else -1)}
 --       | {0} nothing applied | {-1} not found (or not the owner).
 -- Publishes "<id> <version> <status>" when anything changed.
 local rcall = redis.call
 local record, inputs, answers, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'created', 'ttl', 'parked')
+local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'created', 'ttl', 'parked', 'held', 'holder')
 if not f[1] or f[1] ~= ARGV[2] or f[2] ~= ARGV[3] then return {-1} end
 if f[3] ~= 'input_required' then return {0} end
 local applied = 0
-for i = 6, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   if rcall('HDEL', inputs, ARGV[i]) == 1 then
     rcall('HSET', answers, ARGV[i], ARGV[i + 1])
     applied = applied + 1
@@ -29,7 +32,12 @@ if rcall('EXISTS', inputs) == 0 then
   if f[6] then waited = now - tonumber(f[6]) end
   rcall('HSET', record, 'status', status)
   if ARGV[5] ~= '' then rcall('HSET', record, 'msg', ARGV[5]) end
-  rcall('XADD', stream, '*', 'id', ARGV[1])
+  if f[7] then
+    rcall('HDEL', record, 'held')
+    rcall('PUBLISH', ARGV[6] .. f[8], 'answered ' .. ARGV[1])
+  else
+    rcall('XADD', stream, '*', 'id', ARGV[1])
+  end
 end
 rcall('HSET', record, 'updated', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)

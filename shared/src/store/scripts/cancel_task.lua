@@ -1,8 +1,10 @@
 -- cancel_task: tasks/cancel. Ownership is checked here. Terminal: nothing changes.
 -- Queued (working, no holder) or parked (input_required): cancelled at once; a queue entry
 -- left behind is skipped by claim_task. Running: the cancel flag is set and the lease holder
--- is signalled; the worker ends the task at the tool's next checkpoint (invariant 8).
--- KEYS[1] task record   KEYS[2] inputs hash
+-- is signalled; the worker ends the task at the tool's next checkpoint (invariant 8). Held
+-- (hold_for_input): cancelled at once like a parked task, its lease dropped, and the holder
+-- signalled so that it tells the upstream server.
+-- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] shard lease index
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] status message
 -- ARGV[5] events channel   ARGV[6] signal channel prefix (the holder's id is appended)
 -- Returns {1, version, status before, ms spent in input_required if it was parked (else -1)}
@@ -10,7 +12,7 @@
 --       | {-1} not found (or not the owner).
 local rcall = redis.call
 local record, inputs = KEYS[1], KEYS[2]
-local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'holder', 'parked')
+local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'holder', 'parked', 'held')
 if not f[1] or f[1] ~= ARGV[2] or f[2] ~= ARGV[3] then return {-1} end
 local status = f[3]
 if status ~= 'working' and status ~= 'input_required' then return {0} end
@@ -22,6 +24,11 @@ end
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 rcall('DEL', inputs)
+if f[6] then
+  rcall('HDEL', record, 'holder', 'lease', 'held')
+  rcall('ZREM', KEYS[3], ARGV[1])
+  rcall('PUBLISH', ARGV[6] .. f[4], ARGV[1])
+end
 rcall('HSET', record, 'status', 'cancelled', 'msg', ARGV[4], 'updated', now, 'cancel', 1)
 local ver = rcall('HINCRBY', record, 'ver', 1)
 rcall('PUBLISH', ARGV[5], ARGV[1] .. ' ' .. ver .. ' cancelled')

@@ -1,13 +1,14 @@
 -- extend_lease: renew a held lease. Refused unless the caller still holds it with the same
--- fencing token and the task is still working.
+-- fencing token and the task is still working (or shows input_required while held: see
+-- hold_for_input).
 -- Renewal changes nothing a client sees: no version bump, no event.
 -- KEYS[1] task record   KEYS[2] shard lease index
 -- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] lease ms
 -- Returns {1, cancelRequested 0|1} | {-2} lease lost.
 local rcall = redis.call
 local record, leases = KEYS[1], KEYS[2]
-local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'cancel')
-if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
+local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'cancel', 'held')
+if (f[1] ~= 'working' and not (f[1] == 'input_required' and f[5])) or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease_until = now + tonumber(ARGV[4])

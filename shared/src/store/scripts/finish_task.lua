@@ -1,6 +1,7 @@
 -- finish_task: the lease holder writes the outcome: completed (result), failed (error) or
 -- cancelled. Fenced; a terminal record is never written again (invariant 4). A completion
--- that lands before a requested cancel wins.
+-- that lands before a requested cancel wins. A held task (hold_for_input) may be finished by
+-- its holder too: the call ended while its question was still open.
 -- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] inputs hash
 -- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] terminal status
 -- ARGV[5] outcome field ('result' | 'error' | '')   ARGV[6] outcome JSON
@@ -13,12 +14,14 @@
 -- Publishes "<id> <version> <status>".
 local rcall = redis.call
 local record, leases, inputs = KEYS[1], KEYS[2], KEYS[3]
-local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'ver', 'finisher')
+local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'ver', 'finisher', 'held')
 if f[1] == ARGV[4] and f[5] == ARGV[2] and f[3] == ARGV[3] then return {1, tonumber(f[4])} end
-if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
+if (f[1] ~= 'working' and not (f[1] == 'input_required' and f[6])) or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then
+  return {-2}
+end
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-rcall('HDEL', record, 'holder', 'lease')
+rcall('HDEL', record, 'holder', 'lease', 'held')
 rcall('HSET', record, 'finisher', ARGV[2])
 rcall('ZREM', leases, ARGV[1])
 rcall('DEL', inputs)

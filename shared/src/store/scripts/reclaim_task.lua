@@ -1,18 +1,21 @@
 -- reclaim_task: the reaper's step for one lease-index entry whose score is due. Re-checks the
 -- record (the index is a hint): a live lease re-syncs the index; an expired one requeues the
 -- task and counts a reclaim; past the maximum the task fails; a requested cancel ends it
--- cancelled. Safe when several reapers race.
+-- cancelled. Safe when several reapers race. A held task (hold_for_input) whose lease lapsed
+-- lost the upstream session its question belonged to: it fails, it is not requeued.
 -- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] shard stream   KEYS[4] inputs hash
 -- ARGV[1] task id   ARGV[2] max reclaims   ARGV[3] failure error JSON   ARGV[4] failure message
--- ARGV[5] cancelled message   ARGV[6] events channel
+-- ARGV[5] cancelled message   ARGV[6] events channel   ARGV[7] held-lost error JSON
+-- ARGV[8] held-lost message
 -- Returns {1} requeued | {2, ver, tenant} failed | {3, ver, tenant} cancelled | {0} nothing to do
 --       | {4, tenant} the task had already ended (a replay of a reclaim that failed or cancelled
 --         it, whose reply was lost: the caller still releases the active-task slot)
 -- (tenant is '' when the task was not counted as active).
 local rcall = redis.call
 local record, leases, stream, inputs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local f = rcall('HMGET', record, 'status', 'holder', 'lease', 'reclaims', 'cancel', 'tenant', 'counted')
-if f[1] ~= 'working' or not f[2] then
+local f = rcall('HMGET', record, 'status', 'holder', 'lease', 'reclaims', 'cancel', 'tenant', 'counted', 'held')
+local held = f[1] == 'input_required' and f[8]
+if (f[1] ~= 'working' and not held) or not f[2] then
   rcall('ZREM', leases, ARGV[1])
   if f[1] == 'completed' or f[1] == 'failed' or f[1] == 'cancelled' then
     return {4, (f[7] == '1' and f[6]) or ''}
@@ -25,11 +28,15 @@ if tonumber(f[3]) > now then
   rcall('ZADD', leases, f[3], ARGV[1])
   return {0}
 end
-rcall('HDEL', record, 'holder', 'lease')
+rcall('HDEL', record, 'holder', 'lease', 'held')
 rcall('ZREM', leases, ARGV[1])
 local reclaims = rcall('HINCRBY', record, 'reclaims', 1)
 local status
-if f[5] then
+if held then
+  status = 'failed'
+  rcall('DEL', inputs)
+  rcall('HSET', record, 'status', status, 'error', ARGV[7], 'msg', ARGV[8], 'updated', now)
+elseif f[5] then
   status = 'cancelled'
   rcall('HSET', record, 'status', status, 'msg', ARGV[5], 'updated', now)
 elseif reclaims > tonumber(ARGV[2]) then
