@@ -778,3 +778,93 @@ async fn a_parked_upstream_call_continues_on_another_worker() {
     assert_eq!(done["result"]["content"][0]["text"], "decline at step2", "{done}");
     assert!(fixture_log(&log).contains("approve_twice state=step1 answer=accept"), "{}", fixture_log(&log));
 }
+
+/// A server that answers with a task of its own: followed with `tasks/get`, its input asked as
+/// taskgate's own (`t1.go`), the answer sent with `tasks/update`; its id is never shown.
+async fn an_upstream_task_is_followed(transport: Transport<'_>, log: Option<PathBuf>) {
+    let (stack, _file, stdio_log) = stack_with(transport, "").await;
+    let log = log.unwrap_or(stdio_log);
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__tasked", PATIENCE).await;
+    let task = client.create_task("fx__tasked", json!({ "ms": 300 })).await;
+    let requests = parked_requests(&client, &task).await;
+    assert_eq!(requests.as_object().unwrap().keys().collect::<Vec<_>>(), ["t1.go"], "{requests}");
+    assert_eq!(requests["t1.go"]["params"]["message"], "Go on?");
+    let shown = client.get_task(&task).await;
+    assert!(!shown.text.contains("fx-task-"), "the server's task id leaked: {}", shown.text);
+    client.update_task(&task, json!({ "t1.go": { "action": "accept", "content": { "go": true } } })).await;
+    let done = terminal(&client, &task).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "task done: accept", "{done}");
+    let log = fixture_log(&log);
+    assert_eq!(log.matches("task created").count(), 1, "{log}");
+    assert!(log.contains("task update fx-task-") && log.contains(" accept"), "{log}");
+}
+
+#[tokio::test]
+async fn a_task_of_a_stdio_upstream_is_followed() {
+    an_upstream_task_is_followed(Transport::Stdio { legacy: false }, None).await;
+}
+
+#[tokio::test]
+async fn a_task_of_an_http_upstream_is_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("fixture.log");
+    let fixture = HttpFixture::start(FIXTURE, false, &log).await;
+    an_upstream_task_is_followed(Transport::Http(&fixture.url), Some(log)).await;
+}
+
+/// A cancel of the taskgate task cancels the server's task (`tasks/cancel`).
+#[tokio::test]
+async fn cancelling_a_followed_task_cancels_the_upstream_task() {
+    let (stack, _file, log) = stack_with(Transport::Stdio { legacy: false }, "").await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__tasked", PATIENCE).await;
+    let task = client.create_task("fx__tasked", json!({ "ms": 600_000 })).await;
+    eventually(PATIENCE, "the server's task", || async { fixture_log(&log).contains("task created").then_some(()) })
+        .await;
+    client.cancel_task(&task).await;
+    let done = terminal(&client, &task).await;
+    assert_eq!(done["status"], "cancelled", "{done}");
+    eventually(PATIENCE, "the server's task to be cancelled", || async {
+        fixture_log(&log).contains("task cancelled fx-task-").then_some(())
+    })
+    .await;
+}
+
+/// `kill -9` of the worker following a server's task: the next worker follows the same task
+/// (its id was saved at once) instead of calling again, although the tool is not retry-safe.
+#[tokio::test]
+async fn a_followed_task_outlives_its_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("fixture.log");
+    let fixture = HttpFixture::start(FIXTURE, false, &log).await;
+    let (mut stack, file, _) =
+        stack_from(Stack::builder(), Transport::Http(&fixture.url), "", &["--lease-ms", "1500"]).await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__tasked", PATIENCE).await;
+    let task = client.create_task("fx__tasked", json!({ "ms": 4000 })).await;
+    eventually(PATIENCE, "the server's task", || async { fixture_log(&log).contains("task created").then_some(()) })
+        .await;
+    stack.workers[0].kill().await;
+    stack.add_worker(&["--tools", "", "--upstreams", file.to_str().unwrap(), "--lease-ms", "1500"]).await;
+    let requests = parked_requests(&client, &task).await;
+    assert!(requests.get("t1.go").is_some(), "{requests}");
+    client.update_task(&task, json!({ "t1.go": { "action": "decline" } })).await;
+    let done = terminal(&client, &task).await;
+    assert_eq!(done["result"]["content"][0]["text"], "task done: decline", "{done}");
+    let log = fixture_log(&log);
+    assert_eq!(log.matches("call tasked").count(), 1, "called once only: {log}");
+}
+
+/// `follow_tasks = false`: the server is not told the worker takes tasks.
+#[tokio::test]
+async fn without_follow_tasks_the_server_is_not_offered_tasks() {
+    let (stack, _file, log) = stack_with(Transport::Stdio { legacy: false }, "follow_tasks = false\n").await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__tasked", PATIENCE).await;
+    let done = run(&client, "fx__tasked", json!({})).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(done["error"]["code"], -32021, "{done}");
+    assert!(fixture_log(&log).contains("tasked without the Tasks extension"));
+}

@@ -269,6 +269,20 @@ impl ToolContext {
         self.saved_state.as_ref()
     }
 
+    /// Saves `state` for the task's next run at once, without parking: what a run after a
+    /// crash needs to continue rather than start over (the id of a task another system
+    /// created for this one, say). The next run finds it in [`saved_state`](Self::saved_state).
+    pub async fn save_state(&self, state: &Value) -> Result<(), ToolError> {
+        match self.store.save_state(self.lease(), &state.to_string()).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ToolError::LeaseLost),
+            Err(err) => {
+                tracing::warn!(task_id = %self.task_id, error = %err, "could not save the run's state");
+                Err(ToolError::Rpc(RpcError::new(ErrorKind::Internal, "the run's state could not be saved")))
+            }
+        }
+    }
+
     /// Asks every request of `requests` (keys never asked before) and saves `state` with the
     /// park; return the [`ToolError::Suspend`] it gives. The next run finds the state in
     /// [`saved_state`](Self::saved_state).

@@ -369,6 +369,25 @@ impl Store {
         })
     }
 
+    /// Saves a state for the task's next run (returned by the next claim). `false` when the
+    /// lease was lost.
+    pub async fn save_state(&self, lease: Lease<'_>, state: &str) -> Result<bool, StoreError> {
+        let keys = self.keys().task(lease.task_id);
+        let reply: Vec<Value> = scripts::SAVE_STATE
+            .key(&keys.record)
+            .arg(lease.worker)
+            .arg(lease.fence)
+            .arg(state)
+            .invoke_async(&mut self.conn())
+            .await?;
+        let reply = Reply::new(reply);
+        match reply.code()? {
+            code::OK => Ok(true),
+            code::LEASE_LOST => Ok(false),
+            _ => Err(reply.unexpected_code()),
+        }
+    }
+
     /// The answer to a held request, if it came.
     pub async fn held_answer(&self, lease: Lease<'_>, key: &str) -> Result<HeldAnswer, StoreError> {
         let keys = self.keys().task(lease.task_id);

@@ -30,6 +30,7 @@ script!(READ_TOOLS, "scripts/read_tools.lua");
 script!(MARK_STARTED, "scripts/mark_started.lua");
 script!(HOLD_FOR_INPUT, "scripts/hold_for_input.lua");
 script!(HELD_ANSWER, "scripts/held_answer.lua");
+script!(SAVE_STATE, "scripts/save_state.lua");
 
 /// The script's label for metrics and spans (`script:<name>`), by its SHA-1.
 pub(super) fn label_of(sha: &[u8]) -> Option<&'static str> {
@@ -54,6 +55,7 @@ pub(super) fn label_of(sha: &[u8]) -> Option<&'static str> {
             "script:mark_started",
             "script:hold_for_input",
             "script:held_answer",
+            "script:save_state",
         ];
         all().iter().zip(names).map(|(script, name)| (script.get_hash().to_owned(), name)).collect()
     });
@@ -61,7 +63,7 @@ pub(super) fn label_of(sha: &[u8]) -> Option<&'static str> {
 }
 
 /// Every script, for loading at boot so a broken one fails start-up rather than a request.
-pub(super) fn all() -> [&'static Script; 19] {
+pub(super) fn all() -> [&'static Script; 20] {
     [
         &CREATE_TASK,
         &CLAIM_TASK,
@@ -82,5 +84,6 @@ pub(super) fn all() -> [&'static Script; 19] {
         &MARK_STARTED,
         &HOLD_FOR_INPUT,
         &HELD_ANSWER,
+        &SAVE_STATE,
     ]
 }

@@ -21,6 +21,35 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt as _};
 use serde_json::{Value, json};
 
+/// The fixture's own tasks (`tasked`): working until `ready_at`, then asking `go`, then done.
+struct FixtureTask {
+    ready_at: std::time::Instant,
+    state: TaskState,
+}
+
+#[derive(Clone, PartialEq)]
+enum TaskState {
+    Working,
+    Done(String),
+    Cancelled,
+}
+
+static NEXT_TASK: AtomicUsize = AtomicUsize::new(1);
+static TASKS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, FixtureTask>>> =
+    std::sync::LazyLock::new(Default::default);
+
+fn tasks() -> std::sync::MutexGuard<'static, std::collections::HashMap<String, FixtureTask>> {
+    TASKS.lock().expect("the task table")
+}
+
+fn task_view(id: &str, status: rmcp::model::TaskStatus, message: Option<&str>) -> rmcp::model::Task {
+    let now = "2026-01-01T00:00:00Z";
+    let mut task = rmcp::model::Task::new(id, status, now, now);
+    task.poll_interval_ms = Some(100);
+    task.status_message = message.map(str::to_owned);
+    task
+}
+
 /// Calls of `hold` running now, and the most ever at once.
 static HELD: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
@@ -83,6 +112,12 @@ fn tools() -> Vec<Tool> {
         tool("ask", "Asks the client for input mid-call.", json!({}), None),
         tool("sample", "Asks the client for an LLM sampling mid-call.", json!({}), None),
         tool(
+            "tasked",
+            "Answers with a task of its own (the client must declare the Tasks extension), which asks `go` after `ms`, then completes; it can be cancelled.",
+            json!({ "ms": { "type": "integer" } }),
+            None,
+        ),
+        tool(
             "whoami",
             "Answers with its pid, working directory, FIXTURE_* environment and the HTTP request's Authorization and X-Team headers.",
             json!({}),
@@ -118,8 +153,10 @@ fn text(text: impl Into<String>) -> CallToolResponse {
 
 impl ServerHandler for Fixture {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
-            .with_server_info(Implementation::new("taskgate-upstream-fixture", "1.0.0"))
+        ServerConfig::new(
+            ServerCapabilities::builder().enable_tools().enable_tool_list_changed().enable_tasks().build(),
+        )
+        .with_server_info(Implementation::new("taskgate-upstream-fixture", "1.0.0"))
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -152,6 +189,77 @@ impl ServerHandler for Fixture {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult { tools: tools(), ..Default::default() })
+    }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        use rmcp::model::{DetailedTask, TaskPayload, TaskStatus};
+        let tasks = tasks();
+        let Some(task) = tasks.get(&request.task_id) else {
+            return Err(ErrorData::invalid_params("unknown task", None));
+        };
+        let (status, payload, message) = match &task.state {
+            TaskState::Working if std::time::Instant::now() < task.ready_at => {
+                (TaskStatus::Working, TaskPayload::Working, Some("warming up"))
+            }
+            TaskState::Working => {
+                let request = serde_json::from_value(json!({
+                    "method": "elicitation/create",
+                    "params": {
+                        "mode": "form",
+                        "message": "Go on?",
+                        "requestedSchema": { "type": "object", "properties": { "go": { "type": "boolean" } } }
+                    }
+                }))
+                .expect("an input request");
+                let requests = std::collections::BTreeMap::from([("go".to_owned(), request)]);
+                (TaskStatus::InputRequired, TaskPayload::InputRequired { input_requests: requests }, None)
+            }
+            TaskState::Done(text) => {
+                let result = json!({ "content": [{ "type": "text", "text": text }], "isError": false });
+                let Value::Object(result) = result else { unreachable!() };
+                (TaskStatus::Completed, TaskPayload::Completed { result }, None)
+            }
+            TaskState::Cancelled => (TaskStatus::Cancelled, TaskPayload::Cancelled, None),
+        };
+        let detailed = DetailedTask::new(task_view(&request.task_id, status, message), payload);
+        Ok(rmcp::model::GetTaskResult::new(detailed))
+    }
+
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let mut tasks = tasks();
+        let Some(task) = tasks.get_mut(&request.task_id) else {
+            return Err(ErrorData::invalid_params("unknown task", None));
+        };
+        let action = request.input_responses.get("go").and_then(|a| a.get("action")).and_then(Value::as_str);
+        log(&format!("task update {} {}", request.task_id, action.unwrap_or("-")));
+        if task.state == TaskState::Working && std::time::Instant::now() >= task.ready_at {
+            task.state = TaskState::Done(format!("task done: {}", action.unwrap_or("no answer")));
+        }
+        Ok(())
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let mut tasks = tasks();
+        let Some(task) = tasks.get_mut(&request.task_id) else {
+            return Err(ErrorData::invalid_params("unknown task", None));
+        };
+        log(&format!("task cancelled {}", request.task_id));
+        if !matches!(task.state, TaskState::Done(_)) {
+            task.state = TaskState::Cancelled;
+        }
+        Ok(())
     }
 
     async fn call_tool(
@@ -234,6 +342,30 @@ impl ServerHandler for Fixture {
                 };
                 log(&line);
                 Ok(text(line))
+            }
+            "tasked" => {
+                let declared = context
+                    .meta
+                    .client_capabilities()
+                    .and_then(|c| c.extensions)
+                    .is_some_and(|e| e.contains_key(rmcp::model::TASKS_EXTENSION_ID));
+                if !declared {
+                    log("tasked without the Tasks extension");
+                    return Err(ErrorData::new(
+                        rmcp::model::ErrorCode(-32021),
+                        "the Tasks extension is required",
+                        None,
+                    ));
+                }
+                let id = format!("fx-task-{}", NEXT_TASK.fetch_add(1, Ordering::SeqCst));
+                let ready_at = std::time::Instant::now() + Duration::from_millis(int("ms", 300));
+                tasks().insert(id.clone(), FixtureTask { ready_at, state: TaskState::Working });
+                log(&format!("task created {id}"));
+                Ok(CallToolResponse::Task(rmcp::model::CreateTaskResult::new(task_view(
+                    &id,
+                    rmcp::model::TaskStatus::Working,
+                    None,
+                ))))
             }
             "whoami" => {
                 let env: serde_json::Map<String, Value> = std::env::vars()

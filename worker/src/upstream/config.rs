@@ -40,6 +40,8 @@ pub struct UpstreamConfig {
     pub tools: BTreeMap<String, ToolSettings>,
     /// What a mid-call `elicitation/create` (revisions before 2026-07-28) gets.
     pub elicitation: ElicitationPolicy,
+    /// Declare the Tasks extension to a 2026-07-28 server, and follow the tasks it creates.
+    pub follow_tasks: bool,
 }
 
 /// What a mid-call `elicitation/create` from a server gets. It belongs to a live session, so it
@@ -210,6 +212,7 @@ struct TomlUpstream {
     retry_on_reclaim: Option<bool>,
     #[serde(default)]
     elicitation: ElicitationPolicy,
+    follow_tasks: Option<bool>,
     #[serde(default)]
     tool: BTreeMap<String, ToolSettings>,
 }
@@ -319,6 +322,7 @@ fn parse_toml(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError
                 defaults,
                 tools: raw.tool,
                 elicitation: raw.elicitation,
+                follow_tasks: raw.follow_tasks.unwrap_or(true),
             })
         })
         .collect()
@@ -412,6 +416,7 @@ fn parse_json(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError
             defaults: ToolSettings::default(),
             tools: BTreeMap::new(),
             elicitation: ElicitationPolicy::Decline,
+            follow_tasks: true,
         });
     }
     Ok(configs)

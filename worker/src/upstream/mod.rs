@@ -3,6 +3,7 @@
 
 pub mod config;
 mod connection;
+mod followed;
 mod handler;
 mod rounds;
 mod stderr;

@@ -26,17 +26,70 @@ pub(super) struct Resume {
     pub(super) responses: InputResponses,
 }
 
-/// Saved with the park: the round, the server's state, and the server's own keys.
+/// What an upstream call saves on its task between runs.
 #[derive(Serialize, Deserialize)]
-struct Saved {
-    round: u32,
-    #[serde(rename = "requestState")]
-    request_state: Option<String>,
-    keys: Vec<String>,
+#[serde(rename_all = "camelCase")]
+pub(super) enum Saved {
+    /// Parked between two rounds of a 2026-07-28 server's `input_required`: the round, the
+    /// server's state, and the server's own keys.
+    Rounds {
+        round: u32,
+        #[serde(rename = "requestState")]
+        request_state: Option<String>,
+        keys: Vec<String>,
+    },
+    /// A task the server created for the call (its id is never shown to clients), and, when
+    /// parked for its input, the round and the server's keys.
+    Task { server: String, task: String, round: u32, keys: Vec<String> },
 }
 
-fn round_key(round: u32, key: &str) -> String {
-    format!("r{round}.{key}")
+/// What the run that last parked (or saved) the task left.
+pub(super) fn saved(ctx: &ToolContext) -> Result<Option<Saved>, ToolError> {
+    ctx.saved_state()
+        .map(|saved| {
+            serde_json::from_value(saved.clone())
+                .map_err(|_| internal("the saved state of the upstream call is not readable".into()))
+        })
+        .transpose()
+}
+
+pub(super) fn round_key(prefix: char, round: u32, key: &str) -> String {
+    format!("{prefix}{round}.{key}")
+}
+
+/// The recorded answers to `keys` of `round`, under the server's own keys.
+pub(super) fn answers(
+    ctx: &ToolContext,
+    prefix: char,
+    round: u32,
+    keys: &[String],
+) -> Result<InputResponses, ToolError> {
+    let mut responses = InputResponses::new();
+    for key in keys {
+        let ours = round_key(prefix, round, key);
+        let answer = ctx.answer(&ours).ok_or_else(|| internal(format!("input {ours:?} has no answer")))?;
+        responses.insert(key.clone(), answer.clone());
+    }
+    Ok(responses)
+}
+
+/// The server's requests of one round as taskgate's own (prefixed keys), with the status
+/// message to show while they wait.
+pub(super) fn our_requests(
+    remote: &str,
+    prefix: char,
+    round: u32,
+    requests: rmcp::model::InputRequests,
+) -> Result<(Vec<(String, Value)>, String), ToolError> {
+    let mut ours = Vec::with_capacity(requests.len());
+    for (key, request) in requests {
+        let request = serde_json::to_value(request)
+            .map_err(|_| internal(format!("upstream tool {remote:?} asked for input taskgate cannot store")))?;
+        ours.push((round_key(prefix, round, &key), request));
+    }
+    let message =
+        single_message(&ours).unwrap_or_else(|| format!("The upstream tool {remote:?} needs input to go on."));
+    Ok((ours, message))
 }
 
 fn internal(message: String) -> ToolError {
@@ -44,17 +97,13 @@ fn internal(message: String) -> ToolError {
 }
 
 /// The round a resumed run continues, from the state its park saved and the answers given.
-pub(super) fn resume(ctx: &ToolContext) -> Result<Option<Resume>, ToolError> {
-    let Some(saved) = ctx.saved_state() else { return Ok(None) };
-    let saved: Saved = serde_json::from_value(saved.clone())
-        .map_err(|_| internal("the saved state of the upstream call is not readable".into()))?;
-    let mut responses = InputResponses::new();
-    for key in &saved.keys {
-        let ours = round_key(saved.round, key);
-        let answer = ctx.answer(&ours).ok_or_else(|| internal(format!("input {ours:?} has no answer")))?;
-        responses.insert(key.clone(), answer.clone());
-    }
-    Ok(Some(Resume { round: saved.round, request_state: saved.request_state, responses }))
+pub(super) fn resume(
+    ctx: &ToolContext,
+    round: u32,
+    request_state: Option<String>,
+    keys: &[String],
+) -> Result<Resume, ToolError> {
+    Ok(Resume { round, request_state, responses: answers(ctx, 'r', round, keys)? })
 }
 
 /// What follows an `input_required` answer.
@@ -83,18 +132,11 @@ pub(super) fn next(ctx: &ToolContext, remote: &str, previous: Option<&Resume>, a
         return Next::Retry(Resume { round, request_state: asked.request_state, responses: InputResponses::new() });
     }
     let keys: Vec<String> = requests.keys().cloned().collect();
-    let mut ours = Vec::with_capacity(requests.len());
-    for (key, request) in requests {
-        match serde_json::to_value(request) {
-            Ok(request) => ours.push((round_key(round, &key), request)),
-            Err(_) => {
-                return Next::Stop(internal(format!("upstream tool {remote:?} asked for input taskgate cannot store")));
-            }
-        }
-    }
-    let message =
-        single_message(&ours).unwrap_or_else(|| format!("The upstream tool {remote:?} needs input to go on."));
-    let saved = Saved { round, request_state: asked.request_state, keys };
+    let (ours, message) = match our_requests(remote, 'r', round, requests) {
+        Ok(ours) => ours,
+        Err(err) => return Next::Stop(err),
+    };
+    let saved = Saved::Rounds { round, request_state: asked.request_state, keys };
     let saved = serde_json::to_value(saved).unwrap_or(Value::Null);
     Next::Stop(ctx.suspend_saving(ours, &message, saved))
 }
@@ -106,13 +148,17 @@ fn single_message(requests: &[(String, Value)]) -> Option<String> {
 }
 
 /// `_meta` declaring, as the client's capabilities, the input capabilities the task's creator
-/// declared: a 2026-07-28 server then asks only for input the creator can give.
-pub(super) fn creator_capabilities(ctx: &ToolContext) -> Option<RequestMetaObject> {
+/// declared (a 2026-07-28 server then asks only for input the creator can give), and the Tasks
+/// extension when the worker follows the server's own tasks.
+pub(super) fn creator_capabilities(ctx: &ToolContext, follow_tasks: bool) -> Option<RequestMetaObject> {
     let declared = ctx.client_capabilities().as_object();
-    let kept: serde_json::Map<String, Value> = INPUT_CAPABILITIES
+    let mut kept: serde_json::Map<String, Value> = INPUT_CAPABILITIES
         .iter()
         .filter_map(|name| Some(((*name).to_owned(), declared?.get(*name)?.clone())))
         .collect();
+    if follow_tasks {
+        kept.insert("extensions".into(), serde_json::json!({ rmcp::model::TASKS_EXTENSION_ID: {} }));
+    }
     let capabilities: ClientCapabilities = serde_json::from_value(Value::Object(kept)).ok()?;
     let mut meta = RequestMetaObject::default();
     meta.set_client_capabilities(capabilities);

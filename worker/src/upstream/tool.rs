@@ -18,8 +18,9 @@ use tokio::sync::mpsc;
 
 use super::config::Resolved;
 use super::connection::Upstream;
+use super::followed::{self, Follow};
 use super::handler::{Bridge, CallEvent, declined_status};
-use super::rounds;
+use super::rounds::{self, Saved};
 use crate::metrics::METRICS;
 use crate::tool::{BoxFuture, Tool, ToolContext, ToolError, ToolOutput};
 
@@ -64,6 +65,15 @@ impl Tool for UpstreamTool {
 impl UpstreamTool {
     async fn run(&self, arguments: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let upstream = self.upstream.name();
+        let saved = rounds::saved(ctx)?;
+        // A task the server created for an earlier run is followed, not called again.
+        if let Some(Saved::Task { server, task, round, keys }) = saved {
+            let follow = Follow::resume(ctx, upstream, server, task, round, &keys)?;
+            let _permit =
+                self.upstream.in_flight.acquire().await.map_err(|_| unavailable(upstream, "shutting down"))?;
+            let (_, peer, _) = self.upstream.connection().await.map_err(|m| unavailable(upstream, &m))?;
+            return followed::follow(self, &peer, ctx, follow).await;
+        }
         if !self.retry_safe && !ctx.mark_started().await? {
             tracing::warn!(upstream, tool = %self.remote, task_id = %ctx.task_id(), "an earlier run was interrupted mid-call; not retried");
             return Err(ToolError::Rpc(RpcError::new(
@@ -82,7 +92,12 @@ impl UpstreamTool {
         let _permit = self.upstream.in_flight.acquire().await.map_err(|_| unavailable(upstream, "shutting down"))?;
         let (index, peer, bridge) = self.upstream.connection().await.map_err(|m| unavailable(upstream, &m))?;
         // A run after the task was parked continues the server's rounds where they stopped.
-        let mut resume = rounds::resume(ctx)?;
+        let mut resume = match saved {
+            Some(Saved::Rounds { round, request_state, keys }) => {
+                Some(rounds::resume(ctx, round, request_state, &keys)?)
+            }
+            _ => None,
+        };
         loop {
             let mut params = CallToolRequestParams::new(self.remote.clone());
             params.arguments.clone_from(&arguments);
@@ -102,14 +117,17 @@ impl UpstreamTool {
                         rounds::Next::Stop(err) => return Err(err),
                     }
                 }
-                ServerResult::CreateTaskResult(_) => {
-                    return Err(ToolError::Rpc(RpcError::new(
-                        ErrorKind::Internal,
-                        format!(
-                            "upstream tool {:?} answered with a task of its own, which taskgate does not follow yet",
-                            self.remote
-                        ),
-                    )));
+                ServerResult::CreateTaskResult(created) => {
+                    let task = created.task.task_id;
+                    tracing::info!(upstream, tool = %self.remote, task_id = %ctx.task_id(), "the server answered with a task of its own; following it");
+                    let saved =
+                        Saved::Task { server: upstream.to_owned(), task: task.clone(), round: 0, keys: Vec::new() };
+                    if let Err(err) = ctx.save_state(&serde_json::to_value(saved).unwrap_or(Value::Null)).await {
+                        // Without its id saved, a later run could not find the server's task:
+                        // stop that task too.
+                        return Err(followed::abandon(self, &peer, ctx, &task, err).await);
+                    }
+                    return followed::follow(self, &peer, ctx, Follow { task, round: 0, answers: None }).await;
                 }
                 _ => return Err(unavailable(upstream, "it answered the call with an unexpected result")),
             }
@@ -131,7 +149,7 @@ impl UpstreamTool {
             .reset_timeout_on_progress()
             .with_max_total_timeout(self.settings.max_timeout);
         // The server may ask only for input the task's creator can give.
-        options.meta = rounds::creator_capabilities(ctx);
+        options.meta = rounds::creator_capabilities(ctx, self.upstream.config.follow_tasks);
         let in_flight = METRICS.upstream_in_flight.with_label_values(&[upstream]);
         in_flight.inc();
         let _in_flight = scopeguard(move || in_flight.dec());
@@ -226,7 +244,7 @@ impl UpstreamTool {
         Ok(serde_json::from_value(answer).unwrap_or_else(|_| ElicitResult::new(ElicitationAction::Cancel)))
     }
 
-    fn failure(&self, err: ServiceError) -> ToolError {
+    pub(super) fn failure(&self, err: ServiceError) -> ToolError {
         let upstream = self.upstream.name();
         ToolError::Rpc(match err {
             ServiceError::McpError(e) => {

@@ -1,0 +1,12 @@
+-- save_state: the lease holder saves what a later run of the task needs to continue rather than
+-- start over (such as the id of a task an upstream server created for the call), at once,
+-- before anything else can happen to the run. The next claim returns it.
+-- KEYS[1] task record
+-- ARGV[1] worker id   ARGV[2] fencing token   ARGV[3] state
+-- Returns {1} | {-2} lease lost.
+local rcall = redis.call
+local record = KEYS[1]
+local f = rcall('HMGET', record, 'status', 'holder', 'fence')
+if f[1] ~= 'working' or f[2] ~= ARGV[1] or f[3] ~= ARGV[2] then return {-2} end
+rcall('HSET', record, 'tstate', ARGV[3])
+return {1}
