@@ -262,6 +262,10 @@ async fn a_held_question_is_answered_through_the_task() {
     let text = done["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned();
     assert!(text.contains("action: Accept") && text.contains("\"ok\": Bool(true)"), "{done}");
     assert!(fixture_log(&log).contains("ask answered"), "{}", fixture_log(&log));
+    // Holding covers elicitation only: sampling is still refused.
+    let sampled = run(&client, "fx__sample", json!({})).await;
+    let text = sampled["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned();
+    assert!(text.starts_with("sample refused") && text.contains("sampling is not available"), "{sampled}");
 }
 
 /// A creator that declared no elicitation is never asked: the server hears `decline`.
