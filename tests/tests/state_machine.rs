@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use taskgate_shared::store::{CancelOutcome, Delivery, Finish, Lease, Parked, Store};
+use taskgate_shared::store::{CancelOutcome, Delivery, Finish, Lease, Parked, Released, Store};
 use taskgate_shared::task::{Owner, TaskStatus};
 use taskgate_tests::RedisServer;
 
@@ -136,11 +136,8 @@ async fn run(store: &Store, conn: &mut redis::aio::MultiplexedConnection, ops: V
                     .unwrap();
             }
             Op::Release(c) => {
-                if store
-                    .release(Lease { task_id: &id, worker: &worker, fence: fence_for(*c) }, "c")
-                    .await
-                    .unwrap()
-                    .is_some()
+                if store.release(Lease { task_id: &id, worker: &worker, fence: fence_for(*c) }, "c").await.unwrap()
+                    != Released::LeaseLost
                 {
                     seen.holder = None;
                 }

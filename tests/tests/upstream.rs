@@ -212,10 +212,11 @@ async fn input_requests_from_an_older_upstream_are_declined_by_default() {
     assert!(fixture_log(&log).contains("sample refused"), "{}", fixture_log(&log));
 }
 
-/// `elicitation = "hold"` and its stack: a legacy stdio fixture, a 1.5 s lease.
+/// `elicitation = "hold"` and its stack: a legacy stdio fixture, a 1.5 s lease, and a call
+/// inactivity timeout of 1 s, which time spent holding a question must not count against.
 async fn holding_stack() -> (Stack, PathBuf, PathBuf) {
-    stack_from(Stack::builder(), Transport::Stdio { legacy: true }, "elicitation = \"hold\"\n", &["--lease-ms", "1500"])
-        .await
+    let extra = "elicitation = \"hold\"\ntimeout_ms = 1000\n";
+    stack_from(Stack::builder(), Transport::Stdio { legacy: true }, extra, &["--lease-ms", "1500"]).await
 }
 
 /// The held question, once the task shows it: its key and the request.
@@ -303,7 +304,8 @@ async fn cancelling_a_held_question_tells_the_server() {
 }
 
 /// `kill -9` of the worker holding a question: its session is gone, so the task fails, clearly,
-/// once the lease lapses; it neither hangs nor runs again.
+/// once the lease lapses; it neither hangs nor runs again, and an answer that comes after the
+/// lease lapsed (before any reaper ran) is not taken.
 #[tokio::test]
 async fn a_worker_that_dies_holding_a_question_fails_the_task_clearly() {
     let (mut stack, _file, log) = holding_stack().await;
@@ -312,6 +314,22 @@ async fn a_worker_that_dies_holding_a_question_fails_the_task_clearly() {
     let task = client.create_task("fx__ask", json!({})).await;
     let (key, _) = held_question(&client, &task).await;
     stack.workers[0].kill().await;
+    // No worker runs, so no reaper: wait for the lease to lapse, then answer.
+    let record = stack.store().keys().task(&TaskId::parse(&task).unwrap()).record;
+    let redis = redis::Client::open(stack.redis_url.as_str()).unwrap();
+    let conn = redis.get_multiplexed_async_connection().await.unwrap();
+    eventually(PATIENCE, "the lease to lapse", || {
+        let (mut conn, record) = (conn.clone(), record.clone());
+        async move {
+            let lease: u64 = redis::AsyncCommands::hget(&mut conn, &record, "lease").await.ok()?;
+            let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.ok()?;
+            (lease < secs * 1000 + micros / 1000).then_some(())
+        }
+    })
+    .await;
+    let ignored = client.update_task(&task, json!({ &key: { "action": "accept", "content": { "ok": true } } })).await;
+    assert!(ignored.error_code().is_none(), "{}", ignored.text);
+    assert_eq!(client.get_task(&task).await.result()["status"], "input_required", "an answer nobody can take");
     stack.add_worker(&["--tools", "demo", "--lease-ms", "1500"]).await;
     let done = terminal(&client, &task).await;
     assert_eq!(done["status"], "failed", "{done}");
@@ -871,4 +889,59 @@ async fn without_follow_tasks_the_server_is_not_offered_tasks() {
     assert_eq!(done["status"], "failed", "{done}");
     assert_eq!(done["error"]["code"], -32021, "{done}");
     assert!(fixture_log(&log).contains("tasked without the Tasks extension"));
+}
+
+/// A server that stops waiting for its question withdraws it: the task shows `working` again,
+/// and the call goes on to its end.
+#[tokio::test]
+async fn a_question_the_server_withdraws_is_taken_back() {
+    let (stack, _file, _log) = holding_stack().await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__ask", PATIENCE).await;
+    let task = client.create_task("fx__ask", json!({ "withdraw_ms": 1500 })).await;
+    let (key, _) = held_question(&client, &task).await;
+    let done = terminal(&client, &task).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert!(done["result"]["content"][0]["text"].as_str().unwrap_or_default().starts_with("ask refused"), "{done}");
+    let late = client.update_task(&task, json!({ key: { "action": "accept", "content": { "ok": true } } })).await;
+    assert!(late.error_code().is_none(), "{}", late.text);
+    assert_eq!(client.get_task(&task).await.result()["status"], "completed");
+}
+
+/// After a call on a stdio connection was abandoned (cancelled) while the server may still run
+/// it, a question naming no call cannot be told apart from one of that call's: it is declined,
+/// never shown on another task.
+#[tokio::test]
+async fn a_question_after_an_abandoned_call_is_declined() {
+    let (stack, _file, log) = holding_stack().await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__ask", PATIENCE).await;
+    let abandoned = client.create_task("fx__wait_for_cancel", json!({})).await;
+    eventually(PATIENCE, "the call to reach the server", || async {
+        fixture_log(&log).contains("call wait_for_cancel").then_some(())
+    })
+    .await;
+    client.cancel_task(&abandoned).await;
+    assert_eq!(terminal(&client, &abandoned).await["status"], "cancelled");
+    let done = run(&client, "fx__ask", json!({})).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert!(done["result"]["content"][0]["text"].as_str().unwrap_or_default().contains("action: Decline"), "{done}");
+}
+
+/// A worker that drains while holding a question cannot hand it to another (the session goes
+/// with it): the task fails at once, clearly, instead of waiting for the lease to lapse.
+#[tokio::test]
+async fn a_worker_that_drains_while_holding_a_question_fails_the_task_at_once() {
+    let extra = "elicitation = \"hold\"\n";
+    let args = ["--lease-ms", "600000", "--drain-grace-ms", "300"];
+    let (stack, _file, _log) = stack_from(Stack::builder(), Transport::Stdio { legacy: true }, extra, &args).await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__ask", PATIENCE).await;
+    let task = client.create_task("fx__ask", json!({})).await;
+    held_question(&client, &task).await;
+    stack.workers[0].signal("TERM");
+    // The lease is ten minutes long: only the drain can have ended the task within the patience.
+    let done = terminal(&client, &task).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert!(done["statusMessage"].as_str().unwrap_or_default().contains("can no longer be answered"), "{done}");
 }

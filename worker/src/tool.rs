@@ -303,13 +303,20 @@ impl ToolContext {
     /// else asks with [`input`](Self::input), which holds nothing while a human answers. If
     /// this worker stops meanwhile, the task fails. The key (`held.<fencing token>.<n>`) is
     /// this run's own, so keys stay unique over the task's life.
+    ///
+    /// Not cancel-safe: a tool that stops waiting early (drops the future) must end the run
+    /// right after (return an error or a result), since the task still shows the question.
     pub async fn hold_input(&self, request: &Value, status_message: &str) -> Result<Value, ToolError> {
         let n = self.held.fetch_add(1, Ordering::Relaxed) + 1;
         let key = format!("held.{}.{n}", self.fence);
         let internal = |message: String| ToolError::Rpc(RpcError::new(ErrorKind::Internal, message));
         match self.store.hold_for_input(self.lease(), status_message, &key, &request.to_string()).await {
             Ok(Hold::Held) => {}
-            Ok(Hold::CancelPending) => return Err(ToolError::Cancelled(None)),
+            Ok(Hold::CancelPending) => {
+                // The signal may have been lost: make sure the tool's own cancel path runs.
+                self.cancel.cancel();
+                return Err(ToolError::Cancelled(None));
+            }
             Ok(Hold::LeaseLost) => return Err(ToolError::LeaseLost),
             Ok(Hold::KeyReused(key)) => return Err(internal(format!("input key {key:?} was issued before"))),
             Err(err) => {
@@ -326,7 +333,10 @@ impl ToolContext {
                     return serde_json::from_str(&answer).map_err(|_| internal("the answer is not JSON".into()));
                 }
                 Ok(HeldAnswer::Waiting) => {}
-                Ok(HeldAnswer::Ended) => return Err(ToolError::Cancelled(None)),
+                Ok(HeldAnswer::Ended) => {
+                    self.cancel.cancel();
+                    return Err(ToolError::Cancelled(None));
+                }
                 Ok(HeldAnswer::LeaseLost) => return Err(ToolError::LeaseLost),
                 Err(err) => tracing::warn!(task_id = %self.task_id, error = %err, "could not look for the answer"),
             }
@@ -334,6 +344,19 @@ impl ToolContext {
                 () = self.answered.notified() => {}
                 () = self.cancel.cancelled() => return Err(ToolError::Cancelled(None)),
                 () = tokio::time::sleep(HELD_LOOK_AGAIN) => {}
+            }
+        }
+    }
+
+    /// Takes back a question held with [`hold_input`](Self::hold_input) that will not be
+    /// answered any more (its asker stopped waiting): the task shows `working` again.
+    pub async fn withdraw_question(&self, status_message: &str) -> Result<(), ToolError> {
+        match self.store.withdraw_question(self.lease(), status_message).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ToolError::LeaseLost),
+            Err(err) => {
+                tracing::warn!(task_id = %self.task_id, error = %err, "could not take a held question back");
+                Err(ToolError::Rpc(RpcError::new(ErrorKind::Internal, "a withdrawn question could not be taken back")))
             }
         }
     }

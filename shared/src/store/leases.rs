@@ -80,6 +80,17 @@ const HELD_LOST: &str = "The worker holding the upstream server's session for th
 static HELD_LOST_ERROR: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| serde_json::json!({ "code": -32603, "message": HELD_LOST }).to_string());
 
+/// What [`Store::release`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    Requeued,
+    /// A cancel was pending: the task ended cancelled.
+    Cancelled,
+    /// It held a question for its creator: the task failed.
+    Failed,
+    LeaseLost,
+}
+
 /// What [`Store::hold_for_input`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Hold {
@@ -388,6 +399,28 @@ impl Store {
         }
     }
 
+    /// Takes a held question back (its asker stopped waiting); the task is working again.
+    /// `Ok(false)` when the lease was lost; answered meanwhile counts as taken back.
+    pub async fn withdraw_question(&self, lease: Lease<'_>, message: &str) -> Result<bool, StoreError> {
+        let keys = self.keys().task(lease.task_id);
+        let reply: Vec<Value> = scripts::WITHDRAW_QUESTION
+            .key(&keys.record)
+            .key(&keys.inputs)
+            .arg(lease.task_id.as_str())
+            .arg(lease.worker)
+            .arg(lease.fence)
+            .arg(message)
+            .arg(self.keys().events_channel())
+            .invoke_async(&mut self.conn())
+            .await?;
+        let reply = Reply::new(reply);
+        match reply.code()? {
+            code::OK | code::NOTHING => Ok(true),
+            code::LEASE_LOST => Ok(false),
+            _ => Err(reply.unexpected_code()),
+        }
+    }
+
     /// The answer to a held request, if it came.
     pub async fn held_answer(&self, lease: Lease<'_>, key: &str) -> Result<HeldAnswer, StoreError> {
         let keys = self.keys().task(lease.task_id);
@@ -474,26 +507,30 @@ impl Store {
         }
     }
 
-    /// Hands a held task back to the queue (draining). `Some(ended)` when the lease was held,
-    /// `ended` meaning a pending cancel ended the task instead; `None` when the lease was lost.
-    pub async fn release(&self, lease: Lease<'_>, cancelled_message: &str) -> Result<Option<bool>, StoreError> {
+    /// Hands a held task back to the queue (draining), or ends it: cancelled when a cancel was
+    /// pending, failed when it holds a question that cannot outlive this worker.
+    pub async fn release(&self, lease: Lease<'_>, cancelled_message: &str) -> Result<Released, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let reply: Vec<Value> = scripts::RELEASE_TASK
             .key(&keys.record)
             .key(&keys.leases)
             .key(&keys.stream)
+            .key(&keys.inputs)
             .arg(lease.task_id.as_str())
             .arg(lease.worker)
             .arg(lease.fence)
             .arg(cancelled_message)
             .arg(self.keys().events_channel())
+            .arg(HELD_LOST_ERROR.as_str())
+            .arg(HELD_LOST)
             .invoke_async(&mut self.conn())
             .await?;
         let reply = Reply::new(reply);
         match reply.code()? {
-            code::OK => Ok(Some(false)),
-            3 => Ok(Some(true)),
-            code::LEASE_LOST => Ok(None),
+            code::OK => Ok(Released::Requeued),
+            3 => Ok(Released::Cancelled),
+            4 => Ok(Released::Failed),
+            code::LEASE_LOST => Ok(Released::LeaseLost),
             _ => Err(reply.unexpected_code()),
         }
     }

@@ -21,7 +21,7 @@ pub use connection::{Conn, Store};
 pub use error::StoreError;
 pub use keys::{CatalogueKeys, Keys, ShardKeys, TaskKeys, TenantKeys, WORKER_GROUP};
 pub use leases::{
-    Backlog, Claim, Delivery, Finish, HeldAnswer, Hold, Lease, Parked, Reclaimed, Renewal, Started, entry_ms,
+    Backlog, Claim, Delivery, Finish, HeldAnswer, Hold, Lease, Parked, Reclaimed, Released, Renewal, Started, entry_ms,
 };
 pub use limits::{Admission, Limit, Polled, Rate, TaskAdmission};
 pub use tasks::{Answered, CancelOutcome, NewTask};

@@ -31,6 +31,7 @@ script!(MARK_STARTED, "scripts/mark_started.lua");
 script!(HOLD_FOR_INPUT, "scripts/hold_for_input.lua");
 script!(HELD_ANSWER, "scripts/held_answer.lua");
 script!(SAVE_STATE, "scripts/save_state.lua");
+script!(WITHDRAW_QUESTION, "scripts/withdraw_question.lua");
 
 /// The script's label for metrics and spans (`script:<name>`), by its SHA-1.
 pub(super) fn label_of(sha: &[u8]) -> Option<&'static str> {
@@ -56,6 +57,7 @@ pub(super) fn label_of(sha: &[u8]) -> Option<&'static str> {
             "script:hold_for_input",
             "script:held_answer",
             "script:save_state",
+            "script:withdraw_question",
         ];
         all().iter().zip(names).map(|(script, name)| (script.get_hash().to_owned(), name)).collect()
     });
@@ -63,7 +65,7 @@ pub(super) fn label_of(sha: &[u8]) -> Option<&'static str> {
 }
 
 /// Every script, for loading at boot so a broken one fails start-up rather than a request.
-pub(super) fn all() -> [&'static Script; 20] {
+pub(super) fn all() -> [&'static Script; 21] {
     [
         &CREATE_TASK,
         &CLAIM_TASK,
@@ -85,5 +87,6 @@ pub(super) fn all() -> [&'static Script; 20] {
         &HOLD_FOR_INPUT,
         &HELD_ANSWER,
         &SAVE_STATE,
+        &WITHDRAW_QUESTION,
     ]
 }

@@ -109,7 +109,12 @@ fn tools() -> Vec<Tool> {
             tag,
             Some(json!({ "idempotentHint": true })),
         ),
-        tool("ask", "Asks the client for input mid-call.", json!({}), None),
+        tool(
+            "ask",
+            "Asks the client for input mid-call; with `withdraw_ms`, stops waiting after that long.",
+            json!({ "withdraw_ms": { "type": "integer" } }),
+            None,
+        ),
         tool("sample", "Asks the client for an LLM sampling mid-call.", json!({}), None),
         tool(
             "tasked",
@@ -315,10 +320,19 @@ impl ServerHandler for Fixture {
                     "requestedSchema": { "type": "object", "properties": { "ok": { "type": "boolean" } } }
                 }))
                 .expect("elicitation params");
-                let outcome = context
-                    .peer
-                    .send_request(rmcp::model::ServerRequest::ElicitRequest(rmcp::model::Request::new(params)))
-                    .await;
+                // `withdraw_ms`: stop waiting for the answer after that long (the SDK then
+                // withdraws the question with notifications/cancelled).
+                let request = rmcp::model::ServerRequest::ElicitRequest(rmcp::model::Request::new(params));
+                let outcome = match args.get("withdraw_ms").and_then(Value::as_u64) {
+                    Some(ms) => {
+                        let options = rmcp::service::PeerRequestOptions::with_timeout(Duration::from_millis(ms));
+                        match context.peer.send_request_with_option(request, options).await {
+                            Ok(handle) => handle.await_response().await,
+                            Err(err) => Err(err),
+                        }
+                    }
+                    None => context.peer.send_request(request).await,
+                };
                 let line = match outcome {
                     Ok(reply) => format!("ask answered {reply:?}"),
                     Err(err) => format!("ask refused: {err}"),

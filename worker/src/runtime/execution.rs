@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 use taskgate_shared::protocol::RpcError;
-use taskgate_shared::store::{Claim, Finish, Lease, Parked};
+use taskgate_shared::store::{Claim, Finish, Lease, Parked, Released};
 use taskgate_shared::task::TaskId;
 use taskgate_shared::telemetry::metrics::TASKS;
 use taskgate_shared::telemetry::trace;
@@ -282,11 +282,16 @@ async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) 
         Outcome::CancelIgnored => finish(store, lease, Finish::Cancelled { message: CANCELLED }).await,
         Outcome::Release => {
             return match store.release(lease, CANCELLED).await {
-                Ok(Some(ended)) => {
+                Ok(Released::Requeued) => {
                     tracing::info!(task_id = %task_id, fence, "lease released");
-                    ended.then_some("cancelled")
+                    None
                 }
-                Ok(None) => {
+                Ok(Released::Cancelled) => Some("cancelled"),
+                Ok(Released::Failed) => {
+                    tracing::warn!(task_id = %task_id, fence, "stopping while holding a question: the task failed");
+                    Some("failed")
+                }
+                Ok(Released::LeaseLost) => {
                     METRICS.fenced_refusals.inc();
                     None
                 }

@@ -20,16 +20,24 @@ use super::rounds::{self, Saved};
 use super::tool::UpstreamTool;
 use crate::tool::{ToolContext, ToolError, ToolOutput};
 
+/// The `_meta` key that ties a result to the server's task.
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
 /// Bounds on the server's suggested poll interval.
 const POLL_MIN_MS: u64 = 100;
 const POLL_MAX_MS: u64 = 10_000;
 const POLL_DEFAULT_MS: u64 = 1_000;
 
-/// Where following starts: the server's task, the rounds of input it asked so far, and the
-/// answers to send first (after a park).
+/// Rounds of input one followed task may ask.
+const MAX_ROUNDS: u32 = 32;
+
+/// Where following starts: the server's task, the rounds of input it asked so far, every key
+/// it asked (its keys are unique over its task's life, so an answered one shown again is
+/// stale), and the answers to send first (after a park).
 pub(super) struct Follow {
     pub(super) task: String,
     pub(super) round: u32,
+    pub(super) asked: Vec<String>,
     pub(super) answers: Option<InputResponses>,
 }
 
@@ -42,6 +50,7 @@ impl Follow {
         task: String,
         round: u32,
         keys: &[String],
+        asked: Vec<String>,
     ) -> Result<Self, ToolError> {
         if server != upstream {
             return Err(ToolError::Rpc(RpcError::new(
@@ -50,7 +59,7 @@ impl Follow {
             )));
         }
         let answers = if keys.is_empty() { None } else { Some(rounds::answers(ctx, 't', round, keys)?) };
-        Ok(Self { task, round, answers })
+        Ok(Self { task, round, asked, answers })
     }
 }
 
@@ -61,33 +70,62 @@ pub(super) async fn follow(
     mut follow: Follow,
 ) -> Result<ToolOutput, ToolError> {
     let upstream = tool.upstream.name();
+    let timeout = tool.settings.timeout;
+    // The hard limit of one call holds for following too.
+    let hard = tokio::time::Instant::now() + tool.settings.max_timeout;
     if let Some(answers) = follow.answers.take() {
         // Answers the server already has (a run that died after sending them) are ignored by
         // it; an error is logged and following goes on, since the task's state decides.
         let update =
             ClientRequest::UpdateTaskRequest(Request::new(UpdateTaskParams::new(follow.task.clone(), answers)));
-        if let Err(err) = send(peer, update).await {
-            tracing::warn!(upstream, tool = %tool.remote, task_id = %ctx.task_id(), error = %err, "the server refused the answers");
+        tokio::select! {
+            sent = send(peer, update, timeout) => if let Err(err) = sent {
+                tracing::warn!(upstream, tool = %tool.remote, task_id = %ctx.task_id(), error = %err, "the server refused the answers");
+            },
+            () = ctx.cancelled() => return Err(cancel(tool, peer, ctx, &follow.task).await),
         }
     }
     let mut last_message: Option<String> = None;
     loop {
         let got = tokio::select! {
-            got = get(peer, &follow.task) => got.map_err(|err| tool.failure(err))?,
+            got = get(peer, &follow.task, timeout) => got.map_err(|err| tool.failure(err))?,
             () = ctx.cancelled() => return Err(cancel(tool, peer, ctx, &follow.task).await),
+            () = tokio::time::sleep_until(hard) => return Err(too_long(tool, peer, ctx, &follow.task).await),
         };
         let message = got.task.task.status_message.clone();
         match got.task.payload {
             TaskPayload::Working => {}
-            TaskPayload::InputRequired { input_requests } => {
-                follow.round += 1;
-                let keys: Vec<String> = input_requests.keys().cloned().collect();
-                let (ours, status) = rounds::our_requests(&tool.remote, 't', follow.round, input_requests)?;
-                let saved = Saved::Task { server: upstream.to_owned(), task: follow.task, round: follow.round, keys };
-                let saved = serde_json::to_value(saved).unwrap_or(Value::Null);
-                return Err(ctx.suspend_saving(ours, &status, saved));
+            TaskPayload::InputRequired { mut input_requests } => {
+                // Requests already answered may show until the server has taken the answers.
+                input_requests.retain(|key, _| !follow.asked.contains(key));
+                if !input_requests.is_empty() {
+                    follow.round += 1;
+                    if follow.round > MAX_ROUNDS {
+                        let _ = cancel(tool, peer, ctx, &follow.task).await;
+                        return Err(ToolError::Rpc(RpcError::new(
+                            ErrorKind::Internal,
+                            format!("upstream tool {:?} asked for input more than {MAX_ROUNDS} times", tool.remote),
+                        )));
+                    }
+                    let keys: Vec<String> = input_requests.keys().cloned().collect();
+                    let (ours, status) = rounds::our_requests(&tool.remote, 't', follow.round, input_requests)?;
+                    follow.asked.extend(keys.iter().cloned());
+                    let saved = Saved::Task {
+                        server: upstream.to_owned(),
+                        task: follow.task,
+                        round: follow.round,
+                        keys,
+                        asked: follow.asked,
+                    };
+                    let saved = serde_json::to_value(saved).unwrap_or(Value::Null);
+                    return Err(ctx.suspend_saving(ours, &status, saved));
+                }
             }
-            TaskPayload::Completed { result } => {
+            TaskPayload::Completed { mut result } => {
+                // The result's tie to the server's task stays with the server.
+                if let Some(Value::Object(meta)) = result.get_mut("_meta") {
+                    meta.remove(RELATED_TASK);
+                }
                 return Ok(ToolOutput { result: Value::Object(result), status_message: None });
             }
             TaskPayload::Failed { error } => return Err(ToolError::Rpc(rpc_error(&error))),
@@ -107,6 +145,7 @@ pub(super) async fn follow(
         tokio::select! {
             () = tokio::time::sleep(std::time::Duration::from_millis(wait)) => {}
             () = ctx.cancelled() => return Err(cancel(tool, peer, ctx, &follow.task).await),
+            () = tokio::time::sleep_until(hard) => return Err(too_long(tool, peer, ctx, &follow.task).await),
         }
     }
 }
@@ -124,32 +163,50 @@ pub(super) async fn abandon(
     why
 }
 
+/// The hard limit passed: the server's task is cancelled and the call fails.
+async fn too_long(tool: &UpstreamTool, peer: &Peer<RoleClient>, ctx: &ToolContext, task: &str) -> ToolError {
+    let _ = cancel(tool, peer, ctx, task).await;
+    ToolError::Rpc(RpcError::new(
+        ErrorKind::Internal,
+        format!(
+            "upstream tool {:?} did not finish within its limit of {} ms",
+            tool.remote,
+            tool.settings.max_timeout.as_millis()
+        ),
+    ))
+}
+
 /// Passes a cancel on (`tasks/cancel`), waiting for the server at most the cancel grace.
 async fn cancel(tool: &UpstreamTool, peer: &Peer<RoleClient>, ctx: &ToolContext, task: &str) -> ToolError {
     tracing::info!(upstream = %tool.upstream.name(), tool = %tool.remote, task_id = %ctx.task_id(), "cancelling the upstream task");
     let request = ClientRequest::CancelTaskRequest(Request::new(CancelTaskParams::new(task.to_owned())));
-    let sent = tokio::time::timeout(tool.cancel_grace, send(peer, request)).await;
-    if !matches!(sent, Ok(Ok(_))) {
+    if send(peer, request, tool.cancel_grace).await.is_err() {
         tracing::warn!(upstream = %tool.upstream.name(), task_id = %ctx.task_id(), "the upstream task's cancel was not acknowledged");
     }
     ToolError::Cancelled(None)
 }
 
-/// Sends a `tasks/*` request declaring the Tasks extension, as the server requires of them.
-async fn send(peer: &Peer<RoleClient>, request: ClientRequest) -> Result<ServerResult, ServiceError> {
+/// Sends a `tasks/*` request declaring the Tasks extension, as the server requires of them,
+/// waiting at most `timeout` for the answer.
+async fn send(
+    peer: &Peer<RoleClient>,
+    request: ClientRequest,
+    timeout: std::time::Duration,
+) -> Result<ServerResult, ServiceError> {
     let mut meta = RequestMetaObject::default();
     let mut extensions = ExtensionCapabilities::new();
     extensions.insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
     let mut capabilities = ClientCapabilities::default();
     capabilities.extensions = Some(extensions);
     meta.set_client_capabilities(capabilities);
-    let mut options = PeerRequestOptions::no_options();
+    let mut options = PeerRequestOptions::with_timeout(timeout);
     options.meta = Some(meta);
     peer.send_request_with_option(request, options).await?.await_response().await
 }
 
-async fn get(peer: &Peer<RoleClient>, task: &str) -> Result<GetTaskResult, ServiceError> {
-    match send(peer, ClientRequest::GetTaskRequest(Request::new(GetTaskParams::new(task.to_owned())))).await? {
+async fn get(peer: &Peer<RoleClient>, task: &str, timeout: std::time::Duration) -> Result<GetTaskResult, ServiceError> {
+    let request = ClientRequest::GetTaskRequest(Request::new(GetTaskParams::new(task.to_owned())));
+    match send(peer, request, timeout).await? {
         ServerResult::GetTaskResult(got) => Ok(got),
         _ => Err(ServiceError::UnexpectedResponse),
     }

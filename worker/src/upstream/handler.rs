@@ -8,13 +8,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 // Sampling is deprecated upstream, but servers still send it, and it must be declined clearly.
+use rmcp::model::RequestId;
 #[allow(deprecated)]
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
     ElicitResult, ElicitationAction, ElicitationCapability, ErrorCode, FormElicitationCapability, Implementation,
     ProgressNotificationParam, ProgressToken, UrlElicitationCapability,
 };
-use rmcp::service::{NotificationContext, RequestContext, RoleClient};
+use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext, RoleClient};
 use rmcp::{ClientHandler, ErrorData};
 use tokio::sync::{Notify, mpsc, oneshot};
 
@@ -44,10 +45,21 @@ pub(super) enum CallEvent {
 #[derive(Clone)]
 pub(super) struct Bridge {
     pub(super) upstream: Arc<str>,
-    /// Calls in flight on this connection, by progress token.
-    calls: Arc<Mutex<HashMap<ProgressToken, mpsc::Sender<CallEvent>>>>,
+    calls: Arc<Mutex<Calls>>,
     pub(super) list_changed: Arc<Notify>,
     elicitation: ElicitationPolicy,
+}
+
+/// Calls in flight on one connection.
+#[derive(Default)]
+struct Calls {
+    /// By progress token: the call's request id and its events.
+    routes: HashMap<ProgressToken, (RequestId, mpsc::Sender<CallEvent>)>,
+    /// Calls being sent, not routed yet.
+    starting: usize,
+    /// A call ended without its answer (cancelled, timed out) while the server may still be
+    /// running it: a question that names no call can no longer be told apart from one of its.
+    tainted: bool,
 }
 
 impl Bridge {
@@ -55,19 +67,42 @@ impl Bridge {
         Self { upstream, calls: Arc::default(), list_changed, elicitation }
     }
 
-    /// The events of the one call in flight, when there is exactly one: a request from the
-    /// server carries no reference to the call it serves.
-    fn the_only_call(&self) -> Option<mpsc::Sender<CallEvent>> {
-        let calls = self.calls.lock().ok()?;
-        if calls.len() == 1 { calls.values().next().cloned() } else { None }
+    fn calls(&self) -> std::sync::MutexGuard<'_, Calls> {
+        // Nothing panics under this lock; a poisoned one is still consistent enough to read.
+        self.calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Routes events for `token` to `events` until the returned guard drops.
-    pub(super) fn route(&self, token: ProgressToken, events: mpsc::Sender<CallEvent>) -> Route {
-        if let Ok(mut calls) = self.calls.lock() {
-            calls.insert(token.clone(), events);
+    /// The events of the one call in flight, when there is exactly one.
+    fn the_only_call(&self) -> Option<mpsc::Sender<CallEvent>> {
+        let calls = self.calls();
+        if calls.routes.len() == 1 { calls.routes.values().next().map(|(_, events)| events.clone()) } else { None }
+    }
+
+    /// The call a server's question belongs to. Over Streamable HTTP the question arrives on
+    /// the stream of the request it serves, which names it. Otherwise (stdio) it names no call,
+    /// so it is taken as the one call in flight only when no other call could have asked it:
+    /// none being sent, none abandoned on this connection.
+    fn asker(&self, origin: Option<&InboundStreamOrigin>) -> Option<mpsc::Sender<CallEvent>> {
+        let calls = self.calls();
+        if let Some(InboundStreamOrigin::OutboundRequest(id)) = origin {
+            return calls.routes.values().find(|(request, _)| request == id).map(|(_, events)| events.clone());
         }
-        Route { calls: self.calls.clone(), token }
+        if calls.starting > 0 || calls.tainted || calls.routes.len() != 1 {
+            return None;
+        }
+        calls.routes.values().next().map(|(_, events)| events.clone())
+    }
+
+    /// Counts a call as being sent until it is routed (or the guard drops).
+    pub(super) fn starting(&self) -> Starting {
+        self.calls().starting += 1;
+        Starting { calls: self.calls.clone() }
+    }
+
+    /// Routes events for the call (`token`, `request`) to `events` until the guard drops.
+    pub(super) fn route(&self, token: ProgressToken, request: RequestId, events: mpsc::Sender<CallEvent>) -> Route {
+        self.calls().routes.insert(token.clone(), (request, events));
+        Route { calls: self.calls.clone(), token, answered: false }
     }
 
     /// Shows a decline on the call's task when the call can be told.
@@ -91,16 +126,39 @@ impl Bridge {
     }
 }
 
-/// Unroutes a call's events when dropped.
+/// A call being sent; uncounted when dropped.
+pub(super) struct Starting {
+    calls: Arc<Mutex<Calls>>,
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        let mut calls = self.calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        calls.starting = calls.starting.saturating_sub(1);
+    }
+}
+
+/// Unroutes a call's events when dropped; a call dropped before its answer taints the
+/// connection (see [`Calls::tainted`]).
 pub(super) struct Route {
-    calls: Arc<Mutex<HashMap<ProgressToken, mpsc::Sender<CallEvent>>>>,
+    calls: Arc<Mutex<Calls>>,
     token: ProgressToken,
+    answered: bool,
+}
+
+impl Route {
+    /// The server answered the call: it is over on the server too.
+    pub(super) fn answered(&mut self) {
+        self.answered = true;
+    }
 }
 
 impl Drop for Route {
     fn drop(&mut self) {
-        if let Ok(mut calls) = self.calls.lock() {
-            calls.remove(&self.token);
+        let mut calls = self.calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        calls.routes.remove(&self.token);
+        if !self.answered {
+            calls.tainted = true;
         }
     }
 }
@@ -110,20 +168,24 @@ impl ClientHandler for Bridge {
     async fn create_elicitation(
         &self,
         request: ElicitRequestParams,
-        _context: RequestContext<RoleClient>,
+        context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
         if self.elicitation == ElicitationPolicy::Decline {
             return Ok(self.decline_elicitation("the server's elicitation policy is decline"));
         }
-        let Some(events) = self.the_only_call() else {
-            return Ok(self.decline_elicitation("several calls are in flight, and the question names none of them"));
+        let Some(events) = self.asker(context.extensions.get::<InboundStreamOrigin>()) else {
+            return Ok(self.decline_elicitation("the question cannot be tied to one call"));
         };
         let (reply, answer) = oneshot::channel();
         if events.send(CallEvent::Elicitation { request, reply }).await.is_err() {
             return Ok(ElicitResult::new(ElicitationAction::Cancel));
         }
-        // A call that ends without answering (cancelled, timed out) answers `cancel`.
-        Ok(answer.await.unwrap_or_else(|_| ElicitResult::new(ElicitationAction::Cancel)))
+        // A call that ends without answering (cancelled, timed out) answers `cancel`; a server
+        // that withdraws its question drops the wait, which the call sees.
+        tokio::select! {
+            answer = answer => Ok(answer.unwrap_or_else(|_| ElicitResult::new(ElicitationAction::Cancel))),
+            () = context.ct.cancelled() => Ok(ElicitResult::new(ElicitationAction::Cancel)),
+        }
     }
 
     async fn create_message(
@@ -135,7 +197,7 @@ impl ClientHandler for Bridge {
     }
 
     async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
-        let events = self.calls.lock().ok().and_then(|calls| calls.get(&params.progress_token).cloned());
+        let events = self.calls().routes.get(&params.progress_token).map(|(_, events)| events.clone());
         if let Some(events) = events {
             // Progress is advisory: a call that is behind loses the oldest news, never blocks.
             let _ = events.try_send(CallEvent::Progress(params));

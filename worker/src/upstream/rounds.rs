@@ -39,8 +39,16 @@ pub(super) enum Saved {
         keys: Vec<String>,
     },
     /// A task the server created for the call (its id is never shown to clients), and, when
-    /// parked for its input, the round and the server's keys.
-    Task { server: String, task: String, round: u32, keys: Vec<String> },
+    /// parked for its input, the round, the server's keys of that round, and every key the
+    /// server asked so far.
+    Task {
+        server: String,
+        task: String,
+        round: u32,
+        keys: Vec<String>,
+        #[serde(default)]
+        asked: Vec<String>,
+    },
 }
 
 /// What the run that last parked (or saved) the task left.

@@ -24,6 +24,15 @@ use super::rounds::{self, Saved};
 use crate::metrics::METRICS;
 use crate::tool::{BoxFuture, Tool, ToolContext, ToolError, ToolOutput};
 
+/// How a held question ended.
+enum Held {
+    Done(Result<ElicitResult, ToolError>),
+    /// The server stopped waiting for the answer.
+    Withdrawn,
+    /// The call itself ended meanwhile.
+    CallEnded(Box<Result<ServerResult, ServiceError>>),
+}
+
 /// At most one status update (each is a write and a publish) per this long.
 const STATUS_EVERY: Duration = Duration::from_secs(1);
 
@@ -67,8 +76,8 @@ impl UpstreamTool {
         let upstream = self.upstream.name();
         let saved = rounds::saved(ctx)?;
         // A task the server created for an earlier run is followed, not called again.
-        if let Some(Saved::Task { server, task, round, keys }) = saved {
-            let follow = Follow::resume(ctx, upstream, server, task, round, &keys)?;
+        if let Some(Saved::Task { server, task, round, keys, asked }) = saved {
+            let follow = Follow::resume(ctx, upstream, server, task, round, &keys, asked)?;
             let _permit =
                 self.upstream.in_flight.acquire().await.map_err(|_| unavailable(upstream, "shutting down"))?;
             let (_, peer, _) = self.upstream.connection().await.map_err(|m| unavailable(upstream, &m))?;
@@ -120,14 +129,20 @@ impl UpstreamTool {
                 ServerResult::CreateTaskResult(created) => {
                     let task = created.task.task_id;
                     tracing::info!(upstream, tool = %self.remote, task_id = %ctx.task_id(), "the server answered with a task of its own; following it");
-                    let saved =
-                        Saved::Task { server: upstream.to_owned(), task: task.clone(), round: 0, keys: Vec::new() };
+                    let saved = Saved::Task {
+                        server: upstream.to_owned(),
+                        task: task.clone(),
+                        round: 0,
+                        keys: Vec::new(),
+                        asked: Vec::new(),
+                    };
                     if let Err(err) = ctx.save_state(&serde_json::to_value(saved).unwrap_or(Value::Null)).await {
                         // Without its id saved, a later run could not find the server's task:
                         // stop that task too.
                         return Err(followed::abandon(self, &peer, ctx, &task, err).await);
                     }
-                    return followed::follow(self, &peer, ctx, Follow { task, round: 0, answers: None }).await;
+                    let follow = Follow { task, round: 0, asked: Vec::new(), answers: None };
+                    return followed::follow(self, &peer, ctx, follow).await;
                 }
                 _ => return Err(unavailable(upstream, "it answered the call with an unexpected result")),
             }
@@ -145,51 +160,95 @@ impl UpstreamTool {
         ctx: &ToolContext,
     ) -> Result<ServerResult, ToolError> {
         let upstream = self.upstream.name();
-        let mut options = PeerRequestOptions::with_timeout(self.settings.timeout)
-            .reset_timeout_on_progress()
-            .with_max_total_timeout(self.settings.max_timeout);
+        // The call's timeouts are kept here rather than by the SDK, so that the time a question
+        // is held for a human does not count against them.
+        let mut options = PeerRequestOptions::no_options();
         // The server may ask only for input the task's creator can give.
         options.meta = rounds::creator_capabilities(ctx, self.upstream.config.follow_tasks);
         let in_flight = METRICS.upstream_in_flight.with_label_values(&[upstream]);
         in_flight.inc();
         let _in_flight = scopeguard(move || in_flight.dec());
+        let starting = bridge.starting();
         let handle = peer
             .send_request_with_option(ClientRequest::CallToolRequest(Request::new(params)), options)
             .await
             .map_err(|err| self.failure(err))?;
         let (events_tx, mut events) = mpsc::channel(32);
-        let _route = bridge.route(handle.progress_token.clone(), events_tx);
+        let mut route = bridge.route(handle.progress_token.clone(), handle.id.clone(), events_tx);
+        drop(starting);
         let request_id = handle.id.clone();
         let response = handle.await_response();
         tokio::pin!(response);
 
+        let (timeout, max_timeout) = (self.settings.timeout, self.settings.max_timeout);
+        let mut idle = tokio::time::Instant::now() + timeout;
+        let mut hard = tokio::time::Instant::now() + max_timeout;
         let mut throttle = Throttle::default();
         loop {
             tokio::select! {
-                answer = &mut response => return answer.map_err(|err| self.failure(err)),
+                answer = &mut response => {
+                    route.answered();
+                    return answer.map_err(|err| self.failure(err));
+                }
                 Some(event) = events.recv() => match event {
                     CallEvent::Progress(p) => {
+                        idle = tokio::time::Instant::now() + timeout;
                         let message = progress_message(p.progress, p.total, p.message.as_deref());
                         throttle.offer(message, (p.progress, p.total));
                     }
                     CallEvent::InputDeclined(kind) => throttle.offer(declined_status(kind), (0.0, None)),
-                    CallEvent::Elicitation { request, reply } => match self.hold(ctx, request).await {
-                        Ok(answer) => {
-                            let _ = reply.send(answer);
+                    CallEvent::Elicitation { request, mut reply } => {
+                        let held_at = tokio::time::Instant::now();
+                        let held = tokio::select! {
+                            held = self.hold(ctx, request) => Held::Done(held),
+                            () = reply.closed() => Held::Withdrawn,
+                            answer = &mut response => Held::CallEnded(Box::new(answer)),
+                        };
+                        hard += held_at.elapsed();
+                        idle = tokio::time::Instant::now() + timeout;
+                        match held {
+                            Held::Done(Ok(answer)) => {
+                                let _ = reply.send(answer);
+                            }
+                            // Cancelled: the branch below tells the server (the dropped reply
+                            // answers the question `cancel`).
+                            Held::Done(Err(ToolError::Cancelled(_))) if ctx.is_cancelled() => {}
+                            Held::Done(Err(err)) => return Err(err),
+                            Held::Withdrawn => {
+                                tracing::info!(upstream, tool = %self.remote, task_id = %ctx.task_id(), "the server withdrew its question");
+                                ctx.withdraw_question("The upstream server withdrew its question.").await?;
+                            }
+                            // The task may still show the question: the outcome written next
+                            // ends it (a held task can be finished by its holder).
+                            Held::CallEnded(answer) => {
+                                route.answered();
+                                return (*answer).map_err(|err| self.failure(err));
+                            }
                         }
-                        // Cancelled: the branch below tells the server (the dropped reply
-                        // answers the question `cancel`).
-                        Err(ToolError::Cancelled(_)) if ctx.is_cancelled() => {}
-                        Err(err) => return Err(err),
-                    },
+                    }
                 },
                 () = throttle.due() => {}
+                () = tokio::time::sleep_until(idle) => {
+                    self.abandon_call(peer, request_id, "timed out").await;
+                    return Err(ToolError::Rpc(RpcError::new(
+                        ErrorKind::Internal,
+                        format!(
+                            "upstream tool {:?} went {} ms without an answer or progress, and was abandoned",
+                            self.remote,
+                            timeout.as_millis()
+                        ),
+                    )));
+                }
+                () = tokio::time::sleep_until(hard) => {
+                    self.abandon_call(peer, request_id, "timed out").await;
+                    return Err(ToolError::Rpc(RpcError::new(
+                        ErrorKind::Internal,
+                        format!("upstream tool {:?} did not finish within its limit of {} ms", self.remote, max_timeout.as_millis()),
+                    )));
+                }
                 () = ctx.cancelled() => {
                     tracing::info!(upstream, tool = %self.remote, task_id = %ctx.task_id(), "cancelling the upstream call");
-                    let notice = CancelledNotification::new(
-                        CancelledNotificationParam::new(Some(request_id), Some("cancelled by the task's owner".into())),
-                    );
-                    let _ = peer.send_notification(ClientNotification::CancelledNotification(notice)).await;
+                    self.abandon_call(peer, request_id, "cancelled by the task's owner").await;
                     // A server that ignores the cancel still has to answer others; one that
                     // does not even answer a ping within the grace period is restarted.
                     let (upstream_ref, grace, peer) = (self.upstream.clone(), self.cancel_grace, peer.clone());
@@ -219,6 +278,13 @@ impl UpstreamTool {
                 ctx.set_status(&message).await?;
             }
         }
+    }
+
+    /// Tells the server the worker no longer waits for the call (`notifications/cancelled`).
+    async fn abandon_call(&self, peer: &Peer<RoleClient>, request_id: rmcp::model::RequestId, reason: &str) {
+        let notice =
+            CancelledNotification::new(CancelledNotificationParam::new(Some(request_id), Some(reason.to_owned())));
+        let _ = peer.send_notification(ClientNotification::CancelledNotification(notice)).await;
     }
 
     /// A question the server asked mid-call (`elicitation = "hold"`): shown on the task while

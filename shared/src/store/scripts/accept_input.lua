@@ -12,9 +12,15 @@
 -- Publishes "<id> <version> <status>" when anything changed.
 local rcall = redis.call
 local record, inputs, answers, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'created', 'ttl', 'parked', 'held', 'holder')
+local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'created', 'ttl', 'parked', 'held', 'holder',
+  'lease')
 if not f[1] or f[1] ~= ARGV[2] or f[2] ~= ARGV[3] then return {-1} end
 if f[3] ~= 'input_required' then return {0} end
+local t = rcall('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- A held question whose holder's lease lapsed cannot be answered any more (its session is
+-- gone): nothing is taken, and the reaper fails the task.
+if f[7] and (not f[8] or tonumber(f[9] or '0') <= now) then return {0} end
 local applied = 0
 for i = 7, #ARGV, 2 do
   if rcall('HDEL', inputs, ARGV[i]) == 1 then
@@ -24,8 +30,6 @@ for i = 7, #ARGV, 2 do
 end
 if applied == 0 then return {0} end
 rcall('PEXPIREAT', answers, tonumber(f[4]) + tonumber(f[5]))
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local status, resumed, waited = 'input_required', 0, -1
 if rcall('EXISTS', inputs) == 0 then
   status, resumed = 'working', 1

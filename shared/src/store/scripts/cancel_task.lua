@@ -27,7 +27,7 @@ rcall('DEL', inputs)
 if f[6] then
   rcall('HDEL', record, 'holder', 'lease', 'held')
   rcall('ZREM', KEYS[3], ARGV[1])
-  rcall('PUBLISH', ARGV[6] .. f[4], ARGV[1])
+  if f[4] then rcall('PUBLISH', ARGV[6] .. f[4], ARGV[1]) end
 end
 rcall('HSET', record, 'status', 'cancelled', 'msg', ARGV[4], 'updated', now, 'cancel', 1)
 local ver = rcall('HINCRBY', record, 'ver', 1)

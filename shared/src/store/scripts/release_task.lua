@@ -1,16 +1,27 @@
 -- release_task: a draining worker hands back a task it could not finish, so another worker
 -- takes it at once instead of after the lease expires. Not counted as a reclaim. A requested
--- cancel ends the task cancelled instead.
--- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] shard stream
+-- cancel ends the task cancelled instead. A held question (hold_for_input) cannot go with the
+-- task: its session ends with this worker, so the task fails at once instead.
+-- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] shard stream   KEYS[4] inputs hash
 -- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] cancelled message
--- ARGV[5] events channel
--- Returns {1} requeued | {3, ver} cancelled | {-2} lease lost.
+-- ARGV[5] events channel   ARGV[6] held-lost error JSON   ARGV[7] held-lost message
+-- Returns {1} requeued | {3, ver} cancelled | {4, ver} failed (held) | {-2} lease lost.
 local rcall = redis.call
 local record, leases, stream = KEYS[1], KEYS[2], KEYS[3]
-local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'cancel')
-if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
-rcall('HDEL', record, 'holder', 'lease')
+local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'cancel', 'held')
+local held = f[1] == 'input_required' and f[5]
+if (f[1] ~= 'working' and not held) or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
+rcall('HDEL', record, 'holder', 'lease', 'held')
 rcall('ZREM', leases, ARGV[1])
+if held then
+  local t = rcall('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  rcall('DEL', KEYS[4])
+  rcall('HSET', record, 'status', 'failed', 'error', ARGV[6], 'msg', ARGV[7], 'updated', now)
+  local ver = rcall('HINCRBY', record, 'ver', 1)
+  rcall('PUBLISH', ARGV[5], ARGV[1] .. ' ' .. ver .. ' failed')
+  return {4, ver}
+end
 if not f[4] then
   rcall('XADD', stream, '*', 'id', ARGV[1])
   return {1}

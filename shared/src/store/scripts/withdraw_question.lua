@@ -1,0 +1,24 @@
+-- withdraw_question: the holder of a held question (hold_for_input) takes it back, because the
+-- one who asked it stopped waiting (the upstream server withdrew it) while the call goes on.
+-- The task is working again; its outstanding request is dropped (an answer to it is ignored).
+-- KEYS[1] task record   KEYS[2] inputs hash
+-- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] status message
+-- ARGV[5] events channel
+-- Returns {1, version} withdrawn | {0} nothing held (answered meanwhile) | {-2} lease lost.
+-- Publishes "<id> <version> working".
+local rcall = redis.call
+local record, inputs = KEYS[1], KEYS[2]
+local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'held')
+if f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
+if f[1] ~= 'input_required' or not f[4] then
+  if f[1] == 'working' then return {0} end
+  return {-2}
+end
+local t = rcall('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+rcall('DEL', inputs)
+rcall('HDEL', record, 'held')
+rcall('HSET', record, 'status', 'working', 'msg', ARGV[4], 'updated', now)
+local ver = rcall('HINCRBY', record, 'ver', 1)
+rcall('PUBLISH', ARGV[5], ARGV[1] .. ' ' .. ver .. ' working')
+return {1, ver}
