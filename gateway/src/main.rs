@@ -18,26 +18,7 @@ async fn main() -> anyhow::Result<()> {
         tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(listen = %listener.local_addr()?, namespace = %config.namespace, "gateway listening");
     let state = AppState::new(config).await?;
-    taskgate_gateway::run(state, listener, shutdown_signal()).await?;
+    taskgate_gateway::run(state, listener, taskgate_shared::shutdown::signal()).await?;
     tracing::info!("gateway stopped");
     Ok(())
-}
-
-/// Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut sig) => {
-                sig.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { () = ctrl_c => {}, () = term => {} }
 }

@@ -9,6 +9,7 @@
 //! - [`telemetry`]: logging setup.
 
 pub mod protocol;
+pub mod shutdown;
 pub mod store;
 pub mod task;
 pub mod telemetry;

@@ -72,23 +72,7 @@ impl Worker {
 }
 
 /// Ctrl-C or SIGTERM: the usual `shutdown` of a worker binary.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut sig) => {
-                sig.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { () = ctrl_c => {}, () = term => {} }
-}
+pub use taskgate_shared::shutdown::signal as shutdown_signal;
 
 async fn start(
     config: Config,
