@@ -72,12 +72,6 @@ impl Bridge {
         self.calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The events of the one call in flight, when there is exactly one.
-    fn the_only_call(&self) -> Option<mpsc::Sender<CallEvent>> {
-        let calls = self.calls();
-        if calls.routes.len() == 1 { calls.routes.values().next().map(|(_, events)| events.clone()) } else { None }
-    }
-
     /// The call a server's question belongs to. Over Streamable HTTP the question arrives on
     /// the stream of the request it serves, which names it. Otherwise (stdio) it names no call,
     /// so it is taken as the one call in flight only when no other call could have asked it:
@@ -105,23 +99,24 @@ impl Bridge {
         Route { calls: self.calls.clone(), token, answered: false }
     }
 
-    /// Shows a decline on the call's task when the call can be told.
-    fn tell_the_only_call(&self, kind: &'static str) {
-        if let Some(events) = self.the_only_call() {
+    /// Shows a decline on the status of the call that asked, when it can be told which one
+    /// did (never on another call's task).
+    fn tell_the_asker(&self, origin: Option<&InboundStreamOrigin>, kind: &'static str) {
+        if let Some(events) = self.asker(origin) {
             let _ = events.try_send(CallEvent::InputDeclined(kind));
         }
     }
 
-    fn declined(&self, kind: &'static str) -> ErrorData {
+    fn declined(&self, origin: Option<&InboundStreamOrigin>, kind: &'static str) -> ErrorData {
         tracing::info!(upstream = %self.upstream, kind, "declined an input request from the upstream server");
-        self.tell_the_only_call(kind);
+        self.tell_the_asker(origin, kind);
         ErrorData::new(ErrorCode::INVALID_REQUEST, format!("{kind} is not available through this gateway"), None)
     }
 
     /// `decline`, and the task's status says so.
-    fn decline_elicitation(&self, why: &str) -> ElicitResult {
+    fn decline_elicitation(&self, origin: Option<&InboundStreamOrigin>, why: &str) -> ElicitResult {
         tracing::info!(upstream = %self.upstream, why, "answered an elicitation from the upstream server with decline");
-        self.tell_the_only_call("elicitation");
+        self.tell_the_asker(origin, "elicitation");
         ElicitResult::new(ElicitationAction::Decline)
     }
 }
@@ -170,11 +165,12 @@ impl ClientHandler for Bridge {
         request: ElicitRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
+        let origin = context.extensions.get::<InboundStreamOrigin>();
         if self.elicitation == ElicitationPolicy::Decline {
-            return Ok(self.decline_elicitation("the server's elicitation policy is decline"));
+            return Ok(self.decline_elicitation(origin, "the server's elicitation policy is decline"));
         }
-        let Some(events) = self.asker(context.extensions.get::<InboundStreamOrigin>()) else {
-            return Ok(self.decline_elicitation("the question cannot be tied to one call"));
+        let Some(events) = self.asker(origin) else {
+            return Ok(self.decline_elicitation(origin, "the question cannot be tied to one call"));
         };
         let (reply, answer) = oneshot::channel();
         if events.send(CallEvent::Elicitation { request, reply }).await.is_err() {
@@ -191,9 +187,9 @@ impl ClientHandler for Bridge {
     async fn create_message(
         &self,
         _params: CreateMessageRequestParams,
-        _context: RequestContext<RoleClient>,
+        context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        Err(self.declined("sampling"))
+        Err(self.declined(context.extensions.get::<InboundStreamOrigin>(), "sampling"))
     }
 
     async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
