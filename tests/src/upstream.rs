@@ -10,17 +10,22 @@ use tokio::io::AsyncBufReadExt as _;
 
 use crate::McpClient;
 
-/// The fixture (`src/bin/upstream_fixture.rs`) serving Streamable HTTP; killed when dropped.
+/// The fixture (`src/bin/upstream_fixture.rs`) serving Streamable HTTP, logging to `log` in a
+/// directory of its own; killed (and the directory removed) when dropped.
 pub struct HttpFixture {
     _child: tokio::process::Child,
+    _dir: tempfile::TempDir,
     pub url: String,
+    pub log: PathBuf,
 }
 
 impl HttpFixture {
-    /// Starts `bin http [--legacy]`, logging to `log`, and reads its URL.
-    pub async fn start(bin: &str, legacy: bool, log: &Path) -> Self {
+    /// Starts `bin http [--legacy]` and reads its URL.
+    pub async fn start(bin: &str, legacy: bool) -> Self {
+        let dir = tempfile::tempdir().expect("a directory for the fixture's log");
+        let log = dir.path().join("fixture.log");
         let mut command = tokio::process::Command::new(bin);
-        command.arg("http").env("FIXTURE_LOG", log).stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true);
+        command.arg("http").env("FIXTURE_LOG", &log).stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true);
         if legacy {
             command.arg("--legacy");
         }
@@ -32,7 +37,7 @@ impl HttpFixture {
             .expect("the fixture prints its URL in time")
             .expect("stdout reads")
             .expect("a URL line");
-        Self { _child: child, url }
+        Self { _child: child, _dir: dir, url, log }
     }
 }
 

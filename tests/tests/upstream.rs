@@ -116,18 +116,16 @@ async fn stdio_upstream_without_discover_falls_back_to_initialize() {
 
 #[tokio::test]
 async fn http_upstream_negotiates_2026_07_28_and_reports_progress() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("fixture.log");
-    let fixture = HttpFixture::start(FIXTURE, false, &log).await;
+    let fixture = HttpFixture::start(FIXTURE, false).await;
+    let log = fixture.log.clone();
     slow_call_reports_progress(Transport::Http(&fixture.url), "").await;
     assert!(fixture_log(&log).contains("discover"), "{}", fixture_log(&log));
 }
 
 #[tokio::test]
 async fn http_upstream_without_discover_falls_back_to_initialize() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("fixture.log");
-    let fixture = HttpFixture::start(FIXTURE, true, &log).await;
+    let fixture = HttpFixture::start(FIXTURE, true).await;
+    let log = fixture.log.clone();
     slow_call_reports_progress(Transport::Http(&fixture.url), "").await;
     assert!(fixture_log(&log).contains("initialize 2025-11-25"), "{}", fixture_log(&log));
 }
@@ -159,9 +157,8 @@ async fn cancel_reaches_a_legacy_stdio_upstream() {
 
 #[tokio::test]
 async fn cancel_reaches_an_http_upstream() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("fixture.log");
-    let fixture = HttpFixture::start(FIXTURE, false, &log).await;
+    let fixture = HttpFixture::start(FIXTURE, false).await;
+    let log = fixture.log.clone();
     cancel_reaches_the_upstream(Transport::Http(&fixture.url), Some(log)).await;
 }
 
@@ -219,6 +216,15 @@ async fn holding_stack() -> (Stack, PathBuf, PathBuf) {
     stack_from(Stack::builder(), Transport::Stdio { legacy: true }, extra, &["--lease-ms", "1500"]).await
 }
 
+/// The task's lease end as its record holds it, and Redis's clock, in ms.
+async fn lease_and_now(stack: &Stack, task: &str) -> Option<(u64, u64)> {
+    let record = stack.store().keys().task(&TaskId::parse(task)?).record;
+    let mut conn = redis::Client::open(stack.redis_url.as_str()).ok()?.get_multiplexed_async_connection().await.ok()?;
+    let lease: u64 = redis::AsyncCommands::hget(&mut conn, &record, "lease").await.ok()?;
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.ok()?;
+    Some((lease, secs * 1000 + micros / 1000))
+}
+
 /// The held question, once the task shows it: its key and the request.
 async fn held_question(client: &McpClient, task: &str) -> (String, Value) {
     let requests = parked_requests(client, task).await;
@@ -242,17 +248,10 @@ async fn a_held_question_is_answered_through_the_task() {
     assert_eq!(client.get_task(&task).await.result()["statusMessage"], "Approve?");
     // The worker keeps renewing the lease while the question is open: wait until it reaches past
     // its end at the time of the question.
-    let record = stack.store().keys().task(&TaskId::parse(&task).unwrap()).record;
-    let redis = redis::Client::open(stack.redis_url.as_str()).unwrap();
-    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
-    let lease_then: u64 = redis::AsyncCommands::hget(&mut conn, &record, "lease").await.unwrap();
-    eventually(PATIENCE, "a renewal past the lease's first end", || {
-        let mut conn = conn.clone();
-        let record = record.clone();
-        async move {
-            let lease: u64 = redis::AsyncCommands::hget(&mut conn, &record, "lease").await.ok()?;
-            (lease > lease_then + 1500).then_some(())
-        }
+    let (lease_then, _) = lease_and_now(&stack, &task).await.expect("a held task keeps its lease");
+    eventually(PATIENCE, "a renewal past the lease's first end", || async {
+        let (lease, _) = lease_and_now(&stack, &task).await?;
+        (lease > lease_then + 1500).then_some(())
     })
     .await;
     assert_eq!(client.get_task(&task).await.result()["status"], "input_required");
@@ -315,16 +314,9 @@ async fn a_worker_that_dies_holding_a_question_fails_the_task_clearly() {
     let (key, _) = held_question(&client, &task).await;
     stack.workers[0].kill().await;
     // No worker runs, so no reaper: wait for the lease to lapse, then answer.
-    let record = stack.store().keys().task(&TaskId::parse(&task).unwrap()).record;
-    let redis = redis::Client::open(stack.redis_url.as_str()).unwrap();
-    let conn = redis.get_multiplexed_async_connection().await.unwrap();
-    eventually(PATIENCE, "the lease to lapse", || {
-        let (mut conn, record) = (conn.clone(), record.clone());
-        async move {
-            let lease: u64 = redis::AsyncCommands::hget(&mut conn, &record, "lease").await.ok()?;
-            let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.ok()?;
-            (lease < secs * 1000 + micros / 1000).then_some(())
-        }
+    eventually(PATIENCE, "the lease to lapse", || async {
+        let (lease, now) = lease_and_now(&stack, &task).await?;
+        (lease < now).then_some(())
     })
     .await;
     let ignored = client.update_task(&task, json!({ &key: { "action": "accept", "content": { "ok": true } } })).await;
@@ -575,7 +567,7 @@ async fn a_child_that_stops_answering_after_a_cancel_is_restarted() {
 #[tokio::test]
 async fn http_headers_come_from_files_and_the_environment() {
     let dir = tempfile::tempdir().unwrap();
-    let fixture = HttpFixture::start(FIXTURE, false, &dir.path().join("fixture.log")).await;
+    let fixture = HttpFixture::start(FIXTURE, false).await;
     let token = dir.path().join("token");
     std::fs::write(&token, "upstream-secret\n").unwrap();
     let extra = format!(
@@ -628,8 +620,7 @@ async fn names_lists_and_per_tool_settings_shape_the_catalogue() {
 /// and saying it could not be reached, instead of hanging.
 #[tokio::test]
 async fn a_call_to_an_http_server_that_is_gone_fails_clearly() {
-    let dir = tempfile::tempdir().unwrap();
-    let fixture = HttpFixture::start(FIXTURE, false, &dir.path().join("fixture.log")).await;
+    let fixture = HttpFixture::start(FIXTURE, false).await;
     let (stack, _file, _log) = stack_with(Transport::Http(&fixture.url), "").await;
     let client = stack.client(0);
     wait_for_tool(&client, "fx__echo", PATIENCE).await;
@@ -752,9 +743,8 @@ async fn input_required_from_a_stdio_upstream_is_answered_over_two_rounds() {
 
 #[tokio::test]
 async fn input_required_from_an_http_upstream_is_answered_over_two_rounds() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("fixture.log");
-    let fixture = HttpFixture::start(FIXTURE, false, &log).await;
+    let fixture = HttpFixture::start(FIXTURE, false).await;
+    let log = fixture.log.clone();
     two_rounds_of_input(Transport::Http(&fixture.url), Some(log)).await;
 }
 
@@ -830,9 +820,8 @@ async fn a_task_of_a_stdio_upstream_is_followed() {
 
 #[tokio::test]
 async fn a_task_of_an_http_upstream_is_followed() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("fixture.log");
-    let fixture = HttpFixture::start(FIXTURE, false, &log).await;
+    let fixture = HttpFixture::start(FIXTURE, false).await;
+    let log = fixture.log.clone();
     an_upstream_task_is_followed(Transport::Http(&fixture.url), Some(log)).await;
 }
 
@@ -858,9 +847,8 @@ async fn cancelling_a_followed_task_cancels_the_upstream_task() {
 /// (its id was saved at once) instead of calling again, although the tool is not retry-safe.
 #[tokio::test]
 async fn a_followed_task_outlives_its_worker() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("fixture.log");
-    let fixture = HttpFixture::start(FIXTURE, false, &log).await;
+    let fixture = HttpFixture::start(FIXTURE, false).await;
+    let log = fixture.log.clone();
     let (mut stack, file, _) =
         stack_from(Stack::builder(), Transport::Http(&fixture.url), "", &["--lease-ms", "1500"]).await;
     let client = stack.client(0);

@@ -166,14 +166,7 @@ pub(super) async fn abandon(
 /// The hard limit passed: the server's task is cancelled and the call fails.
 async fn too_long(tool: &UpstreamTool, peer: &Peer<RoleClient>, ctx: &ToolContext, task: &str) -> ToolError {
     let _ = cancel(tool, peer, ctx, task).await;
-    ToolError::Rpc(RpcError::new(
-        ErrorKind::Internal,
-        format!(
-            "upstream tool {:?} did not finish within its limit of {} ms",
-            tool.remote,
-            tool.settings.max_timeout.as_millis()
-        ),
-    ))
+    ToolError::Rpc(tool.limit_error())
 }
 
 /// Passes a cancel on (`tasks/cancel`), waiting for the server at most the cancel grace.

@@ -180,9 +180,9 @@ impl UpstreamTool {
         let response = handle.await_response();
         tokio::pin!(response);
 
-        let (timeout, max_timeout) = (self.settings.timeout, self.settings.max_timeout);
+        let timeout = self.settings.timeout;
         let mut idle = tokio::time::Instant::now() + timeout;
-        let mut hard = tokio::time::Instant::now() + max_timeout;
+        let mut hard = tokio::time::Instant::now() + self.settings.max_timeout;
         let mut throttle = Throttle::default();
         loop {
             tokio::select! {
@@ -230,21 +230,11 @@ impl UpstreamTool {
                 () = throttle.due() => {}
                 () = tokio::time::sleep_until(idle) => {
                     self.abandon_call(peer, request_id, "timed out").await;
-                    return Err(ToolError::Rpc(RpcError::new(
-                        ErrorKind::Internal,
-                        format!(
-                            "upstream tool {:?} went {} ms without an answer or progress, and was abandoned",
-                            self.remote,
-                            timeout.as_millis()
-                        ),
-                    )));
+                    return Err(ToolError::Rpc(self.idle_error(timeout)));
                 }
                 () = tokio::time::sleep_until(hard) => {
                     self.abandon_call(peer, request_id, "timed out").await;
-                    return Err(ToolError::Rpc(RpcError::new(
-                        ErrorKind::Internal,
-                        format!("upstream tool {:?} did not finish within its limit of {} ms", self.remote, max_timeout.as_millis()),
-                    )));
+                    return Err(ToolError::Rpc(self.limit_error()));
                 }
                 () = ctx.cancelled() => {
                     tracing::info!(upstream, tool = %self.remote, task_id = %ctx.task_id(), "cancelling the upstream call");
@@ -278,6 +268,30 @@ impl UpstreamTool {
                 ctx.set_status(&message).await?;
             }
         }
+    }
+
+    /// The call went `timeout` without an answer or progress.
+    pub(super) fn idle_error(&self, timeout: Duration) -> RpcError {
+        RpcError::new(
+            ErrorKind::Internal,
+            format!(
+                "upstream tool {:?} went {} ms without an answer or progress, and was abandoned",
+                self.remote,
+                timeout.as_millis()
+            ),
+        )
+    }
+
+    /// The call ran past its hard limit.
+    pub(super) fn limit_error(&self) -> RpcError {
+        RpcError::new(
+            ErrorKind::Internal,
+            format!(
+                "upstream tool {:?} did not finish within its limit of {} ms",
+                self.remote,
+                self.settings.max_timeout.as_millis()
+            ),
+        )
     }
 
     /// Tells the server the worker no longer waits for the call (`notifications/cancelled`).
@@ -321,22 +335,7 @@ impl UpstreamTool {
                 }
                 error
             }
-            ServiceError::Timeout { timeout } if timeout == self.settings.max_timeout => RpcError::new(
-                ErrorKind::Internal,
-                format!(
-                    "upstream tool {:?} did not finish within its limit of {} ms",
-                    self.remote,
-                    timeout.as_millis()
-                ),
-            ),
-            ServiceError::Timeout { timeout } => RpcError::new(
-                ErrorKind::Internal,
-                format!(
-                    "upstream tool {:?} went {} ms without an answer or progress, and was abandoned",
-                    self.remote,
-                    timeout.as_millis()
-                ),
-            ),
+            ServiceError::Timeout { timeout } => self.idle_error(timeout),
             // Over HTTP every call is its own request: a failed send means the server could
             // not be reached (refused, reset, a 5xx), not that a connection died mid-call.
             ServiceError::TransportSend(err) if self.upstream.is_http() => RpcError::new(
