@@ -98,6 +98,36 @@ pub struct Config {
     #[arg(long, env = "TASKGATE_BODY_TIMEOUT_MS", default_value_t = 5_000)]
     pub body_timeout_ms: u64,
 
+    /// Requests under way on this replica past which new ones are answered 503 with
+    /// `Retry-After` at once (load shedding). Held polls and inline calls count while they wait;
+    /// listen streams count only until their headers are sent.
+    #[arg(long, env = "TASKGATE_MAX_IN_FLIGHT", default_value = "20000")]
+    pub max_in_flight: std::num::NonZeroUsize,
+
+    /// How long a request may go unanswered before the gateway answers 504, in milliseconds. A
+    /// backstop above the designed deadlines (the inline timeout, a held poll's interval); a
+    /// stream is timed only until it starts.
+    #[arg(long, env = "TASKGATE_REQUEST_TIMEOUT_MS", default_value_t = 300_000)]
+    pub request_timeout_ms: u64,
+
+    /// How long a connection may take to send a request's head, in milliseconds. For HTTP/1.1
+    /// this is also how long an idle keep-alive connection is kept.
+    #[arg(long, env = "TASKGATE_HEADER_READ_TIMEOUT_MS", default_value_t = 30_000)]
+    pub header_read_timeout_ms: u64,
+
+    /// Connections served at once by this replica; one more is answered 503 and closed. Each
+    /// listen stream holds one (HTTP/1.1).
+    #[arg(long, env = "TASKGATE_MAX_CONNECTIONS", default_value = "25000")]
+    pub max_connections: std::num::NonZeroUsize,
+
+    /// Concurrent requests on one HTTP/2 connection.
+    #[arg(long, env = "TASKGATE_HTTP2_MAX_STREAMS", default_value = "256")]
+    pub http2_max_streams: std::num::NonZeroU32,
+
+    /// Serves `POST /test/panic`, a handler that panics. For the black-box tests only.
+    #[arg(long, env = "TASKGATE_TEST_ROUTES", hide = true)]
+    pub test_routes: bool,
+
     /// Browser origins allowed to call `/mcp` (exact match, comma separated). Without it, only
     /// loopback origins are accepted on a loopback listener and none on any other.
     #[arg(long, env = "TASKGATE_ALLOWED_ORIGINS", value_delimiter = ',')]
@@ -245,6 +275,14 @@ pub enum ConfigError {
     DurabilityTimeout { durability_ms: u64, redis_ms: u64 },
 }
 
+/// The limits on connections (`http::serve`).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    pub header_read_timeout: Duration,
+    pub max_connections: usize,
+    pub http2_max_streams: u32,
+}
+
 /// What an early `tasks/get` gets (`--poll-limit`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PollLimit {
@@ -329,6 +367,18 @@ impl Config {
 
     pub fn catalogue_refresh(&self) -> Duration {
         Duration::from_millis(self.catalogue_refresh_ms.max(100))
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms.max(1))
+    }
+
+    pub fn connection_limits(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms.max(1)),
+            max_connections: self.max_connections.get(),
+            http2_max_streams: self.http2_max_streams.get(),
+        }
     }
 
     pub fn redis_timeout(&self) -> Duration {

@@ -10,7 +10,8 @@ use crate::mrtr::state::{Expected, StateKeys};
 /// Content negotiation, the JSON-RPC envelope, the method, `_meta` and the mirrored headers, in
 /// the order the gateway runs them. Every refusal must be a JSON-RPC error that serializes.
 pub fn wire(headers: &HeaderMap, body: &[u8], strict_headers: bool) -> Result<(), RpcError> {
-    crate::http::transport::negotiate(headers).map_err(|(_, err)| err)?;
+    crate::http::transport::negotiate(headers)
+        .map_err(|framing| crate::error::GatewayError::Framing(framing).answer(None).error)?;
     let message = envelope::parse(body).map_err(|bad| bad.error)?;
     crate::mcp::admit(strict_headers, headers, &message).map(drop)
 }

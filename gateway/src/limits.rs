@@ -6,29 +6,24 @@
 //! "retryAfterMs": n}`. The code is taskgate's own, outside every range the JSON-RPC and MCP
 //! specifications reserve.
 
-use serde_json::json;
-use taskgate_shared::protocol::{ErrorKind, RpcError};
 use taskgate_shared::store::{Admission, Limit, Rate, StoreError, TaskAdmission};
 use taskgate_shared::task::TaskId;
 
-use crate::AppState;
 use crate::auth::Principal;
-
-pub(crate) const RATE_LIMITED: i64 = -31429;
+use crate::error::GatewayError;
+use crate::state::AppState;
 
 /// The error for a refused request.
-pub(crate) fn refused(limit: Limit, retry_after_ms: u64) -> RpcError {
-    crate::metrics::METRICS.rate_limited.with_label_values(&[limit.as_str()]).inc();
-    RpcError::new(ErrorKind::Application(RATE_LIMITED), "rate limit exceeded")
-        .with_data(json!({ "limit": limit.as_str(), "retryAfterMs": retry_after_ms }))
+pub(crate) fn refused(limit: Limit, retry_after_ms: u64) -> GatewayError {
+    GatewayError::RateLimited { limit, retry_after_ms }
 }
 
 fn requests(state: &AppState) -> Rate {
     Rate { per_second: state.config.tenant_rps, burst: state.config.tenant_burst }
 }
 
-fn outcome(admission: Result<Admission, StoreError>) -> Result<(), RpcError> {
-    match admission.map_err(crate::mcp::storage_error)? {
+fn outcome(admission: Result<Admission, StoreError>) -> Result<(), GatewayError> {
+    match admission? {
         Admission::Admitted => Ok(()),
         Admission::Refused { limit, retry_after_ms } => Err(refused(limit, retry_after_ms)),
     }
@@ -37,7 +32,7 @@ fn outcome(admission: Result<Admission, StoreError>) -> Result<(), RpcError> {
 /// One request against the caller's tenant request rate. Fails open when Redis cannot be
 /// reached: a request that needs Redis fails on its own, and one that does not (discovery,
 /// listing) keeps working through an outage.
-pub(crate) async fn admit_request(state: &AppState, principal: &Principal) -> Result<(), RpcError> {
+pub(crate) async fn admit_request(state: &AppState, principal: &Principal) -> Result<(), GatewayError> {
     match state.store.admit_request(&principal.tenant, requests(state)).await {
         Err(err) => {
             tracing::warn!(error = %err, "request rate not checked: storage unavailable");
@@ -53,7 +48,7 @@ pub(crate) async fn admit_task(
     principal: &Principal,
     task_id: &TaskId,
     ttl_ms: u64,
-) -> Result<(), RpcError> {
+) -> Result<(), GatewayError> {
     let config = &state.config;
     let task = TaskAdmission {
         task_id,

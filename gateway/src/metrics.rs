@@ -1,16 +1,11 @@
-//! The gateway's Prometheus families (next to the shared task and Redis families) and the
-//! `/metrics` endpoint on the main listener.
+//! The gateway's Prometheus families, next to the shared task and Redis families. A leaf: the
+//! `/metrics` endpoint is served by `http::probes`.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{HeaderValue, header};
-use axum::response::{IntoResponse, Response};
 use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge};
 use taskgate_shared::telemetry::metrics::{self, LATENCY_BUCKETS};
-
-use crate::AppState;
 
 pub(crate) struct GatewayMetrics {
     requests: IntCounterVec,
@@ -24,6 +19,7 @@ pub(crate) struct GatewayMetrics {
     pub(crate) sse_lag: Histogram,
     pub(crate) sse_coalesced: IntCounter,
     pub(crate) ready: IntGauge,
+    pub(crate) shed: IntCounterVec,
 }
 
 pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMetrics {
@@ -72,6 +68,11 @@ pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMe
         "Task versions a slow listen client never saw because a newer snapshot replaced them.",
     ),
     ready: metrics::gauge("taskgate_gateway_ready", "1 when this replica is ready (Redis answers), else 0."),
+    shed: metrics::counter_vec(
+        "taskgate_gateway_requests_shed_total",
+        "Requests the pipeline answered itself: overloaded (503), timeout (504) or panic (500).",
+        &["reason"],
+    ),
 });
 
 /// Registers every family, with the series alerts divide by at zero, so a scrape shows them all
@@ -82,6 +83,9 @@ pub(crate) fn init() {
         METRICS.responses.with_label_values(&[class]);
     }
     METRICS.sse_streams.set(0);
+    for reason in ["overloaded", "timeout", "panic"] {
+        METRICS.shed.with_label_values(&[reason]);
+    }
 }
 
 /// A cancel that ended a queued or parked task at the gateway: the transition (a running task
@@ -95,22 +99,8 @@ pub(crate) fn count_cancel(outcome: taskgate_shared::store::CancelOutcome) {
     }
 }
 
-/// The method label: the methods taskgate knows, else `other` (never client text).
-pub(crate) fn method_label(method: &str) -> &'static str {
-    const KNOWN: &[&str] = &[
-        "server/discover",
-        "tools/list",
-        "tools/call",
-        "tasks/get",
-        "tasks/update",
-        "tasks/cancel",
-        "subscriptions/listen",
-    ];
-    KNOWN.iter().find(|m| **m == method).copied().unwrap_or("other")
-}
-
 /// How a request ended, for the outcome label.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
     Ok,
     ClientError,
@@ -143,13 +133,4 @@ impl GatewayMetrics {
         };
         self.responses.with_label_values(&[class]).inc();
     }
-}
-
-/// `GET /metrics`. Readiness is re-checked on each scrape so `taskgate_gateway_ready` is fresh.
-pub(crate) async fn serve(State(state): State<AppState>) -> Response {
-    let ready = !state.shutting_down() && state.store.ping().await.is_ok();
-    METRICS.ready.set(i64::from(ready));
-    let mut response = metrics::render().into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(metrics::CONTENT_TYPE));
-    response
 }

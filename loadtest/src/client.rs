@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use taskgate_shared::protocol::header_value;
 
 /// What `call_light` reads of a reply.
 #[derive(Debug, serde::Deserialize)]
@@ -86,11 +85,7 @@ impl Client {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": capabilities,
         });
-        let name = match method {
-            "tools/call" => params["name"].as_str().map(header_value::encode),
-            "tasks/get" | "tasks/update" | "tasks/cancel" => params["taskId"].as_str().map(header_value::encode),
-            _ => None,
-        };
+        let name = taskgate_shared::protocol::method::name_header_for(method, &params);
         let id = self.inner.ids.fetch_add(1, Ordering::Relaxed);
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         let (http, url) = self.pick();

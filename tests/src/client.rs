@@ -4,7 +4,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
-use taskgate_shared::protocol::header_value;
 
 /// `_meta` declaring the Tasks extension.
 pub fn meta() -> Value {
@@ -129,13 +128,8 @@ pub fn standard_headers(body: &Value) -> Vec<(String, String)> {
         ("MCP-Protocol-Version".to_owned(), version.to_owned()),
         ("Mcp-Method".to_owned(), method.to_owned()),
     ];
-    let name = match method {
-        "tools/call" => params["name"].as_str(),
-        "tasks/get" | "tasks/update" | "tasks/cancel" => params["taskId"].as_str(),
-        _ => None,
-    };
-    if let Some(name) = name {
-        headers.push(("Mcp-Name".to_owned(), header_value::encode(name)));
+    if let Some(name) = taskgate_shared::protocol::method::name_header_for(method, params) {
+        headers.push(("Mcp-Name".to_owned(), name));
     }
     headers
 }

@@ -1,13 +1,7 @@
-//! 401 and 403 answers (RFC 6750 challenges pointing at RFC 9728 metadata), and the protected
-//! resource metadata document itself.
+//! What 401 and 403 answers say (RFC 6750 challenges pointing at RFC 9728 metadata), and the
+//! protected resource metadata document itself.
 
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::Response;
 use serde_json::{Value, json};
-use taskgate_shared::protocol::{ErrorKind, RpcError};
-
-use super::AuthError;
-use crate::http::reply;
 
 /// What the challenges and the metadata document say about this resource.
 #[derive(Debug, Clone)]
@@ -20,43 +14,24 @@ pub(crate) struct Challenge {
     pub(crate) required_scopes: Vec<String>,
 }
 
-/// JSON-RPC codes for authentication failures: taskgate's own, outside every reserved range.
-pub(crate) const UNAUTHORIZED: i64 = -31401;
-pub(crate) const FORBIDDEN: i64 = -31403;
-
 impl Challenge {
     pub(crate) fn new(resource: String, authorization_servers: Vec<String>, required_scopes: Vec<String>) -> Self {
         let metadata_url = metadata_url(&resource);
         Self { resource, metadata_url, authorization_servers, required_scopes }
     }
 
-    /// The response to a request that failed authentication; the body is a JSON-RPC error
-    /// with the request's id.
-    pub(crate) fn respond(&self, error: &AuthError, id: &Value) -> Response {
-        let (status, code, message, challenge) = match error {
-            AuthError::Missing | AuthError::Invalid(_) => (
-                StatusCode::UNAUTHORIZED,
-                UNAUTHORIZED,
-                "authentication required: missing or invalid bearer token",
-                format!("Bearer error=\"invalid_token\", resource_metadata=\"{}\"", self.metadata_url),
-            ),
-            AuthError::InsufficientScope => (
-                StatusCode::FORBIDDEN,
-                FORBIDDEN,
-                "the token lacks a required scope",
-                format!(
-                    "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{}\"",
-                    self.required_scopes.join(" "),
-                    self.metadata_url
-                ),
-            ),
-        };
-        let err = RpcError::new(ErrorKind::Application(code), message);
-        let mut response = reply::error(status, id, &err);
-        if let Ok(value) = HeaderValue::from_str(&challenge) {
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
-        }
-        response
+    /// The `WWW-Authenticate` value for a missing or invalid token.
+    pub(crate) fn invalid_token(&self) -> String {
+        format!("Bearer error=\"invalid_token\", resource_metadata=\"{}\"", self.metadata_url)
+    }
+
+    /// The `WWW-Authenticate` value for a token without every required scope.
+    pub(crate) fn insufficient_scope(&self) -> String {
+        format!(
+            "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{}\"",
+            self.required_scopes.join(" "),
+            self.metadata_url
+        )
     }
 
     /// The RFC 9728 document.
@@ -80,14 +55,6 @@ fn metadata_url(resource: &str) -> String {
     let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
     let suffix = if path.is_empty() { String::new() } else { format!("/{}", path.trim_end_matches('/')) };
     format!("{scheme}://{authority}/.well-known/oauth-protected-resource{suffix}")
-}
-
-/// `GET /.well-known/oauth-protected-resource[/…]`.
-pub(crate) fn protected_resource_metadata(challenge: Option<&Challenge>) -> Response {
-    match challenge {
-        Some(c) => reply::json(StatusCode::OK, &c.metadata()),
-        None => reply::json(StatusCode::NOT_FOUND, &json!({"error": "no authorization is configured"})),
-    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ mod token_cache;
 use axum::http::{HeaderMap, header};
 
 pub use api_keys::ApiKeysError;
-pub(crate) use challenge::{Challenge, protected_resource_metadata};
+pub(crate) use challenge::Challenge;
 pub use jwt::JwtSetupError;
 pub use principal::Principal;
 
@@ -72,8 +72,19 @@ fn bearer(headers: &HeaderMap) -> Result<&str, AuthError> {
     Ok(token.trim())
 }
 
+/// Why the configured authentication cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthSetupError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    ApiKeys(#[from] ApiKeysError),
+    #[error(transparent)]
+    Jwt(#[from] JwtSetupError),
+}
+
 /// The authenticator and challenge of the configured mode.
-pub(crate) async fn build(config: &Config) -> Result<(Authenticator, Option<Challenge>), crate::StartError> {
+pub(crate) async fn build(config: &Config) -> Result<(Authenticator, Option<Challenge>), AuthSetupError> {
     let resource = config.resource_url();
     let challenge =
         Challenge::new(resource.clone(), config.authorization_servers.clone(), config.jwt_required_scopes.clone());

@@ -1,10 +1,15 @@
-//! Kubernetes probes. `/healthz`: the process serves HTTP. `/readyz`: Redis answers, so this
-//! replica can do useful work.
+//! Kubernetes probes and the other plain GET documents. `/healthz`: the process serves HTTP.
+//! `/readyz`: Redis answers, so this replica can do useful work.
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use taskgate_shared::telemetry::metrics as families;
 
-use crate::AppState;
+use super::edge;
+use crate::metrics::METRICS;
+use crate::state::AppState;
 
 pub(crate) async fn healthz() -> &'static str {
     "ok"
@@ -20,7 +25,24 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> (StatusCode, &'stat
     }
 }
 
+/// `GET /metrics`. Readiness is re-checked on each scrape so `taskgate_gateway_ready` is fresh.
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
+    let ready = !state.shutting_down() && state.store.ping().await.is_ok();
+    METRICS.ready.set(i64::from(ready));
+    let mut response = families::render().into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(families::CONTENT_TYPE));
+    response
+}
+
 /// RFC 9728 protected-resource metadata (404 under `--auth none`).
-pub(crate) async fn resource_metadata(State(state): State<AppState>) -> axum::response::Response {
-    crate::auth::protected_resource_metadata(state.challenge.as_deref())
+pub(crate) async fn resource_metadata(State(state): State<AppState>) -> Response {
+    match state.challenge.as_deref() {
+        Some(challenge) => edge::json(StatusCode::OK, &challenge.metadata()),
+        None => edge::json(StatusCode::NOT_FOUND, &json!({"error": "no authorization is configured"})),
+    }
+}
+
+/// Only routed under the hidden `--test-routes` flag.
+pub(crate) async fn panic_for_tests() -> Response {
+    panic!("deliberate panic from the test route")
 }

@@ -1,51 +1,31 @@
 //! `POST /mcp`: the Streamable HTTP binding of 2026-07-28. One JSON-RPC message per POST;
 //! no sessions, no GET stream, no `Last-Event-ID` (both headers are ignored, never minted).
 
-use axum::body::Body;
-use axum::extract::{Request, State};
 use std::time::Instant;
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use http_body_util::{BodyExt, Limited};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, header};
+use axum::response::Response;
+use http_body_util::BodyExt;
 use serde_json::Value;
-use taskgate_shared::protocol::{Incoming, RpcError, envelope};
+use taskgate_shared::protocol::{Incoming, Method, envelope};
 use taskgate_shared::telemetry::trace;
+use tower_http::request_id::RequestId;
 use tracing::Instrument as _;
 
-use super::reply;
-use crate::AppState;
+use super::edge;
+use crate::error::{Framing, GatewayError};
 use crate::mcp;
-use crate::metrics::{self, METRICS, Outcome};
-
-const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+use crate::metrics::METRICS;
+use crate::state::AppState;
 
 pub(crate) async fn handle(State(state): State<AppState>, request: Request) -> Response {
     let started = Instant::now();
-    let request_id = request_id(request.headers());
-    let (method, mut response) = respond(&state, &request_id, request).await;
-    let outcome = match response.extensions().get::<Outcome>() {
-        Some(outcome) => *outcome,
-        None if response.status().is_server_error() => Outcome::ServerError,
-        None if response.status().is_client_error() => Outcome::ClientError,
-        None => Outcome::Ok,
-    };
-    METRICS.request(method, outcome, started.elapsed());
+    let (method, response) = respond(&state, request).await;
+    METRICS.request(method, edge::outcome_of(&response), started.elapsed());
     METRICS.response(response.status().as_u16());
-    if let Ok(value) = HeaderValue::from_str(&request_id) {
-        response.headers_mut().insert(REQUEST_ID, value);
-    }
     response
-}
-
-/// The request's id for logs: a sane `X-Request-Id` from the caller (or its load balancer), else
-/// a new one.
-fn request_id(headers: &HeaderMap) -> String {
-    headers
-        .get(REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| (1..=64).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b)))
-        .map_or_else(|| format!("req_{:016x}", rand::random::<u64>()), str::to_owned)
 }
 
 /// The request's `traceparent`: `_meta.traceparent` first, else the HTTP header; only if well
@@ -59,24 +39,26 @@ fn traceparent(headers: &HeaderMap, message: &Incoming) -> Option<String> {
 }
 
 /// Answers one POST; returns the method label with the response.
-async fn respond(state: &AppState, request_id: &str, request: Request) -> (&'static str, Response) {
+async fn respond(state: &AppState, request: Request) -> (&'static str, Response) {
     let (parts, body) = request.into_parts();
-    let refused = |response| ("invalid", response);
-    if let Err((status, err)) = state.origin_policy.check(&parts.headers, parts.uri.authority().map(|a| a.as_str())) {
-        return refused(reply::error(status, &Value::Null, &err));
+    let refused = |framing| ("invalid", edge::refusal(GatewayError::Framing(framing)));
+    if let Err(framing) = state.origin_policy.check(&parts.headers, parts.uri.authority().map(|a| a.as_str())) {
+        return refused(framing);
     }
-    if let Err((status, err)) = negotiate(&parts.headers) {
-        return refused(reply::error(status, &Value::Null, &err));
+    if let Err(framing) = negotiate(&parts.headers) {
+        return refused(framing);
     }
-    let bytes = match read_body(state, &parts.headers, body).await {
+    let bytes = match read_body(state, body).await {
         Ok(bytes) => bytes,
-        Err((status, err)) => return refused(reply::error(status, &Value::Null, &err)),
+        Err(framing) => return refused(framing),
     };
     let message = match envelope::parse(&bytes) {
         Ok(message) => message,
-        Err(bad) => return refused(reply::rpc_error(&bad.id, &bad.error, reply::Stage::Envelope)),
+        Err(bad) => return ("invalid", edge::render(None, &bad.id, Err(GatewayError::Envelope(bad.error)))),
     };
-    let method = metrics::method_label(&message.method);
+    let method = Method::label_of(&message.method);
+    // Set by the pipeline's request-id layer: the caller's, if sane, else a new one.
+    let request_id = parts.extensions.get::<RequestId>().and_then(|id| id.header_value().to_str().ok()).unwrap_or("");
     let span = tracing::info_span!(
         "mcp.request",
         otel.name = method,
@@ -90,25 +72,10 @@ async fn respond(state: &AppState, request_id: &str, request: Request) -> (&'sta
     if let Some(parent) = traceparent(&parts.headers, &message) {
         trace::set_parent(&span, &parent);
     }
+    let id = message.id.clone().unwrap_or(Value::Null);
     let response = async {
-        let principal = match state.auth.authenticate(&parts.headers).await {
-            Ok(principal) => principal,
-            Err(err) => {
-                tracing::info!(reason = err.label(), "request refused by authentication");
-                METRICS.auth_failures.with_label_values(&[err.label()]).inc();
-                let id = message.id.clone().unwrap_or(Value::Null);
-                return match &state.challenge {
-                    Some(challenge) => challenge.respond(&err, &id),
-                    None => reply::error(StatusCode::UNAUTHORIZED, &id, &RpcError::internal()),
-                };
-            }
-        };
-        tracing::Span::current().record("tenant", principal.tenant.as_str());
-        if message.is_notification() {
-            // Core defines no client-to-server notifications over HTTP; accepting is all there is.
-            return StatusCode::ACCEPTED.into_response();
-        }
-        mcp::handle(state, &parts.headers, principal, message).await
+        let outcome = mcp::handle(state, &parts.headers, &message).await;
+        edge::render(state.challenge.as_deref(), &id, outcome)
     }
     .instrument(span)
     .await;
@@ -116,11 +83,10 @@ async fn respond(state: &AppState, request_id: &str, request: Request) -> (&'sta
 }
 
 /// `Content-Type` must be JSON (415) and `Accept` must list both JSON and SSE (406).
-pub(crate) fn negotiate(headers: &HeaderMap) -> Result<(), (StatusCode, RpcError)> {
+pub(crate) fn negotiate(headers: &HeaderMap) -> Result<(), Framing> {
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(media_type);
     if content_type.as_deref() != Some("application/json") {
-        let err = RpcError::invalid_request("Content-Type must be application/json");
-        return Err((StatusCode::UNSUPPORTED_MEDIA_TYPE, err));
+        return Err(Framing::UnsupportedMediaType);
     }
     let accepts: Vec<String> = headers
         .get_all(header::ACCEPT)
@@ -130,8 +96,7 @@ pub(crate) fn negotiate(headers: &HeaderMap) -> Result<(), (StatusCode, RpcError
         .map(media_type)
         .collect();
     if !["application/json", "text/event-stream"].iter().all(|m| accepts.iter().any(|a| a == m)) {
-        let err = RpcError::invalid_request("Accept must list both application/json and text/event-stream");
-        return Err((StatusCode::NOT_ACCEPTABLE, err));
+        return Err(Framing::NotAcceptable);
     }
     Ok(())
 }
@@ -141,24 +106,42 @@ fn media_type(value: &str) -> String {
     value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase()
 }
 
-/// Reads at most `max_body_bytes` within `body_timeout`.
-async fn read_body(state: &AppState, headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, (StatusCode, RpcError)> {
-    let limit = state.config.max_body_bytes;
-    let too_large = || {
-        (StatusCode::PAYLOAD_TOO_LARGE, RpcError::parse_error(format!("request body exceeds the {limit}-byte limit")))
-    };
-    // Refuse an announced oversize body before reading any of it.
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
-        return Err(too_large());
-    }
-    match tokio::time::timeout(state.config.body_timeout(), Limited::new(body, limit).collect()).await {
+/// Reads the body within `--body-timeout-ms`. Its size is bounded by the pipeline's body-limit
+/// layer, which refuses an announced oversize body before this runs.
+async fn read_body(state: &AppState, body: Body) -> Result<bytes::Bytes, Framing> {
+    match tokio::time::timeout(state.config.body_timeout(), body.collect()).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(err)) if err.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Ok(Err(_)) => Err((StatusCode::BAD_REQUEST, RpcError::parse_error("the request body could not be read"))),
-        Err(_) => {
-            Err((StatusCode::REQUEST_TIMEOUT, RpcError::parse_error("the request body was not received in time")))
+        Ok(Err(err)) => match err.into_inner().is::<http_body_util::LengthLimitError>() {
+            true => Err(Framing::BodyTooLarge { limit: state.config.max_body_bytes }),
+            false => Err(Framing::BodyUnreadable),
+        },
+        Err(_) => Err(Framing::BodyTimedOut),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{HeaderMap, HeaderValue, header};
+
+    use super::*;
+
+    fn headers(content_type: &str, accept: &[&str]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        map.insert(header::CONTENT_TYPE, HeaderValue::from_str(content_type).unwrap());
+        for value in accept {
+            map.append(header::ACCEPT, HeaderValue::from_str(value).unwrap());
         }
+        map
+    }
+
+    #[test]
+    fn media_types_ignore_parameters_and_case() {
+        let both = ["application/json", "text/event-stream"];
+        assert_eq!(negotiate(&headers("Application/JSON; charset=utf-8", &both)), Ok(()));
+        assert_eq!(negotiate(&headers("application/json", &["text/event-stream;q=0.9, application/json"])), Ok(()));
+        assert_eq!(negotiate(&headers("text/plain", &both)), Err(Framing::UnsupportedMediaType));
+        assert_eq!(negotiate(&headers("application/jsonx", &both)), Err(Framing::UnsupportedMediaType));
+        assert_eq!(negotiate(&headers("application/json", &["*/*"])), Err(Framing::NotAcceptable));
+        assert_eq!(negotiate(&headers("application/json", &["application/json"])), Err(Framing::NotAcceptable));
     }
 }

@@ -7,20 +7,19 @@
 //! A client that goes away cancels the hidden task.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
+use futures::StreamExt as _;
 use serde_json::{Map, Value, json};
 use taskgate_shared::protocol::{ErrorKind, RequestId, RpcError, envelope};
 use taskgate_shared::task::{Owner, TaskId, TaskStatus};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::{Call, Durability, TaskShape, abandon_task, storage_error, write_task};
-use crate::AppState;
+use super::{Call, Durability, Stream, TaskShape, abandon_task, write_task};
+use crate::error::GatewayError;
 use crate::events::{Wake, Watch};
+use crate::state::AppState;
 
 /// Hidden tasks outlive the inline deadline by this much, then expire.
 const HIDDEN_TTL_MARGIN: Duration = Duration::from_secs(60);
@@ -37,7 +36,7 @@ pub(crate) enum Done {
     Result(Value),
     /// The tool asked for input: answer with an InputRequiredResult.
     InputRequired(Map<String, Value>),
-    Error(RpcError),
+    Error(GatewayError),
 }
 
 /// One step of a run.
@@ -66,7 +65,7 @@ impl InlineRun {
         arguments: &Value,
         poll_interval_ms: u64,
         answers: &BTreeMap<String, Value>,
-    ) -> Result<Self, RpcError> {
+    ) -> Result<Self, GatewayError> {
         let state = call.state;
         let timeout = state.config.inline_timeout();
         let owner = call.principal.owner();
@@ -91,10 +90,10 @@ impl InlineRun {
         loop {
             let now = Instant::now();
             if now >= self.deadline {
-                return Step::Done(Done::Error(RpcError::new(
+                return Step::Done(Done::Error(GatewayError::Method(RpcError::new(
                     ErrorKind::Internal,
                     format!("the tool did not finish within {} ms", self.timeout.as_millis()),
-                )));
+                ))));
             }
             let wait = (self.deadline - now).min(REREAD);
             match tokio::time::timeout(wait, self.watch.recv()).await {
@@ -111,14 +110,14 @@ impl InlineRun {
     }
 
     /// The outcome, if the task has one yet.
-    async fn read(&mut self) -> Result<Option<Done>, RpcError> {
-        let Some(snapshot) = self.state.store.get_task(&self.id).await.map_err(storage_error)? else {
-            return Err(RpcError::new(ErrorKind::Internal, "the call's task vanished"));
+    async fn read(&mut self) -> Result<Option<Done>, GatewayError> {
+        let Some(snapshot) = self.state.store.get_task(&self.id).await? else {
+            return Err(RpcError::new(ErrorKind::Internal, "the call's task vanished").into());
         };
         let done = match snapshot.status {
             TaskStatus::Working => return Ok(None),
             TaskStatus::Completed => Done::Result(snapshot.result.unwrap_or(Value::Null)),
-            TaskStatus::Failed => Done::Error(stored_error(snapshot.error)),
+            TaskStatus::Failed => Done::Error(stored_error(snapshot.error).into()),
             TaskStatus::Cancelled => Done::Result(json!({
                 "resultType": "complete",
                 "content": [{"type": "text", "text": snapshot.status_message.unwrap_or_else(|| "The call was cancelled.".into())}],
@@ -199,14 +198,14 @@ impl Forwarding {
     }
 }
 
-/// Runs to the end. Returns `Ok(done)` when nothing was streamed, or the SSE response that
-/// carries the rest once a notification had to be forwarded.
+/// Runs to the end. Returns `Ok(done)` when nothing was streamed, or the stream that carries
+/// the rest once a notification had to be forwarded.
 pub(crate) async fn drive(
     mut run: InlineRun,
     forwarding: Forwarding,
     id: RequestId,
-    finish: impl FnOnce(Done) -> Result<Value, RpcError> + Send + 'static,
-) -> Result<Done, Response> {
+    finish: impl FnOnce(Done) -> Result<Value, GatewayError> + Send + 'static,
+) -> Result<Done, Stream> {
     let mut last_progress = None;
     let first = loop {
         match run.next().await {
@@ -218,13 +217,13 @@ pub(crate) async fn drive(
             }
         }
     };
-    let keep_alive = KeepAlive::new().interval(forwarding.keep_alive);
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(32);
+    let keep_alive = forwarding.keep_alive;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Value>(32);
     tokio::spawn(async move {
         let mut next = Some(first);
         loop {
             if let Some(message) = next.take()
-                && tx.send(Ok(Event::default().data(message.to_string()))).await.is_err()
+                && tx.send(message).await.is_err()
             {
                 return; // client gone: dropping `run` cancels the task
             }
@@ -235,20 +234,22 @@ pub(crate) async fn drive(
             match step {
                 Step::Notice(notice) => next = forwarding.notification(&notice, &mut last_progress),
                 Step::Done(done) => {
+                    // The stream's last message is the response; an error is handled here, where
+                    // the HTTP status was already sent.
                     let reply = match finish(done) {
                         Ok(result) => envelope::success(&id, result),
-                        Err(err) => envelope::failure(&id, &err),
+                        Err(err) => {
+                            err.record();
+                            envelope::failure(&id, &err.answer(None).error)
+                        }
                     };
-                    let _ = tx.send(Ok(Event::default().data(reply.to_string()))).await;
+                    let _ = tx.send(reply).await;
                     return;
                 }
             }
         }
     });
-    let mut response = Sse::new(ReceiverStream::new(rx)).keep_alive(keep_alive).into_response();
-    response.headers_mut().insert("x-accel-buffering", axum::http::HeaderValue::from_static("no"));
-    response.headers_mut().insert(axum::http::header::CACHE_CONTROL, axum::http::HeaderValue::from_static("no-cache"));
-    Err(response)
+    Err(Stream { messages: ReceiverStream::new(rx).boxed(), keep_alive })
 }
 
 /// The JSON-RPC error a failed task stored.

@@ -10,13 +10,10 @@
 //! loses the latest writes sends a record's version backwards, and a stream that only took
 //! higher versions would then drop every later snapshot, the terminal one included.
 
-use std::collections::{HashMap, VecDeque};
-use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::collections::VecDeque;
 
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
-use futures::stream::{self, Stream};
+use futures::StreamExt as _;
+use futures::stream;
 use serde_json::{Map, Value, json};
 use taskgate_shared::protocol::{envelope, meta_keys, result};
 use taskgate_shared::store::Store;
@@ -25,54 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::events::{Wake, Watch};
 use crate::metrics::METRICS;
-
-/// Open listen streams per principal on this replica, and in all.
-#[derive(Default)]
-pub(crate) struct StreamCounts(Mutex<Counts>);
-
-#[derive(Default)]
-struct Counts {
-    total: usize,
-    per_principal: HashMap<String, usize>,
-}
-
-/// One counted stream; dropping it frees the slot.
-pub(crate) struct StreamSlot {
-    counts: Arc<StreamCounts>,
-    key: String,
-}
-
-impl StreamCounts {
-    /// A slot for `key`, unless it already holds `max`, or the replica holds `max_total`.
-    pub(crate) fn acquire(self: &Arc<Self>, key: String, max: usize, max_total: usize) -> Option<StreamSlot> {
-        let mut counts = self.0.lock().expect("the stream counts' lock is never poisoned");
-        if counts.total >= max_total {
-            return None;
-        }
-        let open = counts.per_principal.entry(key.clone()).or_default();
-        if *open >= max {
-            return None;
-        }
-        *open += 1;
-        counts.total += 1;
-        METRICS.sse_streams.inc();
-        Some(StreamSlot { counts: self.clone(), key })
-    }
-}
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        METRICS.sse_streams.dec();
-        let mut counts = self.counts.0.lock().expect("the stream counts' lock is never poisoned");
-        counts.total -= 1;
-        if let Some(open) = counts.per_principal.get_mut(&self.key) {
-            *open -= 1;
-            if *open == 0 {
-                counts.per_principal.remove(&self.key);
-            }
-        }
-    }
-}
+use crate::stream_slots::StreamSlot;
 
 /// How often an open stream re-reads its tasks without a wake-up.
 const BACKSTOP: std::time::Duration = std::time::Duration::from_secs(10);
@@ -285,21 +235,13 @@ impl Listen {
         }
     }
 
-    fn into_stream(self) -> impl Stream<Item = Result<Event, Infallible>> + Send {
-        stream::unfold(self, |mut listen| async move {
+    /// The stream's messages, each sent whole as it is ready.
+    pub(crate) fn into_stream(self, keep_alive: std::time::Duration) -> super::Stream {
+        let messages = stream::unfold(self, |mut listen| async move {
             let message = listen.next_message().await?;
-            Some((Ok(Event::default().data(message.to_string())), listen))
-        })
-    }
-
-    /// The SSE response: no `id:` lines (nothing is replayed), keep-alive comments.
-    pub(crate) fn into_response(self, keep_alive: std::time::Duration) -> Response {
-        let mut response =
-            Sse::new(self.into_stream()).keep_alive(KeepAlive::new().interval(keep_alive)).into_response();
-        let headers = response.headers_mut();
-        headers.insert("x-accel-buffering", axum::http::HeaderValue::from_static("no"));
-        headers.insert(axum::http::header::CACHE_CONTROL, axum::http::HeaderValue::from_static("no-cache"));
-        response
+            Some((message, listen))
+        });
+        super::Stream { messages: messages.boxed(), keep_alive }
     }
 }
 

@@ -12,55 +12,23 @@
 mod inline;
 pub(crate) mod listen;
 mod methods;
+pub(crate) mod mirror;
+mod reply;
 
 use axum::http::HeaderMap;
-use axum::response::Response;
 use serde_json::{Map, Value};
-use taskgate_shared::protocol::{ErrorKind, Incoming, RpcError, ValidMeta, meta};
+use taskgate_shared::protocol::method::Admission;
+use taskgate_shared::protocol::{ErrorKind, Incoming, Method, RpcError, ValidMeta, meta};
 
-use taskgate_shared::store::StoreError;
 use taskgate_shared::task::TaskId;
 use taskgate_shared::telemetry::metrics::TASKS;
 use taskgate_shared::telemetry::trace;
 
-use crate::AppState;
+pub(crate) use reply::{Reply, Stream};
+
 use crate::auth::Principal;
-use crate::http::reply::{self, Stage};
-
-/// The methods taskgate serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Method {
-    Discover,
-    ToolsList,
-    ToolsCall,
-    TasksGet,
-    TasksUpdate,
-    TasksCancel,
-    SubscriptionsListen,
-}
-
-impl Method {
-    fn route(name: &str) -> Result<Self, RpcError> {
-        Ok(match name {
-            "server/discover" => Self::Discover,
-            "tools/list" => Self::ToolsList,
-            "tools/call" => Self::ToolsCall,
-            "tasks/get" => Self::TasksGet,
-            "tasks/update" => Self::TasksUpdate,
-            "tasks/cancel" => Self::TasksCancel,
-            "subscriptions/listen" => Self::SubscriptionsListen,
-            "initialize" => return Err(RpcError::initialize_removed()),
-            // Removed in 2026-07-28 (ping, logging/setLevel, resources/subscribe) or in the Tasks
-            // extension (tasks/status, tasks/result, tasks/list), and anything unknown.
-            _ => return Err(RpcError::method_not_found()),
-        })
-    }
-
-    /// Task methods need the extension on their own request. `tools/call` decides per tool.
-    fn requires_tasks_extension(self) -> bool {
-        matches!(self, Self::TasksGet | Self::TasksUpdate | Self::TasksCancel)
-    }
-}
+use crate::error::GatewayError;
+use crate::state::AppState;
 
 /// What a method sees of its request.
 pub(crate) struct Call<'a> {
@@ -69,44 +37,33 @@ pub(crate) struct Call<'a> {
     pub(crate) principal: Principal,
     pub(crate) meta: ValidMeta,
     pub(crate) params: &'a Map<String, Value>,
+    /// The JSON-RPC id, for the response that ends a stream.
+    pub(crate) id: &'a Value,
 }
 
-/// Runs one request through the ladder and the method.
-pub(crate) async fn handle(state: &AppState, headers: &HeaderMap, principal: Principal, message: Incoming) -> Response {
-    let id = message.id.clone().unwrap_or(Value::Null);
-    let (method, params, meta) = match admit(state.config.strict_headers, headers, &message) {
-        Ok(admitted) => admitted,
-        Err(err) => return reply::rpc_error(&id, &err, Stage::Envelope),
-    };
-    // Creating calls are admitted with their task (one script); tasks/get runs its admission
-    // alongside the read.
-    if !matches!(method, Method::ToolsCall | Method::TasksGet)
-        && let Err(err) = crate::limits::admit_request(state, &principal).await
-    {
-        return reply::rpc_error(&id, &err, Stage::Method);
+/// Authenticates one parsed message, runs it through the ladder and its method.
+pub(crate) async fn handle(state: &AppState, headers: &HeaderMap, message: &Incoming) -> Result<Reply, GatewayError> {
+    let principal = state.auth.authenticate(headers).await.map_err(GatewayError::Auth)?;
+    tracing::Span::current().record("tenant", principal.tenant.as_str());
+    if message.is_notification() {
+        // Core defines no client-to-server notifications over HTTP; accepting is all there is.
+        return Ok(Reply::Accepted);
     }
-    let call = Call { state, headers, principal, meta, params };
-    let outcome = match method {
-        Method::Discover => Ok(methods::discover::run()),
-        Method::ToolsList => methods::tools_list::run(&call).await,
-        Method::ToolsCall => match methods::tools_call::run(&call, &id).await {
-            Ok(methods::tools_call::CallOutcome::Json(result)) => Ok(result),
-            Ok(methods::tools_call::CallOutcome::Stream(response)) => return response,
-            Err(err) => Err(err),
-        },
-        Method::TasksGet => methods::tasks_get::run(&call).await,
-        Method::TasksUpdate => methods::tasks_update::run(&call).await,
-        Method::TasksCancel => methods::tasks_cancel::run(&call).await,
-        Method::SubscriptionsListen => match methods::subscriptions_listen::run(&call, &id).await {
-            Ok(response) => return response,
-            Err(err) => Err(err),
-        },
-    };
-    match outcome {
-        Ok(result) => {
-            reply::json(axum::http::StatusCode::OK, &taskgate_shared::protocol::envelope::success(&id, result))
-        }
-        Err(err) => reply::rpc_error(&id, &err, Stage::Method),
+    let (method, params, meta) =
+        admit(state.config.strict_headers, headers, message).map_err(GatewayError::Envelope)?;
+    if method.admission() == Admission::Request {
+        crate::limits::admit_request(state, &principal).await?;
+    }
+    let id = message.id.as_ref().unwrap_or(&Value::Null);
+    let call = Call { state, headers, principal, meta, params, id };
+    match method {
+        Method::Discover => Ok(Reply::Result(methods::discover::run())),
+        Method::ToolsList => methods::tools_list::run(&call).await.map(Reply::Result),
+        Method::ToolsCall => methods::tools_call::run(&call).await,
+        Method::TasksGet => methods::tasks_get::run(&call).await.map(Reply::Result),
+        Method::TasksUpdate => methods::tasks_update::run(&call).await.map(Reply::Result),
+        Method::TasksCancel => methods::tasks_cancel::run(&call).await.map(Reply::Result),
+        Method::SubscriptionsListen => methods::subscriptions_listen::run(&call).await.map(Reply::Stream),
     }
 }
 
@@ -118,9 +75,7 @@ pub(crate) fn admit<'m>(
 ) -> Result<(Method, &'m Map<String, Value>, ValidMeta), RpcError> {
     let method = Method::route(&message.method)?;
     let params = message.params_object()?;
-    let meta = meta::validate(params, |version| {
-        crate::http::check_mirrored_headers(headers, version, &message.method, params, strict_headers)
-    })?;
+    let meta = meta::validate(params, |version| mirror::check(headers, version, method, params, strict_headers))?;
     if method.requires_tasks_extension() && !meta.declares_tasks() {
         return Err(RpcError::missing_tasks_extension());
     }
@@ -138,12 +93,6 @@ pub(crate) fn task_id(params: &Map<String, Value>) -> Result<TaskId, RpcError> {
     let id = params.get("taskId").and_then(Value::as_str).and_then(TaskId::parse).ok_or_else(task_not_found)?;
     tracing::Span::current().record("task_id", id.as_str());
     Ok(id)
-}
-
-/// Storage failures are logged here, once, and reach the client as a bare -32603.
-pub(crate) fn storage_error(err: StoreError) -> RpcError {
-    tracing::error!(error = %err, "storage operation failed");
-    RpcError::internal()
 }
 
 /// How long a new task lives, how often it may be polled, and how it starts.
@@ -174,7 +123,7 @@ pub(crate) async fn write_task(
     shape: TaskShape<'_>,
     answers: &std::collections::BTreeMap<String, Value>,
     durability: Durability,
-) -> Result<i64, RpcError> {
+) -> Result<i64, GatewayError> {
     let state = call.state;
     let arguments = arguments.to_string();
     let answers: Vec<(String, String)> = answers.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
@@ -211,13 +160,13 @@ pub(crate) async fn write_task(
         Ok((_, acked)) => {
             tracing::error!(task_id = %id, wanted = replicas, acked, "create not acknowledged by replicas; abandoning it");
             abandon_task(state, id, &owner, "The task could not be made durable.").await;
-            return Err(RpcError::new(ErrorKind::Internal, "the task could not be made durable; it was not created"));
+            let err = RpcError::new(ErrorKind::Internal, "the task could not be made durable; it was not created");
+            return Err(GatewayError::Method(err));
         }
         Err(err) => {
             // The script may or may not have run: abandon whatever it left.
-            let error = storage_error(err);
             abandon_task(state, id, &owner, "The task could not be created.").await;
-            return Err(error);
+            return Err(GatewayError::Storage(err));
         }
     };
     crate::metrics::METRICS.tasks_created.with_label_values(&[tool]).inc();

@@ -18,6 +18,12 @@ pub enum ErrorKind {
     HeaderMismatch,
     MissingRequiredClientCapability,
     UnsupportedProtocolVersion,
+    /// `-31401`: no valid credentials. taskgate's own code, outside every reserved range.
+    Unauthorized,
+    /// `-31403`: valid credentials without a required scope.
+    Forbidden,
+    /// `-31429`: a tenant limit refused the request.
+    RateLimited,
     /// A code defined by a tool (outside the ranges the spec reserves), passed through.
     Application(i64),
 }
@@ -33,6 +39,9 @@ impl ErrorKind {
             -32020 => Self::HeaderMismatch,
             -32021 => Self::MissingRequiredClientCapability,
             -32022 => Self::UnsupportedProtocolVersion,
+            -31401 => Self::Unauthorized,
+            -31403 => Self::Forbidden,
+            -31429 => Self::RateLimited,
             // Reserved ranges a tool may not use become internal errors.
             -32768..=-32000 => Self::Internal,
             other => Self::Application(other),
@@ -49,6 +58,9 @@ impl ErrorKind {
             Self::HeaderMismatch => -32020,
             Self::MissingRequiredClientCapability => -32021,
             Self::UnsupportedProtocolVersion => -32022,
+            Self::Unauthorized => -31401,
+            Self::Forbidden => -31403,
+            Self::RateLimited => -31429,
             Self::Application(code) => code,
         }
     }
@@ -130,6 +142,22 @@ impl RpcError {
     pub fn unsupported_version(requested: &str) -> Self {
         Self::new(ErrorKind::UnsupportedProtocolVersion, "unsupported protocol version")
             .with_data(json!({ "supported": SUPPORTED_VERSIONS, "requested": requested }))
+    }
+
+    /// A request without valid credentials.
+    pub fn unauthorized() -> Self {
+        Self::new(ErrorKind::Unauthorized, "authentication required: missing or invalid bearer token")
+    }
+
+    /// Valid credentials that lack a required scope.
+    pub fn forbidden() -> Self {
+        Self::new(ErrorKind::Forbidden, "the token lacks a required scope")
+    }
+
+    /// A request a tenant limit refused: `data` names the limit and when to retry.
+    pub fn rate_limited(limit: &str, retry_after_ms: u64) -> Self {
+        Self::new(ErrorKind::RateLimited, "rate limit exceeded")
+            .with_data(json!({ "limit": limit, "retryAfterMs": retry_after_ms }))
     }
 
     /// The JSON-RPC `error` member.

@@ -6,11 +6,13 @@ pub mod envelope;
 pub mod error;
 pub mod header_value;
 pub mod meta;
+pub mod method;
 pub mod result;
 
 pub use envelope::{Incoming, RequestId};
 pub use error::{ErrorKind, RpcError};
 pub use meta::ValidMeta;
+pub use method::Method;
 
 /// The one protocol revision taskgate speaks.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";

@@ -3,38 +3,38 @@
 //! foreign ids are dropped silently, so nothing leaks. Other filters (list-changed,
 //! resource subscriptions) are not offered, so the acknowledgement never lists them.
 
-use axum::response::Response;
 use futures::future::join_all;
 use serde_json::Value;
 use taskgate_shared::protocol::RpcError;
 use taskgate_shared::store::Limit;
 use taskgate_shared::task::TaskId;
 
+use crate::error::GatewayError;
 use crate::mcp::listen::{Listen, Subscription};
-use crate::mcp::{Call, storage_error};
+use crate::mcp::{Call, Stream};
 
 /// Wake-ups queued per stream. They coalesce (a dirty set) and an overflow turns into a
 /// re-read of every task, so a small queue loses nothing and keeps 10,000 streams cheap.
 const WAKE_CAPACITY: usize = 8;
 
-pub(crate) async fn run(call: &Call<'_>, request_id: &Value) -> Result<Response, RpcError> {
+pub(crate) async fn run(call: &Call<'_>) -> Result<Stream, GatewayError> {
     let state = call.state;
     let Some(Value::Object(filter)) = call.params.get("notifications") else {
-        return Err(RpcError::invalid_params("notifications must be an object"));
+        return Err(RpcError::invalid_params("notifications must be an object").into());
     };
     let requested: Vec<String> = match filter.get("taskIds") {
         None => Vec::new(),
         Some(Value::Array(ids)) => {
             ids.iter().map(|id| id.as_str().map(str::to_owned)).collect::<Option<_>>().ok_or_else(bad_ids)?
         }
-        Some(_) => return Err(bad_ids()),
+        Some(_) => return Err(bad_ids().into()),
     };
     if filter.contains_key("taskIds") && !call.meta.declares_tasks() {
-        return Err(RpcError::missing_tasks_extension());
+        return Err(RpcError::missing_tasks_extension().into());
     }
     let max_ids = state.config.listen_max_task_ids;
     if requested.len() > max_ids {
-        return Err(RpcError::invalid_params(format!("at most {max_ids} taskIds per listen")));
+        return Err(RpcError::invalid_params(format!("at most {max_ids} taskIds per listen")).into());
     }
     let owner = call.principal.owner();
     // Over a bound is a matter of load, not a bad request: 429, try again later.
@@ -60,13 +60,13 @@ pub(crate) async fn run(call: &Call<'_>, request_id: &Value) -> Result<Response,
     let reads = join_all(ids.iter().map(|id| state.store.get_task(id))).await;
     let mut accepted = Vec::new();
     for read in reads {
-        if let Some(snapshot) = read.map_err(storage_error)?.filter(|s| s.owner == owner) {
+        if let Some(snapshot) = read?.filter(|s| s.owner == owner) {
             accepted.push(snapshot);
         }
     }
-    let request = Subscription { id: request_id.clone(), owner, accepted, task_filter: filter.contains_key("taskIds") };
+    let request = Subscription { id: call.id.clone(), owner, accepted, task_filter: filter.contains_key("taskIds") };
     let listen = Listen::new(request, state.store.clone(), watch, state.shutdown.clone(), slot);
-    Ok(listen.into_response(state.config.sse_keep_alive()))
+    Ok(listen.into_stream(state.config.sse_keep_alive()))
 }
 
 fn bad_ids() -> RpcError {

@@ -10,28 +10,29 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use taskgate_shared::protocol::{RpcError, result};
+use taskgate_shared::protocol::result;
 use taskgate_shared::store::{Limit, Polled};
 use taskgate_shared::task::{Owner, Snapshot, TaskId};
 
 use crate::config::PollLimit;
+use crate::error::GatewayError;
 use crate::events::{Wake, Watch};
 use crate::limits;
-use crate::mcp::{Call, storage_error, task_id, task_not_found};
+use crate::mcp::{Call, task_id, task_not_found};
 use crate::metrics::METRICS;
 
 /// A held poll re-checks with Redis at most this many times before it answers what it reads
 /// (other replicas answering the same principal meanwhile could otherwise keep it waiting).
 const MAX_HOLDS: usize = 3;
 
-pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
+pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
     let id = task_id(call.params);
     let owner = call.principal.owner();
     let config = &call.state.config;
     let snapshot = match (config.poll_limit(), id) {
         (_, Err(_)) => {
             limits::admit_request(call.state, &call.principal).await?;
-            return Err(task_not_found());
+            return Err(task_not_found().into());
         }
         (PollLimit::Off, Ok(id)) => {
             let (admitted, read) =
@@ -41,7 +42,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
         }
         (PollLimit::Refuse, Ok(id)) => match poll(call, &id, &owner).await? {
             Polled::Found(snapshot) => *snapshot,
-            Polled::NotFound => return Err(task_not_found()),
+            Polled::NotFound => return Err(task_not_found().into()),
             Polled::TooSoon { retry_after_ms, .. } => return Err(limits::refused(Limit::Poll, retry_after_ms)),
         },
         (PollLimit::Hold, Ok(id)) => held(call, &id, &owner).await?,
@@ -50,21 +51,21 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
 }
 
 /// The poll-rate-checked read, admitted against the tenant's request rate alongside.
-async fn poll(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Polled, RpcError> {
+async fn poll(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Polled, GatewayError> {
     let tolerance = call.state.config.poll_tolerance;
     let (admitted, polled) = tokio::join!(
         limits::admit_request(call.state, &call.principal),
         call.state.store.poll_task(id, owner, tolerance)
     );
     admitted?;
-    polled.map_err(storage_error)
+    Ok(polled?)
 }
 
 /// A read with no poll-rate check: ownership only.
-async fn read(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, RpcError> {
-    match call.state.store.get_task(id).await.map_err(storage_error)? {
+async fn read(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, GatewayError> {
+    match call.state.store.get_task(id).await? {
         Some(snapshot) if &snapshot.owner == owner => Ok(snapshot),
-        _ => Err(task_not_found()),
+        _ => Err(task_not_found().into()),
     }
 }
 
@@ -80,7 +81,7 @@ enum Hold {
 }
 
 /// `--poll-limit hold`: an early poll waits for a change or the end of the interval.
-async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, RpcError> {
+async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, GatewayError> {
     let state = call.state;
     let pacer = &state.polls;
     let principal = format!("{}/{}", owner.tenant, owner.principal);
@@ -100,6 +101,7 @@ async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, R
             };
             if let Some(deadline) = deadline.map(|d| d.min(give_up)) {
                 let Some(_slot) = pacer.hold(&principal) else {
+                    METRICS.held_polls.with_label_values(&["refused"]).inc();
                     return Err(refused(deadline.saturating_duration_since(tokio::time::Instant::now())));
                 };
                 METRICS.held_polls.with_label_values(&["held"]).inc();
@@ -119,7 +121,7 @@ async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, R
                 pacer.answered(&principal, ticket, Duration::from_millis(snapshot.poll_interval_ms));
                 return Ok(*snapshot);
             }
-            Polled::NotFound => return Err(task_not_found()),
+            Polled::NotFound => return Err(task_not_found().into()),
             // Another replica answered this principal lately: hold for the rest of its interval.
             Polled::TooSoon { retry_after_ms, interval_ms } => {
                 let rest = Duration::from_millis(retry_after_ms)
@@ -150,7 +152,6 @@ async fn wait_for_change(call: &Call<'_>, mut watch: Watch, deadline: tokio::tim
     }
 }
 
-fn refused(wait: Duration) -> RpcError {
-    METRICS.held_polls.with_label_values(&["refused"]).inc();
+fn refused(wait: Duration) -> GatewayError {
     limits::refused(Limit::Poll, u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1))
 }

@@ -6,39 +6,41 @@ use taskgate_shared::protocol::{RpcError, result};
 use taskgate_shared::store::Answered;
 use taskgate_shared::telemetry::metrics::TASKS;
 
-use crate::mcp::{Call, storage_error, task_id, task_not_found};
+use crate::error::GatewayError;
+use crate::mcp::{Call, task_id, task_not_found};
 
 /// More answers than any tool could have asked for at once is abuse, not a mistake.
 const MAX_ANSWERS: usize = 64;
 
-pub(crate) async fn run(call: &Call<'_>) -> Result<Value, RpcError> {
+pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
     let id = task_id(call.params)?;
     let owner = call.principal.owner();
     let Some(Value::Object(responses)) = call.params.get("inputResponses") else {
         // The lookup comes first: a foreign id must not learn that its
         // inputResponses were malformed.
-        let exists = call.state.store.get_task(&id).await.map_err(storage_error)?;
+        let exists = call.state.store.get_task(&id).await?;
         return Err(match exists {
             Some(s) if s.owner == owner => RpcError::invalid_params("inputResponses must be an object"),
             _ => task_not_found(),
-        });
+        }
+        .into());
     };
     if responses.len() > MAX_ANSWERS {
-        return Err(RpcError::invalid_params(format!("at most {MAX_ANSWERS} inputResponses per update")));
+        return Err(RpcError::invalid_params(format!("at most {MAX_ANSWERS} inputResponses per update")).into());
     }
     let answers = usable_answers(responses);
     let size: usize = answers.iter().map(|(k, v)| k.len() + v.len()).sum();
     let cap = call.state.config.max_input_response_bytes;
     if size > cap {
-        return Err(RpcError::invalid_params(format!("inputResponses exceed the {cap}-byte limit")));
+        return Err(RpcError::invalid_params(format!("inputResponses exceed the {cap}-byte limit")).into());
     }
-    let answered = call.state.store.answer_inputs(&id, &owner, &answers, None).await.map_err(storage_error)?;
+    let answered = call.state.store.answer_inputs(&id, &owner, &answers, None).await?;
     if let Answered::Applied { .. } = answered {
         // The client commonly polls right after answering: not held, whatever pub/sub's timing.
         call.state.polls.changed(id.as_str());
     }
     match answered {
-        Answered::NotFound => Err(task_not_found()),
+        Answered::NotFound => Err(task_not_found().into()),
         Answered::Applied { resumed: true, waited, .. } => {
             TASKS.transition("input_required", "working");
             if let Some(waited) = waited {

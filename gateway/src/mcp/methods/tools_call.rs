@@ -10,29 +10,26 @@
 
 use std::collections::BTreeMap;
 
-use axum::response::Response;
 use serde_json::{Map, Value};
 use taskgate_shared::protocol::{RpcError, result};
 use taskgate_shared::task::{Owner, Snapshot, TaskId, TaskStatus};
 use taskgate_shared::tools::{Execution, ToolSpec};
 
+use crate::error::GatewayError;
 use crate::mcp::inline::{self, Done, Forwarding, InlineRun};
-use crate::mcp::{Call, Durability, TaskShape, write_task};
+use crate::mcp::{Call, Durability, Reply, TaskShape, mirror, write_task};
 use crate::mrtr::{self, Expected, StatePayload};
 
-/// Either a JSON result or an SSE response already under way.
-pub(crate) enum CallOutcome {
-    Json(Value),
-    Stream(Response),
-}
-
-pub(crate) async fn run(call: &Call<'_>, request_id: &Value) -> Result<CallOutcome, RpcError> {
+/// A JSON result, or a stream once the tool's notices had to be forwarded.
+pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     let unknown = || RpcError::invalid_params("unknown tool");
     let name = call.params.get("name").and_then(Value::as_str).ok_or_else(unknown)?;
     let tool = call.state.catalogue.lookup(name).await.ok_or_else(unknown)?;
     let spec = &tool.spec;
     let as_task = match spec.execution {
-        Execution::TaskRequired if !call.meta.declares_tasks() => return Err(RpcError::missing_tasks_extension()),
+        Execution::TaskRequired if !call.meta.declares_tasks() => {
+            return Err(RpcError::missing_tasks_extension().into());
+        }
         Execution::TaskRequired => true,
         Execution::TaskOptional => call.meta.declares_tasks(),
         Execution::SyncOnly => false,
@@ -40,15 +37,15 @@ pub(crate) async fn run(call: &Call<'_>, request_id: &Value) -> Result<CallOutco
     let arguments = match call.params.get("arguments") {
         None | Some(Value::Null) => Value::Object(Map::new()),
         Some(Value::Object(args)) => Value::Object(args.clone()),
-        Some(_) => return Err(RpcError::invalid_params("arguments must be an object")),
+        Some(_) => return Err(RpcError::invalid_params("arguments must be an object").into()),
     };
     let cap = call.state.config.max_argument_bytes;
     if arguments.to_string().len() > cap {
-        return Err(RpcError::invalid_params(format!("arguments exceed the {cap}-byte limit")));
+        return Err(RpcError::invalid_params(format!("arguments exceed the {cap}-byte limit")).into());
     }
     tool.check_arguments(&arguments)
         .map_err(|reason| RpcError::invalid_params(format!("invalid arguments: {reason}")))?;
-    crate::http::check_param_headers(call.headers, &spec.descriptor.input_schema, &arguments)?;
+    mirror::check_params(call.headers, &spec.descriptor.input_schema, &arguments)?;
 
     let binding = Binding::new(call, name, &arguments);
     let answers = mrtr::gather(
@@ -69,7 +66,7 @@ pub(crate) async fn run(call: &Call<'_>, request_id: &Value) -> Result<CallOutco
     if !missing.is_empty() {
         crate::limits::admit_request(call.state, &call.principal).await?;
         mrtr::check_capabilities(&call.meta, &missing)?;
-        return Ok(CallOutcome::Json(mrtr::input_required(missing, binding.sign(call, answers))));
+        return Ok(Reply::Result(mrtr::input_required(missing, binding.sign(call, answers))));
     }
 
     let id = TaskId::generate(call.state.config.queue_shards);
@@ -77,7 +74,7 @@ pub(crate) async fn run(call: &Call<'_>, request_id: &Value) -> Result<CallOutco
     crate::limits::admit_task(call.state, &call.principal, &id, ttl_ms).await?;
     if as_task {
         let snapshot = create(call, id, name, &arguments, spec, &answers).await?;
-        return Ok(CallOutcome::Json(result::with_type(result::TASK, snapshot.task_fields())));
+        return Ok(Reply::Result(result::with_type(result::TASK, snapshot.task_fields())));
     }
 
     let run = InlineRun::start(call, id, name, &arguments, spec.poll_interval_ms, &answers).await?;
@@ -88,9 +85,9 @@ pub(crate) async fn run(call: &Call<'_>, request_id: &Value) -> Result<CallOutco
     );
     let finisher = Finisher { meta: call.meta.clone(), binding, answers, keys: call.state.request_state_keys.clone() };
     let streamed = finisher.clone();
-    match inline::drive(run, forwarding, request_id.clone(), move |done| streamed.finish(done)).await {
-        Ok(done) => finisher.finish(done).map(CallOutcome::Json),
-        Err(stream) => Ok(CallOutcome::Stream(stream)),
+    match inline::drive(run, forwarding, call.id.clone(), move |done| streamed.finish(done)).await {
+        Ok(done) => finisher.finish(done).map(Reply::Result),
+        Err(stream) => Ok(Reply::Stream(stream)),
     }
 }
 
@@ -104,7 +101,7 @@ struct Finisher {
 }
 
 impl Finisher {
-    fn finish(&self, done: Done) -> Result<Value, RpcError> {
+    fn finish(&self, done: Done) -> Result<Value, GatewayError> {
         match done {
             Done::Result(result) => Ok(result),
             Done::Error(err) => Err(err),
@@ -166,7 +163,7 @@ async fn create(
     arguments: &Value,
     spec: &ToolSpec,
     answers: &BTreeMap<String, Value>,
-) -> Result<Snapshot, RpcError> {
+) -> Result<Snapshot, GatewayError> {
     let owner: Owner = call.principal.owner();
     let shape = TaskShape {
         ttl_ms: spec.ttl_ms,

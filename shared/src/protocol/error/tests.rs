@@ -24,3 +24,18 @@ fn missing_extension_data_is_exact() {
 fn data_member_is_absent_when_empty() {
     assert!(RpcError::method_not_found().to_value().get("data").is_none());
 }
+
+#[test]
+fn taskgate_codes_round_trip_through_their_kinds() {
+    for kind in [ErrorKind::Unauthorized, ErrorKind::Forbidden, ErrorKind::RateLimited] {
+        assert_eq!(ErrorKind::from_code(kind.code()), kind);
+    }
+    assert_eq!(RpcError::unauthorized().code(), -31401);
+    assert_eq!(RpcError::forbidden().code(), -31403);
+    assert_eq!(
+        RpcError::rate_limited("poll", 250).to_value(),
+        json!({"code": -31429, "message": "rate limit exceeded", "data": {"limit": "poll", "retryAfterMs": 250}})
+    );
+    // A tool's own code outside the reserved ranges passes through.
+    assert_eq!(ErrorKind::from_code(-1), ErrorKind::Application(-1));
+}

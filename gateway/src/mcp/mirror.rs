@@ -4,7 +4,8 @@
 
 use axum::http::HeaderMap;
 use serde_json::{Map, Value};
-use taskgate_shared::protocol::{RpcError, header_value};
+use taskgate_shared::protocol::method::NameHeader;
+use taskgate_shared::protocol::{Method, RpcError, header_value};
 
 const PROTOCOL_VERSION: &str = "MCP-Protocol-Version";
 const METHOD: &str = "Mcp-Method";
@@ -18,7 +19,7 @@ const NAME: &str = "Mcp-Name";
 pub(crate) fn check(
     headers: &HeaderMap,
     body_version: &str,
-    method: &str,
+    method: Method,
     params: &Map<String, Value>,
     strict: bool,
 ) -> Result<(), RpcError> {
@@ -27,13 +28,13 @@ pub(crate) fn check(
         return Err(RpcError::header_mismatch(PROTOCOL_VERSION, "does not match _meta protocolVersion"));
     }
     let header_method = single(headers, METHOD)?.ok_or_else(|| missing(METHOD))?;
-    if header_method != method {
+    if header_method != method.name() {
         return Err(RpcError::header_mismatch(METHOD, "does not match the body's method"));
     }
-    let (field, required) = match method {
-        "tools/call" => ("name", true),
-        "tasks/get" | "tasks/update" | "tasks/cancel" => ("taskId", strict),
-        _ => return Ok(()),
+    let (field, required) = match method.name_header() {
+        NameHeader::Required(field) => (field, true),
+        NameHeader::Optional(field) => (field, strict),
+        NameHeader::None => return Ok(()),
     };
     match single(headers, NAME)? {
         None if required => Err(missing(NAME)),
@@ -112,4 +113,84 @@ fn single(headers: &HeaderMap, name: &'static str) -> Result<Option<String>, Rpc
         return Err(RpcError::header_mismatch(name, "duplicate header"));
     }
     header_value::decode(value.as_bytes()).map(Some).map_err(|err| RpcError::header_mismatch(name, err.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{HeaderMap, HeaderValue};
+    use serde_json::{Map, Value, json};
+    use taskgate_shared::protocol::Method;
+
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    fn params(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap()
+    }
+
+    fn reason(result: Result<(), RpcError>) -> String {
+        let err = result.unwrap_err();
+        assert_eq!(err.code(), -32020);
+        err.message.into_owned()
+    }
+
+    const BASE: [(&str, &str); 2] = [(PROTOCOL_VERSION, "2026-07-28"), (METHOD, "tools/call")];
+
+    #[test]
+    fn mcp_name_must_match_the_body_on_tools_call() {
+        let body = params(json!({"name": "echo"}));
+        let ok = headers(&[BASE[0], BASE[1], (NAME, "echo")]);
+        assert_eq!(check(&ok, "2026-07-28", Method::ToolsCall, &body, false), Ok(()));
+        let missing = headers(&BASE);
+        assert!(reason(check(&missing, "2026-07-28", Method::ToolsCall, &body, false)).contains("missing"));
+        let other = headers(&[BASE[0], BASE[1], (NAME, "Echo")]);
+        assert!(reason(check(&other, "2026-07-28", Method::ToolsCall, &body, false)).contains("params.name"));
+        let twice = headers(&[BASE[0], BASE[1], (NAME, "echo"), (NAME, "echo")]);
+        assert!(reason(check(&twice, "2026-07-28", Method::ToolsCall, &body, false)).contains("duplicate"));
+    }
+
+    #[test]
+    fn encoded_names_are_compared_decoded() {
+        let body = params(json!({"name": "héllo"}));
+        let encoded = header_value::encode("héllo");
+        let sent = headers(&[BASE[0], BASE[1], (NAME, encoded.as_str())]);
+        assert_eq!(check(&sent, "2026-07-28", Method::ToolsCall, &body, false), Ok(()));
+    }
+
+    #[test]
+    fn task_methods_need_mcp_name_only_when_strict() {
+        let body = params(json!({"taskId": "t_1"}));
+        let without = headers(&[(PROTOCOL_VERSION, "2026-07-28"), (METHOD, "tasks/get")]);
+        assert_eq!(check(&without, "2026-07-28", Method::TasksGet, &body, false), Ok(()));
+        assert!(reason(check(&without, "2026-07-28", Method::TasksGet, &body, true)).contains("missing"));
+        let wrong = headers(&[(PROTOCOL_VERSION, "2026-07-28"), (METHOD, "tasks/get"), (NAME, "t_2")]);
+        assert!(reason(check(&wrong, "2026-07-28", Method::TasksGet, &body, false)).contains("params.taskId"));
+    }
+
+    #[test]
+    fn version_and_method_headers_must_agree() {
+        let body = params(json!({}));
+        let old = headers(&[(PROTOCOL_VERSION, "2025-11-25"), (METHOD, "tools/list")]);
+        assert!(reason(check(&old, "2026-07-28", Method::ToolsList, &body, false)).contains("protocolVersion"));
+        let other = headers(&[(PROTOCOL_VERSION, "2026-07-28"), (METHOD, "tools/call")]);
+        assert!(reason(check(&other, "2026-07-28", Method::ToolsList, &body, false)).contains("method"));
+    }
+
+    #[test]
+    fn param_headers_compare_numbers_and_booleans_by_value() {
+        let schema = json!({"properties": {"n": {"x-mcp-header": "N"}, "b": {"x-mcp-header": "B"}}});
+        let sent = headers(&[("Mcp-Param-N", "42"), ("Mcp-Param-B", "true")]);
+        assert_eq!(check_params(&sent, &schema, &json!({"n": 42, "b": true})), Ok(()));
+        assert_eq!(check_params(&headers(&[("Mcp-Param-N", "42.0")]), &schema, &json!({"n": 42.0})), Ok(()));
+        assert!(check_params(&sent, &schema, &json!({"n": 41, "b": true})).is_err());
+        assert!(check_params(&HeaderMap::new(), &schema, &json!({"n": 1})).is_err(), "required with the argument");
+        assert!(check_params(&sent, &schema, &json!({})).is_err(), "sent without the argument");
+    }
 }

@@ -1,0 +1,90 @@
+//! Where MCP answers become HTTP responses: JSON bodies, SSE streams, and every error through
+//! [`GatewayError::answer`]. No other module builds an MCP response.
+
+use std::any::Any;
+use std::convert::Infallible;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt as _;
+use serde_json::Value;
+use taskgate_shared::protocol::{RequestId, envelope};
+use tower::BoxError;
+
+use crate::auth::Challenge;
+use crate::error::GatewayError;
+use crate::mcp::{Reply, Stream};
+use crate::metrics::{METRICS, Outcome};
+
+/// The response to one request. Errors are recorded here, where they are handled.
+pub(crate) fn render(challenge: Option<&Challenge>, id: &RequestId, outcome: Result<Reply, GatewayError>) -> Response {
+    match outcome {
+        Ok(Reply::Result(result)) => json(StatusCode::OK, &envelope::success(id, result)),
+        Ok(Reply::Stream(stream)) => sse(stream),
+        Ok(Reply::Accepted) => StatusCode::ACCEPTED.into_response(),
+        Err(err) => {
+            err.record();
+            let answer = err.answer(challenge);
+            let mut response = json(answer.status, &envelope::failure(id, &answer.error));
+            response.headers_mut().extend(answer.headers);
+            response.extensions_mut().insert(err.outcome());
+            response
+        }
+    }
+}
+
+/// An error with no request id to answer: framing, or the pipeline's own refusals.
+pub(crate) fn refusal(err: GatewayError) -> Response {
+    render(None, &Value::Null, Err(err))
+}
+
+/// The pipeline's answer to an error from its tower layers (load shedding, timeouts). These
+/// are not counted by the request metrics, which only see requests that reached the handler.
+pub(crate) async fn pipeline_error(err: BoxError) -> Response {
+    let err = if err.is::<tower::load_shed::error::Overloaded>() {
+        GatewayError::Overloaded
+    } else if err.is::<tower::timeout::error::Elapsed>() {
+        GatewayError::TimedOut
+    } else {
+        tracing::error!(error = %err, "unexpected error in the request pipeline");
+        GatewayError::Panicked
+    };
+    let response = refusal(err);
+    METRICS.response(response.status().as_u16());
+    response
+}
+
+/// A handler panicked. The panic hook has printed the message; the client gets a JSON-RPC
+/// error instead of a dropped connection.
+pub(crate) fn panicked(_payload: Box<dyn Any + Send + 'static>) -> Response {
+    tracing::error!("a request handler panicked");
+    let response = refusal(GatewayError::Panicked);
+    METRICS.response(response.status().as_u16());
+    response
+}
+
+/// The request-metrics outcome of a response built here.
+pub(crate) fn outcome_of(response: &Response) -> Outcome {
+    response.extensions().get::<Outcome>().copied().unwrap_or(Outcome::Ok)
+}
+
+/// A JSON document (probes and metadata use it too).
+pub(crate) fn json(status: StatusCode, body: &Value) -> Response {
+    // Serialising a `Value` cannot fail: every map key is a string.
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut response = (status, bytes).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// A request-scoped SSE stream: one `data:` line per message, no `id:` lines (nothing is
+/// replayed), keep-alive comments, and no buffering by proxies on the way.
+fn sse(stream: Stream) -> Response {
+    let events = stream.messages.map(|message| Ok::<_, Infallible>(Event::default().data(message.to_string())));
+    let mut response = Sse::new(events).keep_alive(KeepAlive::new().interval(stream.keep_alive)).into_response();
+    let headers = response.headers_mut();
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}

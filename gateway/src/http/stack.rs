@@ -1,0 +1,103 @@
+//! The request pipeline: every tower layer a request passes through, in one place.
+
+use axum::Router;
+use axum::body::Body;
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::Request;
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use axum::routing::MethodRouter;
+use tower::ServiceBuilder;
+use tower_http::body::Limited;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::limit::{RequestBodyLimitLayer, ResponseBody};
+use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
+
+use super::edge;
+use crate::config::Config;
+use crate::error::{Framing, GatewayError};
+use crate::state::AppState;
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Layers around every route, outermost first:
+/// 1. a caller's `X-Request-Id` is kept only if it is short and plain (it reaches logs);
+/// 2. a request without one gets a fresh id, and the response carries the id back;
+/// 3. a panicking handler is answered 500 with a JSON-RPC `-32603`, not a dropped connection.
+pub(crate) fn around_all(router: Router) -> Router {
+    router.layer(
+        ServiceBuilder::new()
+            .map_request(drop_unusable_request_id)
+            .layer(SetRequestIdLayer::new(REQUEST_ID, MintRequestId))
+            .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+            .layer(CatchPanicLayer::custom(edge::panicked)),
+    )
+}
+
+/// Layers around `POST /mcp` only (probes and `/metrics` stay cheap and always answer),
+/// outermost first:
+/// 1. errors from the layers below become JSON-RPC answers (`edge::pipeline_error`);
+/// 2. load shedding: past `--max-in-flight` requests under way on this replica, a request is
+///    answered 503 with `Retry-After` at once instead of queueing (a stream counts only until
+///    its headers are sent);
+/// 3. `--request-timeout-ms`: a request that is not answered (or turned into a stream) in time
+///    gets 504;
+/// 4. `--max-body-bytes`: an announced oversize body is refused before it is read, and a
+///    chunked one is cut at the limit (the transport answers both with the same 413).
+pub(crate) fn around_mcp(route: MethodRouter<AppState>, config: &Config) -> MethodRouter<AppState> {
+    let limit = config.max_body_bytes;
+    route.layer(
+        ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(edge::pipeline_error))
+            .load_shed()
+            .concurrency_limit(config.max_in_flight.get())
+            .timeout(config.request_timeout())
+            .map_response(move |response: Response<ResponseBody<Body>>| json_body_limit(response.map(Body::new), limit))
+            .layer(RequestBodyLimitLayer::new(limit))
+            .map_request(|request: Request<Limited<Body>>| request.map(Body::new)),
+    )
+}
+
+/// The body-limit layer refuses an announced oversize body with a bare 413; clients get the same
+/// JSON-RPC error a chunked oversize body gets.
+fn json_body_limit(response: Response, limit: usize) -> Response {
+    let ours = response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v == "application/json");
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE && !ours {
+        return edge::refusal(GatewayError::Framing(Framing::BodyTooLarge { limit }));
+    }
+    response
+}
+
+fn drop_unusable_request_id(mut request: Request) -> Request {
+    let usable = request.headers().get(&REQUEST_ID).is_some_and(|v| usable_request_id(v.as_bytes()));
+    if !usable {
+        request.headers_mut().remove(&REQUEST_ID);
+    }
+    request
+}
+
+fn usable_request_id(value: &[u8]) -> bool {
+    (1..=64).contains(&value.len()) && value.iter().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(b))
+}
+
+#[derive(Clone, Copy)]
+struct MintRequestId;
+
+impl MakeRequestId for MintRequestId {
+    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
+        let id = format!("req_{:016x}", rand::random::<u64>());
+        HeaderValue::from_str(&id).ok().map(RequestId::new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn request_ids_must_be_short_and_plain() {
+        assert!(super::usable_request_id(b"abc-123_x.y:z"));
+        assert!(!super::usable_request_id(b""));
+        assert!(!super::usable_request_id(&[b'a'; 65]));
+        assert!(!super::usable_request_id(b"a b"));
+        assert!(!super::usable_request_id(b"a\"b"));
+    }
+}

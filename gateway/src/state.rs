@@ -1,0 +1,69 @@
+//! What every request shares. No task state lives here: that is in Redis.
+
+use std::sync::Arc;
+
+use taskgate_shared::store::Store;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::origin::OriginPolicy;
+use crate::{StartError, auth, catalogue, events, metrics, mrtr, polls, stream_slots};
+
+/// Shared by every request.
+#[derive(Clone)]
+pub struct AppState {
+    pub(crate) config: Arc<Config>,
+    pub(crate) store: Store,
+    pub(crate) catalogue: Arc<catalogue::CatalogueCache>,
+    pub(crate) auth: Arc<auth::Authenticator>,
+    /// What 401/403 answers and the protected-resource metadata say (authenticated modes).
+    pub(crate) challenge: Option<Arc<auth::Challenge>>,
+    pub(crate) events: Arc<events::EventHub>,
+    pub(crate) request_state_keys: mrtr::StateKeys,
+    pub(crate) origin_policy: Arc<OriginPolicy>,
+    /// Fired on SIGTERM: readiness turns off while requests are still served.
+    pub(crate) draining: CancellationToken,
+    /// Fired after `--shutdown-delay-ms`: ends every listen stream with its graceful result, so
+    /// the server can drain (graceful shutdown waits for open SSE bodies).
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) listen_streams: Arc<stream_slots::StreamCounts>,
+    /// Pacing of early `tasks/get` polls (`--poll-limit hold`).
+    pub(crate) polls: Arc<polls::PollPacer>,
+}
+
+impl AppState {
+    pub async fn new(config: Config) -> Result<Self, StartError> {
+        let request_state_keys = mrtr::StateKeys::parse(&config.request_state_keys()?)?;
+        let (authenticator, challenge) = auth::build(&config).await?;
+        if request_state_keys.is_ephemeral() {
+            tracing::warn!("no --request-state-keys: MRTR retries must reach this replica");
+        }
+        let store = Store::connect_lazy(&config.redis_url, &config.namespace, config.redis_timeout())?;
+        metrics::init();
+        let catalogue = Arc::new(catalogue::CatalogueCache::new(store.clone()));
+        let origin_policy = OriginPolicy::new(
+            config.allowed_origins.clone(),
+            config.allowed_hosts.clone(),
+            config.listen.ip().is_loopback(),
+        );
+        let polls = Arc::new(polls::PollPacer::new(config.max_held_polls, config.max_held_polls_per_principal));
+        Ok(Self {
+            config: Arc::new(config),
+            store,
+            catalogue,
+            auth: Arc::new(authenticator),
+            challenge: challenge.map(Arc::new),
+            events: Arc::new(events::EventHub::new(polls.clone())),
+            request_state_keys,
+            origin_policy: Arc::new(origin_policy),
+            draining: CancellationToken::new(),
+            shutdown: CancellationToken::new(),
+            listen_streams: Arc::default(),
+            polls,
+        })
+    }
+
+    pub(crate) fn shutting_down(&self) -> bool {
+        self.draining.is_cancelled()
+    }
+}

@@ -1,0 +1,199 @@
+//! The request pipeline and the connection defences, over real sockets to the real gateway:
+//! panics, load shedding, request timeouts, header-read timeouts, the connection limit and the
+//! HTTP/2 stream limit.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use taskgate_tests::{McpClient, Scrape, Stack, eventually, meta_without_tasks};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// `host:port` of a client's gateway.
+fn authority(client: &McpClient) -> String {
+    client.base().trim_start_matches("http://").trim_end_matches('/').to_owned()
+}
+
+/// Reads until the peer closes (`Ok` with what it sent) or `patience` passes (`Err`).
+async fn read_until_closed(stream: &mut TcpStream, patience: Duration) -> Result<String, String> {
+    let mut received = Vec::new();
+    let deadline = tokio::time::Instant::now() + patience;
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return Ok(String::from_utf8_lossy(&received).into_owned()),
+            Ok(Ok(n)) => received.extend_from_slice(&buf[..n]),
+            Err(_) => return Err(String::from_utf8_lossy(&received).into_owned()),
+        }
+    }
+}
+
+/// An inline `tools/call` of the conformance pack's `slow_compute` (no Tasks extension: the call
+/// waits for the tool).
+async fn inline_sleep(client: &McpClient, ms: u64) -> taskgate_tests::Reply {
+    let arguments = json!({"seconds": ms as f64 / 1000.0});
+    client
+        .call("tools/call", json!({"name": "slow_compute", "arguments": arguments, "_meta": meta_without_tasks()}))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_is_answered_and_the_gateway_keeps_serving() {
+    let stack = Stack::builder().workers(0).gateway_args(&["--test-routes"]).spawn().await;
+    let client = stack.client(0);
+    let response = client
+        .http()
+        .post(format!("{}/test/panic", client.base().trim_end_matches('/')))
+        .header("X-Request-Id", "panic-1")
+        .send()
+        .await
+        .expect("an answer, not a dropped connection");
+    assert_eq!(response.status(), 500);
+    assert_eq!(response.headers()["x-request-id"], "panic-1");
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body, json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32603, "message": "internal error"}}));
+    assert_eq!(client.call("server/discover", json!({})).await.status, 200);
+    let scrape = Scrape::of(&format!("{}/metrics", client.base().trim_end_matches('/'))).await;
+    assert_eq!(scrape.get("taskgate_gateway_requests_shed_total", &[("reason", "panic")]), 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_in_flight_requests_are_shed_with_503_and_retry_after() {
+    let stack =
+        Stack::builder().worker_args(&["--tools", "conformance"]).gateway_args(&["--max-in-flight", "1"]).spawn().await;
+    let client = stack.client(0);
+    let start_busy = || {
+        let client = stack.client(0);
+        tokio::spawn(async move { inline_sleep(&client, 3_000).await })
+    };
+    // While an inline call holds the only slot, another request is shed at once. (The inline
+    // call itself may be the one shed, if a probe got the slot first: then it starts again.)
+    let mut busy = start_busy();
+    let deadline = Instant::now() + PATIENCE;
+    let shed = loop {
+        assert!(Instant::now() < deadline, "no request was shed");
+        if busy.is_finished() {
+            let reply = busy.await.unwrap();
+            assert_eq!(reply.status, 503, "the inline call ended unshed: {}", reply.text);
+            busy = start_busy();
+        }
+        let reply = client.call("server/discover", json!({})).await;
+        if reply.status == 503 {
+            break reply;
+        }
+        assert_eq!(reply.status, 200);
+    };
+    assert_eq!(shed.header("retry-after"), Some("1"));
+    assert_eq!(shed.error_code(), Some(-32603));
+    assert_eq!(shed.body["error"]["message"], "the gateway is overloaded; retry shortly");
+    // Probes are outside the bound.
+    let health = client.http().get(format!("{}/healthz", client.base().trim_end_matches('/'))).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let done = busy.await.unwrap();
+    assert_eq!(done.status, 200, "{}", done.text);
+    assert_eq!(client.call("server/discover", json!({})).await.status, 200, "the slot is given back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_its_timeout_is_answered_504() {
+    let stack = Stack::builder()
+        .worker_args(&["--tools", "conformance"])
+        .gateway_args(&["--request-timeout-ms", "300"])
+        .spawn()
+        .await;
+    let client = stack.client(0);
+    let started = Instant::now();
+    let reply = inline_sleep(&client, 5_000).await;
+    assert_eq!(reply.status, 504, "{}", reply.text);
+    assert_eq!(reply.error_code(), Some(-32603));
+    assert!(started.elapsed() < Duration::from_secs(4), "answered at the timeout, not after the tool");
+    assert_eq!(client.call("server/discover", json!({})).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_slow_connections_are_closed_within_the_header_timeout() {
+    let stack = Stack::builder().workers(0).gateway_args(&["--header-read-timeout-ms", "1000"]).spawn().await;
+    let client = stack.client(0);
+    let address = authority(&client);
+    let mut partial = Vec::new();
+    let mut silent = Vec::new();
+    for _ in 0..20 {
+        let mut stream = TcpStream::connect(&address).await.unwrap();
+        stream.write_all(b"POST /mcp HTTP/1.1\r\nHost: localhost\r\n").await.unwrap();
+        partial.push(stream);
+        silent.push(TcpStream::connect(&address).await.unwrap());
+    }
+    // A keep-alive connection that finished a request and then went quiet.
+    let mut idle = TcpStream::connect(&address).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
+    let mut first = [0u8; 12];
+    idle.read_exact(&mut first).await.unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+
+    // Meanwhile a normal client is served.
+    assert_eq!(client.call("server/discover", json!({})).await.status, 200);
+
+    let started = Instant::now();
+    for stream in partial.iter_mut().chain(silent.iter_mut()) {
+        let closed = read_until_closed(stream, Duration::from_secs(10)).await;
+        // A partial head may be answered 408 before the close; it is never served.
+        let sent = closed.expect("closed by the gateway");
+        assert!(sent.is_empty() || sent.starts_with("HTTP/1.1 408"), "{sent}");
+    }
+    let rest = read_until_closed(&mut idle, Duration::from_secs(10)).await;
+    assert!(rest.is_ok_and(|rest| rest.ends_with("ok")), "the idle connection is closed after its answer");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_connections_a_connection_is_refused_with_503() {
+    let stack = Stack::builder().workers(0).gateway_args(&["--max-connections", "3"]).spawn().await;
+    let client = stack.client(0);
+    let address = authority(&client);
+    // Three open connections (reqwest's own pool may hold one of them: count by refusal).
+    let mut held = Vec::new();
+    let refused = loop {
+        let mut stream = TcpStream::connect(&address).await.unwrap();
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = tokio::time::timeout(PATIENCE, stream.read(&mut buf)).await.expect("an answer").unwrap();
+        let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if head.starts_with("HTTP/1.1 503") {
+            break head;
+        }
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        held.push(stream);
+        assert!(held.len() <= 3, "a fourth connection was served");
+    };
+    assert!(refused.to_ascii_lowercase().contains("retry-after: 1"), "{refused}");
+    assert!(refused.to_ascii_lowercase().contains("connection: close"), "{refused}");
+    assert!(refused.contains("\"code\":-32603"), "{refused}");
+    // Freeing a slot lets the next connection in.
+    held.clear();
+    eventually(PATIENCE, "a connection is served again", || async {
+        let mut stream = TcpStream::connect(&address).await.ok()?;
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n").await.ok()?;
+        let mut buf = vec![0u8; 256];
+        let n = stream.read(&mut buf).await.ok()?;
+        String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200").then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_connections_announce_the_stream_limit() {
+    let stack = Stack::builder().workers(0).gateway_args(&["--http2-max-streams", "2"]).spawn().await;
+    let client = stack.client(0);
+    let tcp = TcpStream::connect(authority(&client)).await.unwrap();
+    let (mut sender, connection) = h2::client::handshake(tcp).await.expect("an HTTP/2 handshake (prior knowledge)");
+    let driver = tokio::spawn(connection);
+    // The server's SETTINGS arrive with the first exchange.
+    let request = axum::http::Request::get(format!("http://{}/healthz", authority(&client))).body(()).unwrap();
+    sender = sender.ready().await.unwrap();
+    let (response, _) = sender.send_request(request, true).unwrap();
+    assert_eq!(response.await.unwrap().status(), 200);
+    assert_eq!(sender.current_max_send_streams(), 2);
+    driver.abort();
+}
