@@ -113,9 +113,7 @@ impl CatalogueCache {
             return Ok(());
         }
         let next = Arc::new(Catalogue::build(specs));
-        if let Ok(mut slot) = self.current.write() {
-            *slot = next;
-        }
+        *self.current.write().expect("lock poisoned: a holder panicked") = next;
         Ok(())
     }
 

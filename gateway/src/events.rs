@@ -59,18 +59,16 @@ impl EventHub {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let overflowed = Arc::new(AtomicBool::new(false));
-        if let Ok(mut map) = self.watchers.lock() {
-            for task in tasks {
-                map.entry((*task).to_owned()).or_default().push((id, tx.clone(), overflowed.clone()));
-            }
+        let mut map = self.watchers.lock().expect("lock poisoned: a holder panicked");
+        for task in tasks {
+            map.entry((*task).to_owned()).or_default().push((id, tx.clone(), overflowed.clone()));
         }
+        drop(map);
         Watch { hub: self.clone(), id, tasks: tasks.iter().map(|t| (*t).to_owned()).collect(), wakes: rx, overflowed }
     }
 
     fn dispatch(&self, task: &str, wake: &Wake) {
-        if let Ok(map) = self.watchers.lock()
-            && let Some(senders) = map.get(task)
-        {
+        if let Some(senders) = self.watchers.lock().expect("lock poisoned: a holder panicked").get(task) {
             for (_, tx, overflowed) in senders {
                 if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(wake.clone()) {
                     overflowed.store(true, Ordering::Relaxed);
@@ -80,11 +78,9 @@ impl EventHub {
     }
 
     fn resync_all(&self) {
-        if let Ok(map) = self.watchers.lock() {
-            for (_, tx, overflowed) in map.values().flatten() {
-                if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(Wake::Resync) {
-                    overflowed.store(true, Ordering::Relaxed);
-                }
+        for (_, tx, overflowed) in self.watchers.lock().expect("lock poisoned: a holder panicked").values().flatten() {
+            if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(Wake::Resync) {
+                overflowed.store(true, Ordering::Relaxed);
             }
         }
     }
@@ -151,13 +147,12 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        if let Ok(mut map) = self.hub.watchers.lock() {
-            for task in &self.tasks {
-                if let Some(senders) = map.get_mut(task) {
-                    senders.retain(|(id, _, _)| *id != self.id);
-                    if senders.is_empty() {
-                        map.remove(task);
-                    }
+        let mut map = self.hub.watchers.lock().expect("lock poisoned: a holder panicked");
+        for task in &self.tasks {
+            if let Some(senders) = map.get_mut(task) {
+                senders.retain(|(id, _, _)| *id != self.id);
+                if senders.is_empty() {
+                    map.remove(task);
                 }
             }
         }

@@ -63,13 +63,9 @@ impl Recorder {
             Ok(sample) => {
                 self.ok.fetch_add(1, Ordering::Relaxed);
                 let latency = sample.latency.unwrap_or(elapsed);
-                if let Ok(mut h) = self.latency.lock() {
-                    h.saturating_record(micros(latency));
-                }
-                if let Some(ttt) = sample.time_to_terminal
-                    && let Ok(mut h) = self.time_to_terminal.lock()
-                {
-                    h.saturating_record(micros(ttt));
+                self.latency.lock().expect("lock poisoned: a holder panicked").saturating_record(micros(latency));
+                if let Some(ttt) = sample.time_to_terminal {
+                    self.time_to_terminal.lock().expect("lock poisoned: a holder panicked").saturating_record(micros(ttt));
                 }
             }
             Err(err) => self.error(&err.to_string()),
@@ -77,13 +73,11 @@ impl Recorder {
     }
 
     pub fn error(&self, kind: &str) {
-        if let Ok(mut errors) = self.errors.lock() {
-            *errors.entry(kind.to_owned()).or_default() += 1;
-        }
+        *self.errors.lock().expect("lock poisoned: a holder panicked").entry(kind.to_owned()).or_default() += 1;
     }
 
     pub fn errors_total(&self) -> u64 {
-        self.errors.lock().map(|e| e.values().sum()).unwrap_or(0)
+        self.errors.lock().expect("lock poisoned: a holder panicked").values().sum()
     }
 
     pub fn start_measuring(&self) {

@@ -49,11 +49,11 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         rate: config.rate,
         duration_s: measured.as_secs_f64(),
         ok,
-        errors: recorder.errors.lock().map(|e| e.clone()).unwrap_or_default(),
+        errors: recorder.errors.lock().expect("lock poisoned: a holder panicked").clone(),
         throughput_per_s: throughput,
-        latency_ms: recorder.latency.lock().ok().and_then(|h| Percentiles::of(&h)),
-        time_to_terminal_ms: recorder.time_to_terminal.lock().ok().and_then(|h| Percentiles::of(&h)),
-        notification_lag_ms: lags.and_then(|l| l.lock().ok().and_then(|h| Percentiles::of(&h))),
+        latency_ms: Percentiles::of(&recorder.latency.lock().expect("lock poisoned: a holder panicked")),
+        time_to_terminal_ms: Percentiles::of(&recorder.time_to_terminal.lock().expect("lock poisoned: a holder panicked")),
+        notification_lag_ms: lags.and_then(|l| Percentiles::of(&l.lock().expect("lock poisoned: a holder panicked"))),
         // Includes warm-up traffic, so it is an upper bound per measured operation.
         redis_commands_per_op: (!commands.is_empty() && ok > 0)
             .then(|| commands.values().sum::<u64>() as f64 / ok as f64),

@@ -7,6 +7,7 @@
 
 pub mod config;
 mod metrics;
+mod probes;
 pub mod packs;
 mod runtime;
 pub mod tool;
@@ -129,7 +130,7 @@ async fn start(
     });
     if let Some(listener) = metrics_listener {
         tracing::info!(listen = ?listener.local_addr().ok(), "serving /metrics, /healthz and /readyz");
-        tokio::spawn(metrics::serve(shared.clone(), listener));
+        tokio::spawn(probes::serve(shared.clone(), listener));
     }
     runtime::run(shared, shutdown).await;
     // Stdio children get their shutdown sequence (stdin closed, then SIGTERM, then kill).

@@ -1,19 +1,11 @@
-//! The worker's Prometheus families and its small HTTP listener (`--metrics-listen`):
-//! `/metrics`, `/healthz` (the process serves) and `/readyz` (Redis answers and the worker is
-//! not draining). The backlog gauges are read from Redis on each scrape.
+//! The worker's Prometheus families, next to the shared task and Redis families. A leaf: the
+//! `--metrics-listen` server that renders them is `crate::probes`.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use prometheus::{HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 use taskgate_shared::telemetry::metrics::{self, TASK_BUCKETS};
-
-use crate::runtime::Shared;
 
 pub(crate) struct WorkerMetrics {
     pub(crate) leases_taken: IntCounter,
@@ -22,11 +14,11 @@ pub(crate) struct WorkerMetrics {
     pub(crate) leases_reclaimed: IntCounter,
     pub(crate) fenced_refusals: IntCounter,
     tool_seconds: HistogramVec,
-    slots: IntGauge,
-    slots_busy: IntGauge,
-    ready: IntGauge,
-    queue_depth: IntGauge,
-    queue_oldest_age: prometheus::Gauge,
+    pub(crate) slots: IntGauge,
+    pub(crate) slots_busy: IntGauge,
+    pub(crate) ready: IntGauge,
+    pub(crate) queue_depth: IntGauge,
+    pub(crate) queue_oldest_age: prometheus::Gauge,
     pub(crate) released_unserved: IntCounterVec,
     pub(crate) config_mismatch: IntGauge,
     pub(crate) upstream_calls: IntCounterVec,
@@ -118,47 +110,4 @@ impl WorkerMetrics {
     pub(crate) fn tool_run(&self, tool: &str, outcome: &str, spent: Duration) {
         self.tool_seconds.with_label_values(&[tool, outcome]).observe(spent.as_secs_f64());
     }
-}
-
-/// Serves until the process ends. A bind failure is fatal: the operator asked for the listener.
-pub(crate) async fn serve(shared: Arc<Shared>, listener: tokio::net::TcpListener) {
-    metrics::init();
-    METRICS.slots.set(i64::from(shared.config.concurrency));
-    let app = Router::new()
-        .route("/metrics", get(scrape))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .with_state(shared);
-    if let Err(err) = axum::serve(listener, app).await {
-        tracing::error!(error = %err, "the metrics listener failed");
-    }
-}
-
-async fn is_ready(shared: &Shared) -> bool {
-    !shared.stop_claiming.is_cancelled() && shared.store.ping().await.is_ok()
-}
-
-async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str) {
-    match is_ready(&shared).await {
-        true => (StatusCode::OK, "ready"),
-        false => (StatusCode::SERVICE_UNAVAILABLE, "not ready"),
-    }
-}
-
-async fn scrape(State(shared): State<Arc<Shared>>) -> Response {
-    METRICS.ready.set(i64::from(is_ready(&shared).await));
-    // Tasks held, not semaphore permits: the delivery reader holds free permits while it waits.
-    METRICS.slots_busy.set(shared.held.len() as i64);
-    match shared.store.backlog(shared.config.queue_shards).await {
-        Ok(backlog) => {
-            METRICS.queue_depth.set(backlog.depth as i64);
-            let age_ms = backlog.oldest_ms.map_or(0, |oldest| taskgate_shared::task::now_ms().saturating_sub(oldest));
-            METRICS.queue_oldest_age.set(age_ms as f64 / 1000.0);
-        }
-        // The gauges keep their last value; the failure shows in taskgate_redis_errors_total.
-        Err(err) => tracing::warn!(error = %err, "reading the backlog for /metrics failed"),
-    }
-    let mut response = metrics::render().into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(metrics::CONTENT_TYPE));
-    response
 }

@@ -398,9 +398,9 @@ impl ToolContext {
     /// What a suspended call recorded.
     pub(crate) fn take_pending(&self) -> Pending {
         Pending {
-            requests: self.pending.lock().map(|mut p| std::mem::take(&mut *p)).unwrap_or_default(),
-            message: self.park_message.lock().ok().and_then(|mut m| m.take()),
-            state: self.pending_state.lock().ok().and_then(|mut s| s.take()),
+            requests: std::mem::take(&mut *self.pending.lock().expect("lock poisoned: a holder panicked")),
+            message: self.park_message.lock().expect("lock poisoned: a holder panicked").take(),
+            state: self.pending_state.lock().expect("lock poisoned: a holder panicked").take(),
         }
     }
 }

@@ -83,9 +83,7 @@ impl Jwks {
         let set: JwkSet = serde_json::from_slice(&bytes).map_err(|e| JwksError::Parse(e.to_string()))?;
         let keys = usable_keys(&set);
         tracing::info!(keys = keys.len(), "JWKS loaded");
-        if let Ok(mut slot) = self.keys.write() {
-            *slot = keys;
-        }
+        *self.keys.write().expect("lock poisoned: a holder panicked") = keys;
         Ok(())
     }
 

@@ -24,12 +24,12 @@ impl TokenCache {
 
     /// The principal of a token verified before and not yet expired.
     pub(crate) fn get(&self, key: &[u8; 32], now: u64) -> Option<Principal> {
-        let entries = self.entries.lock().ok()?;
+        let entries = self.entries.lock().expect("lock poisoned: a holder panicked");
         entries.get(key).filter(|(_, exp)| *exp > now).map(|(p, _)| p.clone())
     }
 
     pub(crate) fn insert(&self, key: [u8; 32], principal: Principal, exp: u64, now: u64) {
-        let Ok(mut entries) = self.entries.lock() else { return };
+        let mut entries = self.entries.lock().expect("lock poisoned: a holder panicked");
         if entries.len() >= self.capacity {
             entries.retain(|_, (_, e)| *e > now);
             if entries.len() >= self.capacity {

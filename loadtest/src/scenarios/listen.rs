@@ -48,9 +48,7 @@ pub(super) async fn prepare(config: &Config, client: Client, recorder: Arc<Recor
                         .and_then(taskgate_shared::task::parse_iso8601_ms)
                         .unwrap_or(0);
                     let lag_ms = now_ms().saturating_sub(updated);
-                    if let Ok(mut h) = lags.lock() {
-                        h.saturating_record((lag_ms * 1_000).max(1));
-                    }
+                    lags.lock().expect("lock poisoned: a holder panicked").saturating_record((lag_ms * 1_000).max(1));
                 }
             }
         });

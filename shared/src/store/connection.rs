@@ -244,7 +244,7 @@ impl Store {
     /// Cluster this reaches one node; `EVALSHA` falls back to `EVAL` on the others.)
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
         let mut conn = self.conn();
-        for script in scripts::all() {
+        for (script, _) in scripts::all() {
             script.load_async(&mut conn).await?;
         }
         Ok(())
@@ -304,14 +304,7 @@ fn key_slot(key: &str) -> u16 {
             (close > 0).then(|| &bytes[open + 1..open + 1 + close])
         })
         .unwrap_or(bytes);
-    let mut crc: u16 = 0;
-    for &byte in tagged {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
-        }
-    }
-    crc % 16384
+    crc16::State::<crc16::XMODEM>::calculate(tagged) % 16384
 }
 
 #[cfg(test)]

@@ -23,24 +23,11 @@ pub fn iso8601_ms(unix_ms: i64) -> String {
     )
 }
 
-/// Unix milliseconds of a wire timestamp as [`iso8601_ms`] writes it
-/// (`2026-08-21T10:30:00.123Z`); `None` for anything else.
+/// Unix milliseconds of an RFC 3339 timestamp, such as [`iso8601_ms`] writes
+/// (`2026-08-21T10:30:00.123Z`); `None` for anything else or before 1970.
 pub fn parse_iso8601_ms(s: &str) -> Option<u64> {
-    let (date, time) = s.strip_suffix('Z')?.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut t = hms.split(':').map(|p| p.parse::<i64>().ok());
-    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let ms = frac.get(..3).and_then(|f| f.parse::<i64>().ok()).unwrap_or(0);
-    u64::try_from(((days * 86_400 + hh * 3_600 + mm * 60 + ss) * 1_000) + ms).ok()
+    let t = OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
+    u64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
 }
 
 #[cfg(test)]

@@ -53,9 +53,7 @@ impl Served {
             tools.insert(name, tool);
         }
         let current = Arc::new(Current { tools, specs: specs.into_values().collect() });
-        if let Ok(mut slot) = self.current.write() {
-            *slot = current;
-        }
+        *self.current.write().expect("lock poisoned: a holder panicked") = current;
         collisions
     }
 
