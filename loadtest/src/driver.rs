@@ -65,7 +65,10 @@ impl Recorder {
                 let latency = sample.latency.unwrap_or(elapsed);
                 self.latency.lock().expect("lock poisoned: a holder panicked").saturating_record(micros(latency));
                 if let Some(ttt) = sample.time_to_terminal {
-                    self.time_to_terminal.lock().expect("lock poisoned: a holder panicked").saturating_record(micros(ttt));
+                    self.time_to_terminal
+                        .lock()
+                        .expect("lock poisoned: a holder panicked")
+                        .saturating_record(micros(ttt));
                 }
             }
             Err(err) => self.error(&err.to_string()),

@@ -52,7 +52,9 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         errors: recorder.errors.lock().expect("lock poisoned: a holder panicked").clone(),
         throughput_per_s: throughput,
         latency_ms: Percentiles::of(&recorder.latency.lock().expect("lock poisoned: a holder panicked")),
-        time_to_terminal_ms: Percentiles::of(&recorder.time_to_terminal.lock().expect("lock poisoned: a holder panicked")),
+        time_to_terminal_ms: Percentiles::of(
+            &recorder.time_to_terminal.lock().expect("lock poisoned: a holder panicked"),
+        ),
         notification_lag_ms: lags.and_then(|l| Percentiles::of(&l.lock().expect("lock poisoned: a holder panicked"))),
         // Includes warm-up traffic, so it is an upper bound per measured operation.
         redis_commands_per_op: (!commands.is_empty() && ok > 0)

@@ -7,8 +7,8 @@
 
 pub mod config;
 mod metrics;
-mod probes;
 pub mod packs;
+mod probes;
 mod runtime;
 pub mod tool;
 pub mod upstream;

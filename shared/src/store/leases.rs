@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::Value;
 use redis::streams::StreamReadReply;
 
-use super::reply::{Reply, code};
+use super::reply::{Fenced, Reply, Withdrawn};
 use super::{Conn, Store, StoreError, WORKER_GROUP, scripts};
 use crate::task::{TaskId, TaskStatus};
 
@@ -32,8 +32,8 @@ pub struct Claim {
     pub answers: Vec<(String, String)>,
     /// The creating request's `clientCapabilities` (JSON text).
     pub client_capabilities: String,
-    /// The owner's tenant when the task counts against its active-task cap, else empty.
-    pub tenant: String,
+    /// The owner's tenant when the task counts against its active-task cap.
+    pub tenant: Option<String>,
     /// What the tool saved when it last parked the task for input (JSON text).
     pub tool_state: Option<String>,
 }
@@ -135,18 +135,18 @@ pub enum Finish<'a> {
 pub enum Reclaimed {
     Nothing,
     Requeued,
-    /// Failed past the maximum; the owner's tenant.
+    /// Failed past the maximum; the owner's tenant if the task counted against its cap.
     Failed {
-        tenant: String,
+        tenant: Option<String>,
     },
     /// A cancel was pending; the owner's tenant.
     Cancelled {
-        tenant: String,
+        tenant: Option<String>,
     },
     /// The task had already ended (a replay of a reclaim that ran, or a stale index entry);
     /// the owner's tenant, so that its active-task slot is released.
     AlreadyEnded {
-        tenant: String,
+        tenant: Option<String>,
     },
 }
 
@@ -263,26 +263,7 @@ impl Store {
             .arg(WORKER_GROUP)
             .invoke_async(&mut self.conn())
             .await?;
-        let reply = Reply::new(reply);
-        match reply.code()? {
-            code::NOTHING => Ok(None),
-            code::OK => {
-                let traceparent = reply.string(4)?;
-                Ok(Some(Claim {
-                    task_id: delivery.task_id.clone(),
-                    fence: reply.int(1)? as u64,
-                    tool: reply.string(2)?,
-                    arguments: reply.string(3)?,
-                    traceparent: (!traceparent.is_empty()).then_some(traceparent),
-                    cancel_requested: reply.int(5)? == 1,
-                    answers: reply.pairs(6)?,
-                    client_capabilities: reply.string(7)?,
-                    tenant: reply.string(8)?,
-                    tool_state: reply.string(9).ok().filter(|s| !s.is_empty()),
-                }))
-            }
-            _ => Err(reply.unexpected_code()),
-        }
+        Reply::new(reply).claim(&delivery.task_id)
     }
 
     pub async fn renew(&self, lease: Lease<'_>, duration: Duration) -> Result<Renewal, StoreError> {
@@ -296,12 +277,7 @@ impl Store {
             .arg(millis(duration))
             .invoke_async(&mut self.conn())
             .await?;
-        let reply = Reply::new(reply);
-        Ok(match reply.code()? {
-            code::OK => Renewal::Held { cancel_requested: reply.int(1)? == 1 },
-            code::LEASE_LOST => Renewal::Lost,
-            _ => return Err(reply.unexpected_code()),
-        })
+        Renewal::try_from(Reply::new(reply))
     }
 
     /// Sets the status message. `false` when the lease was lost.
@@ -316,12 +292,7 @@ impl Store {
             .arg(self.keys().events_channel())
             .invoke_async(&mut self.conn())
             .await?;
-        let reply = Reply::new(reply);
-        match reply.code()? {
-            code::OK => Ok(true),
-            code::LEASE_LOST => Ok(false),
-            _ => Err(reply.unexpected_code()),
-        }
+        Ok(Fenced::try_from(Reply::new(reply))?.written())
     }
 
     /// Records, fenced, that this run is about to cause a side effect that must not repeat
@@ -335,15 +306,7 @@ impl Store {
             .arg(lease.fence)
             .invoke_async(&mut self.conn())
             .await?;
-        let reply = Reply::new(reply);
-        match reply.code()? {
-            code::OK => Ok(match reply.int(1)? {
-                0 => Started::First,
-                fence => Started::Before { fence: u64::try_from(fence).unwrap_or_default() },
-            }),
-            code::LEASE_LOST => Ok(Started::LeaseLost),
-            _ => Err(reply.unexpected_code()),
-        }
+        Started::try_from(Reply::new(reply))
     }
 
     /// Shows the task as `input_required` with one request (key, request JSON) while this
@@ -370,14 +333,7 @@ impl Store {
             .arg(request)
             .invoke_async(&mut self.conn())
             .await?;
-        let reply = Reply::new(reply);
-        Ok(match reply.code()? {
-            code::OK => Hold::Held,
-            2 => Hold::CancelPending,
-            code::LEASE_LOST => Hold::LeaseLost,
-            code::KEY_REUSED => Hold::KeyReused(reply.string(1)?),
-            _ => return Err(reply.unexpected_code()),
-        })
+        Hold::try_from(Reply::new(reply))
     }
 
     /// Saves a state for the task's next run (returned by the next claim). `false` when the
@@ -391,12 +347,7 @@ impl Store {
             .arg(state)
             .invoke_async(&mut self.conn())
             .await?;
-        let reply = Reply::new(reply);
-        match reply.code()? {
-            code::OK => Ok(true),
-            code::LEASE_LOST => Ok(false),
-            _ => Err(reply.unexpected_code()),
-        }
+        Ok(Fenced::try_from(Reply::new(reply))?.written())
     }
 
     /// Takes a held question back (its asker stopped waiting); the task is working again.
@@ -413,12 +364,7 @@ impl Store {
             .arg(self.keys().events_channel())
             .invoke_async(&mut self.conn())
             .await?;
-        let reply = Reply::new(reply);
-        match reply.code()? {
-            code::OK | code::NOTHING => Ok(true),
-            code::LEASE_LOST => Ok(false),
-            _ => Err(reply.unexpected_code()),
-        }
+        Ok(Withdrawn::try_from(Reply::new(reply))? == Withdrawn::Withdrawn)
     }
 
     /// The answer to a held request, if it came.
@@ -432,14 +378,7 @@ impl Store {
             .arg(key)
             .invoke_async(&mut self.conn())
             .await?;
-        let reply = Reply::new(reply);
-        Ok(match reply.code()? {
-            code::OK => HeldAnswer::Answered(reply.string(1)?),
-            code::NOTHING => HeldAnswer::Waiting,
-            3 => HeldAnswer::Ended,
-            code::LEASE_LOST => HeldAnswer::LeaseLost,
-            _ => return Err(reply.unexpected_code()),
-        })
+        HeldAnswer::try_from(Reply::new(reply))
     }
 
     /// Parks the task in `input_required` with these requests (key, request JSON) and
@@ -467,14 +406,7 @@ impl Store {
         for (key, request) in requests {
             call.arg(key).arg(request);
         }
-        let reply = Reply::new(call.invoke_async(&mut self.conn()).await?);
-        Ok(match reply.code()? {
-            code::OK => Parked::Parked,
-            2 => Parked::CancelledInstead,
-            code::LEASE_LOST => Parked::LeaseLost,
-            code::KEY_REUSED => Parked::KeyReused(reply.string(1)?),
-            _ => return Err(reply.unexpected_code()),
-        })
+        Parked::try_from(Reply::new(call.invoke_async(&mut self.conn()).await?))
     }
 
     /// Writes a terminal outcome. `false` when the lease was lost (the write was refused).
@@ -499,12 +431,7 @@ impl Store {
             .arg(self.keys().events_channel())
             .invoke_async(&mut self.conn())
             .await?;
-        let reply = Reply::new(reply);
-        match reply.code()? {
-            code::OK => Ok(true),
-            code::LEASE_LOST => Ok(false),
-            _ => Err(reply.unexpected_code()),
-        }
+        Ok(Fenced::try_from(Reply::new(reply))?.written())
     }
 
     /// Hands a held task back to the queue (draining), or ends it: cancelled when a cancel was
@@ -525,14 +452,7 @@ impl Store {
             .arg(HELD_LOST)
             .invoke_async(&mut self.conn())
             .await?;
-        let reply = Reply::new(reply);
-        match reply.code()? {
-            code::OK => Ok(Released::Requeued),
-            3 => Ok(Released::Cancelled),
-            4 => Ok(Released::Failed),
-            code::LEASE_LOST => Ok(Released::LeaseLost),
-            _ => Err(reply.unexpected_code()),
-        }
+        Released::try_from(Reply::new(reply))
     }
 
     /// Task ids in a shard's lease index whose lease is due by the caller's clock. A hint:
@@ -575,15 +495,7 @@ impl Store {
             .arg(HELD_LOST)
             .invoke_async(&mut self.conn())
             .await?;
-        let reply = Reply::new(reply);
-        Ok(match reply.code()? {
-            code::NOTHING => Reclaimed::Nothing,
-            code::OK => Reclaimed::Requeued,
-            2 => Reclaimed::Failed { tenant: reply.string(2)? },
-            3 => Reclaimed::Cancelled { tenant: reply.string(2)? },
-            4 => Reclaimed::AlreadyEnded { tenant: reply.string(1)? },
-            _ => return Err(reply.unexpected_code()),
-        })
+        Reclaimed::try_from(Reply::new(reply))
     }
 }
 

@@ -2,8 +2,7 @@
 
 use redis::Value;
 
-use super::reply::{Reply, as_string, code};
-use super::tasks::snapshot_from;
+use super::reply::Reply;
 use super::{Store, StoreError, scripts};
 use crate::task::{Owner, Snapshot, TaskId};
 
@@ -88,7 +87,7 @@ impl Store {
             .arg(requests.burst)
             .invoke_async(&mut self.conn())
             .await?;
-        admission(Reply::new(reply))
+        Admission::try_from(Reply::new(reply))
     }
 
     /// One request that creates a task: request rate, creation rate and the active-task cap,
@@ -116,7 +115,7 @@ impl Store {
             .arg(task.ttl_ms)
             .invoke_async(&mut self.conn())
             .await?;
-        admission(Reply::new(reply))
+        Admission::try_from(Reply::new(reply))
     }
 
     /// The task ended: it no longer counts against its tenant's active-task cap. Best effort:
@@ -143,35 +142,6 @@ impl Store {
             .arg(tolerance)
             .invoke_async(&mut self.conn())
             .await?;
-        let reply = Reply::new(reply);
-        match reply.code()? {
-            code::NOT_FOUND => Ok(Polled::NotFound),
-            code::TOO_SOON => Ok(Polled::TooSoon {
-                retry_after_ms: reply.int(1)?.max(1) as u64,
-                interval_ms: reply.int(2)?.max(0) as u64,
-            }),
-            code::OK => {
-                let fields: Vec<Option<String>> = reply.array(1)?.iter().map(as_string).collect();
-                snapshot_from(id, &fields, reply.pairs(2)?)
-                    .map(|s| Polled::Found(Box::new(s)))
-                    .map_err(|e| StoreError::Corrupt(e.field))
-            }
-            _ => Err(reply.unexpected_code()),
-        }
-    }
-}
-
-fn admission(reply: Reply) -> Result<Admission, StoreError> {
-    match reply.code()? {
-        code::OK => Ok(Admission::Admitted),
-        code::NOTHING => {
-            let limit = match reply.string(2)?.as_str() {
-                "requests" => Limit::Requests,
-                "creations" => Limit::Creations,
-                _ => Limit::ActiveTasks,
-            };
-            Ok(Admission::Refused { limit, retry_after_ms: reply.int(1)?.max(1) as u64 })
-        }
-        _ => Err(reply.unexpected_code()),
+        Reply::new(reply).polled(id)
     }
 }

@@ -3,7 +3,7 @@
 use redis::Value;
 use serde_json::Map;
 
-use super::reply::{Reply, as_string, code};
+use super::reply::{Reply, as_string};
 use super::{Store, StoreError, scripts};
 use crate::task::{Owner, Snapshot, SnapshotError, TaskId, TaskStatus};
 
@@ -69,7 +69,7 @@ impl Store {
     pub async fn create_task(&self, task: NewTask<'_>) -> Result<i64, StoreError> {
         let keys = self.keys().task(task.id);
         let reply = Reply::new(create_invocation(self, &keys, &task).invoke_async(&mut self.conn()).await?);
-        created_at(&reply)
+        reply.created_at()
     }
 
     /// [`Store::create_task`], then `WAIT replicas timeout` on the same connection, in the same
@@ -99,7 +99,7 @@ impl Store {
             }
             other => other?,
         };
-        Ok((created_at(&Reply::new(created))?, acked))
+        Ok((Reply::new(created).created_at()?, acked))
     }
 
     /// Reads a task in one round trip, its record and outstanding inputs atomically. `None` when
@@ -142,17 +142,7 @@ impl Store {
         for (key, answer) in answers {
             call.arg(key).arg(answer);
         }
-        let reply = Reply::new(call.invoke_async(&mut self.conn()).await?);
-        Ok(match reply.code()? {
-            code::OK => Answered::Applied {
-                version: reply.int(1)? as u64,
-                resumed: reply.int(2)? == 1,
-                waited: u64::try_from(reply.int(3)?).ok().map(std::time::Duration::from_millis),
-            },
-            code::NOTHING => Answered::Ignored,
-            code::NOT_FOUND => Answered::NotFound,
-            _ => return Err(reply.unexpected_code()),
-        })
+        Answered::try_from(Reply::new(call.invoke_async(&mut self.conn()).await?))
     }
 
     /// Publishes an ephemeral notification about a task (see `Keys::notify_channel`).
@@ -180,17 +170,7 @@ impl Store {
             .arg(self.keys().signal_prefix())
             .invoke_async(&mut self.conn())
             .await?;
-        let reply = Reply::new(reply);
-        Ok(match reply.code()? {
-            code::OK => CancelOutcome::Cancelled {
-                from: TaskStatus::parse(&reply.string(2)?).ok_or_else(|| reply.unexpected_code())?,
-                waited: u64::try_from(reply.int(3)?).ok().map(std::time::Duration::from_millis),
-            },
-            2 => CancelOutcome::Signalled,
-            code::NOTHING => CancelOutcome::AlreadyTerminal,
-            code::NOT_FOUND => CancelOutcome::NotFound,
-            _ => return Err(reply.unexpected_code()),
-        })
+        CancelOutcome::try_from(Reply::new(reply))
     }
 }
 
@@ -214,16 +194,6 @@ fn create_invocation<'a>(store: &Store, keys: &'a super::TaskKeys, task: &NewTas
         call.arg(key).arg(answer);
     }
     call
-}
-
-fn created_at(reply: &Reply) -> Result<i64, StoreError> {
-    match reply.code()? {
-        code::OK => reply.int(1),
-        // Another owner's task has this id (128 random bits collided, or a forged replay):
-        // report it rather than overwrite it.
-        code::EXISTS => Err(StoreError::UnexpectedReply("task id already exists".into())),
-        _ => Err(reply.unexpected_code()),
-    }
 }
 
 /// A snapshot from the record fields (in `SNAPSHOT_FIELDS` order) and outstanding inputs.

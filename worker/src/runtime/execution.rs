@@ -114,7 +114,7 @@ async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
                     TASKS.left_state("working", started.elapsed());
                 }
                 if parked.is_some_and(|to| to != "input_required") {
-                    super::reaper::release_active(&shared, &claim.tenant, &task_id).await;
+                    super::reaper::release_active(&shared, claim.tenant.as_deref(), &task_id).await;
                 }
                 shared.held.remove(&task_id, claim.fence);
                 return;
@@ -126,7 +126,7 @@ async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
     if let Some(to) = write(&shared, &task_id, claim.fence, outcome).await {
         TASKS.transition("working", to);
         TASKS.left_state("working", started.elapsed());
-        super::reaper::release_active(&shared, &claim.tenant, &task_id).await;
+        super::reaper::release_active(&shared, claim.tenant.as_deref(), &task_id).await;
     }
     shared.held.remove(&task_id, claim.fence);
 }

@@ -60,7 +60,7 @@ async fn reclaim_shard(shared: &Shared, shard: u8, failure: &str) {
             .await;
         match outcome {
             Ok(Reclaimed::Nothing) => {}
-            Ok(Reclaimed::AlreadyEnded { tenant }) => release_active(shared, &tenant, &id).await,
+            Ok(Reclaimed::AlreadyEnded { tenant }) => release_active(shared, tenant.as_deref(), &id).await,
             Ok(Reclaimed::Requeued) => {
                 METRICS.leases_reclaimed.inc();
                 tracing::info!(task_id = %id, "lease expired; task requeued")
@@ -69,24 +69,23 @@ async fn reclaim_shard(shared: &Shared, shard: u8, failure: &str) {
                 METRICS.leases_reclaimed.inc();
                 TASKS.transition("working", "failed");
                 tracing::warn!(task_id = %id, "lease expired too often; task failed");
-                release_active(shared, &tenant, &id).await;
+                release_active(shared, tenant.as_deref(), &id).await;
             }
             Ok(Reclaimed::Cancelled { tenant }) => {
                 METRICS.leases_reclaimed.inc();
                 TASKS.transition("working", "cancelled");
                 tracing::info!(task_id = %id, "lease expired on a cancelled task; task cancelled");
-                release_active(shared, &tenant, &id).await;
+                release_active(shared, tenant.as_deref(), &id).await;
             }
             Err(err) => tracing::warn!(task_id = %id, error = %err, "reclaim failed"),
         }
     }
 }
 
-/// The task ended: it no longer counts against its tenant's active-task cap.
-pub(super) async fn release_active(shared: &Shared, tenant: &str, id: &taskgate_shared::task::TaskId) {
-    if tenant.is_empty() {
-        return; // never counted: the cap was off when it was created
-    }
+/// The task ended: it no longer counts against its tenant's active-task cap. `None`: it never
+/// counted (the cap was off when it was created).
+pub(super) async fn release_active(shared: &Shared, tenant: Option<&str>, id: &taskgate_shared::task::TaskId) {
+    let Some(tenant) = tenant else { return };
     if let Err(err) = shared.store.release_active(tenant, id).await {
         tracing::warn!(task_id = %id, error = %err, "active-task count not updated; it heals at the task's expiry");
     }
