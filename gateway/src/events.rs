@@ -8,10 +8,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures::StreamExt as _;
 use serde_json::Value;
+use taskgate_shared::backoff::Backoff;
 use taskgate_shared::store::Store;
 use tokio::sync::mpsc;
 
@@ -89,12 +89,12 @@ impl EventHub {
     pub(crate) async fn run(self: Arc<Self>, store: Store) {
         let events = store.keys().events_channel();
         let notices = store.keys().notify_channel();
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::redis();
         loop {
             match store.pubsub().await {
                 Ok(mut pubsub) => match pubsub.subscribe(&[&events, &notices]).await {
                     Ok(()) => {
-                        backoff = Duration::from_millis(100);
+                        backoff.reset();
                         if let Some(polls) = &self.polls {
                             polls.forget_all();
                         }
@@ -121,8 +121,7 @@ impl EventHub {
                 },
                 Err(err) => tracing::warn!(error = %err, "cannot open the event connection"),
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
+            backoff.wait().await;
         }
     }
 }

@@ -8,6 +8,7 @@
 //! - [`store`]: the Redis layer: keys, Lua scripts and their typed wrappers.
 //! - [`telemetry`]: logging setup.
 
+pub mod backoff;
 pub mod protocol;
 pub mod shutdown;
 pub mod store;

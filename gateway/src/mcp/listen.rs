@@ -15,6 +15,7 @@ use std::collections::VecDeque;
 use futures::StreamExt as _;
 use futures::stream;
 use serde_json::{Map, Value, json};
+use taskgate_shared::backoff::Backoff;
 use taskgate_shared::protocol::{envelope, meta_keys, result};
 use taskgate_shared::store::Store;
 use taskgate_shared::task::{Owner, Snapshot, TaskId};
@@ -68,8 +69,9 @@ pub(crate) struct Listen {
     /// Re-reads every open task now and then: a wake-up lost in transit (a Cluster bus link
     /// down, a failover) delays a snapshot by at most this period instead of forever.
     backstop: tokio::time::Interval,
-    /// The current wait between failed re-reads (zero while Redis answers).
-    retry_delay: std::time::Duration,
+    /// The wait between failed re-reads, and whether one failed since the last success.
+    retry: Backoff,
+    failing: bool,
     shutdown: CancellationToken,
     phase: Phase,
     /// Whether the filter named `taskIds` at all (then the acknowledgement lists the subset
@@ -106,7 +108,8 @@ impl Listen {
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 every
             },
-            retry_delay: std::time::Duration::ZERO,
+            retry: Backoff::new(RETRY_MIN, RETRY_MAX),
+            failing: false,
             shutdown,
             phase: Phase::Ack,
             task_filter,
@@ -187,7 +190,8 @@ impl Listen {
                 let id = self.tasks[i].id.clone();
                 match self.store.get_task(&id).await {
                     Ok(Some(snapshot)) if snapshot.owner == self.owner => {
-                        self.retry_delay = std::time::Duration::ZERO;
+                        self.retry.reset();
+                        self.failing = false;
                         if self.take(&snapshot) {
                             // Both clocks are wall clocks: Redis `TIME` wrote `updated`.
                             let lag_ms =
@@ -201,13 +205,13 @@ impl Listen {
                     Err(err) => {
                         // Redis is failing: back off (logging once per outage), and still end
                         // with the graceful result on shutdown.
-                        if self.retry_delay.is_zero() {
+                        if !self.failing {
                             tracing::warn!(task_id = %id, error = %err, "listen: re-read failed; retrying with backoff");
                         }
-                        self.retry_delay = (self.retry_delay * 2).clamp(RETRY_MIN, RETRY_MAX);
+                        self.failing = true;
                         self.dirty.push_back(i);
                         tokio::select! {
-                            () = tokio::time::sleep(self.retry_delay) => {}
+                            () = self.retry.wait() => {}
                             () = self.shutdown.cancelled() => {
                                 self.phase = Phase::Finished;
                                 return Some(self.closing_result());

@@ -18,6 +18,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use taskgate_shared::backoff::Backoff;
 use taskgate_shared::store::{Delivery, entry_ms};
 use taskgate_shared::telemetry::metrics::TASKS;
 use tokio::sync::OwnedSemaphorePermit;
@@ -53,7 +54,7 @@ struct Reader {
 
 async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
     let mut conn = None;
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::redis();
     let stale_every = shared.config.lease() / 2;
     let mut stale_checked: Option<Instant> = None;
     while !shared.stop_claiming.is_cancelled() {
@@ -79,8 +80,7 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
                 Ok(c) => conn = Some(c),
                 Err(err) => {
                     tracing::warn!(error = %err, "cannot open the delivery connection");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    backoff.wait().await;
                     continue;
                 }
             }
@@ -88,7 +88,7 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
         let Some(c) = conn.as_mut() else { continue };
         match shared.store.read_deliveries(c, &shards, &shared.worker_id, permits.len(), reader.block).await {
             Ok(deliveries) => {
-                backoff = Duration::from_millis(100);
+                backoff.reset();
                 // COUNT applies per stream, so a read over several shards may deliver more
                 // than there were free slots. The surplus is ours now (pending under this
                 // consumer): it waits for slots rather than for the stale-delivery takeover,
@@ -121,8 +121,7 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
                     let _ = super::publish(&shared).await;
                 }
                 conn = None;
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                backoff.wait().await;
             }
         }
     }

@@ -5,23 +5,23 @@
 //! as backstops.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt as _;
+use taskgate_shared::backoff::Backoff;
 use taskgate_shared::task::TaskId;
 
 use super::Shared;
 
 pub(super) async fn run(shared: Arc<Shared>) {
     let channel = shared.store.keys().signal_channel(&shared.worker_id);
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::redis();
     loop {
         match shared.store.pubsub().await {
             Ok(mut pubsub) => {
                 if let Err(err) = pubsub.subscribe(&channel).await {
                     tracing::warn!(error = %err, "cannot subscribe to the signal channel");
                 } else {
-                    backoff = Duration::from_millis(100);
+                    backoff.reset();
                     let mut messages = pubsub.on_message();
                     while let Some(msg) = messages.next().await {
                         let Ok(payload) = msg.get_payload::<String>() else {
@@ -42,7 +42,6 @@ pub(super) async fn run(shared: Arc<Shared>) {
             }
             Err(err) => tracing::warn!(error = %err, "cannot open the signal connection"),
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        backoff.wait().await;
     }
 }

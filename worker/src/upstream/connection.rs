@@ -15,6 +15,7 @@ use rmcp::service::{
 };
 use rmcp::transport::TokioChildProcess;
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
+use taskgate_shared::backoff::Backoff;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -141,7 +142,7 @@ async fn supervise(
     shutdown: CancellationToken,
 ) {
     let name: Arc<str> = config.name.as_str().into();
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
     let mut first = true;
     let mut legacy = false;
     loop {
@@ -190,17 +191,17 @@ async fn supervise(
             }
             Err(err) => err,
         };
-        tracing::warn!(upstream = %name, instance = index, reason = %reason, retry_in = ?backoff, "upstream down");
-        link.send_replace(Link::Down { reason: reason.clone() });
         // A connection that held for a while starts the backoff over.
         if started.elapsed() > Duration::from_secs(30) {
-            backoff = Duration::from_millis(100);
+            backoff.reset();
         }
+        let retry_in = backoff.next_delay();
+        tracing::warn!(upstream = %name, instance = index, reason = %reason, retry_in = ?retry_in, "upstream down");
+        link.send_replace(Link::Down { reason: reason.clone() });
         tokio::select! {
-            () = tokio::time::sleep(backoff) => {}
+            () = tokio::time::sleep(retry_in) => {}
             () = shutdown.cancelled() => return,
         }
-        backoff = (backoff * 2).min(Duration::from_secs(30));
     }
 }
 
