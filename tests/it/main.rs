@@ -1,0 +1,24 @@
+//! The black-box suites, in one test binary (one link instead of one per suite). Each module
+//! starts its own `redis-server`, gateways and workers through the harness in `src/`, and talks
+//! to them over real sockets only. Run one suite with `cargo test --test it <module>::`.
+
+mod auth;
+mod chaos;
+mod cluster;
+mod durability;
+mod example_worker;
+mod graceful;
+mod http_surface;
+mod inline;
+mod interop;
+mod lifecycle;
+mod limits;
+mod listen;
+mod observability;
+mod partition;
+mod pipeline;
+mod polling;
+mod recovery;
+mod state_machine;
+mod upstream;
+mod upstream_servers;
