@@ -2,10 +2,12 @@
 //! default is safe: loopback only, no authentication unless asked for, bounded bodies.
 
 use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use taskgate_shared::config::{RedisArgs, RedisConfigError, RedisSettings};
 use taskgate_shared::telemetry::LogFormat;
 
 /// How requests are authenticated.
@@ -20,20 +22,17 @@ pub enum AuthMode {
     ApiKeys,
 }
 
+/// The command line, as clap reads it. [`Config::from_cli`] turns it into the typed
+/// configuration the gateway runs with; nothing else reads it.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "taskgate-gateway", version, about = "Stateless MCP 2026-07-28 + Tasks gateway")]
-pub struct Config {
+pub struct Cli {
     /// Address to listen on.
     #[arg(long, env = "TASKGATE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
-    /// Redis URL: `redis://…`, or `redis+cluster://host:port,host:port` for a Cluster.
-    #[arg(long, env = "TASKGATE_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
-    pub redis_url: String,
-
-    /// Prefix of every Redis key and channel, so deployments and test runs can share a Redis.
-    #[arg(long, env = "TASKGATE_NAMESPACE", default_value = "taskgate")]
-    pub namespace: String,
+    #[command(flatten)]
+    pub redis: RedisArgs,
 
     /// Authentication mode. There is no default: `none` must be asked for explicitly.
     #[arg(long, env = "TASKGATE_AUTH", value_enum)]
@@ -91,8 +90,8 @@ pub struct Config {
     pub authorization_servers: Vec<String>,
 
     /// Largest accepted request body, in bytes.
-    #[arg(long, env = "TASKGATE_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
-    pub max_body_bytes: usize,
+    #[arg(long, env = "TASKGATE_MAX_BODY_BYTES", default_value = "1048576")]
+    pub max_body_bytes: NonZeroUsize,
 
     /// How long a client may take to send its request body, in milliseconds.
     #[arg(long, env = "TASKGATE_BODY_TIMEOUT_MS", default_value_t = 5_000)]
@@ -102,7 +101,7 @@ pub struct Config {
     /// `Retry-After` at once (load shedding). Held polls and inline calls count while they wait;
     /// listen streams count only until their headers are sent.
     #[arg(long, env = "TASKGATE_MAX_IN_FLIGHT", default_value = "20000")]
-    pub max_in_flight: std::num::NonZeroUsize,
+    pub max_in_flight: NonZeroUsize,
 
     /// How long a request may go unanswered before the gateway answers 504, in milliseconds. A
     /// backstop above the designed deadlines (the inline timeout, a held poll's interval); a
@@ -118,11 +117,11 @@ pub struct Config {
     /// Connections served at once by this replica; one more is answered 503 and closed. Each
     /// listen stream holds one (HTTP/1.1).
     #[arg(long, env = "TASKGATE_MAX_CONNECTIONS", default_value = "25000")]
-    pub max_connections: std::num::NonZeroUsize,
+    pub max_connections: NonZeroUsize,
 
     /// Concurrent requests on one HTTP/2 connection.
     #[arg(long, env = "TASKGATE_HTTP2_MAX_STREAMS", default_value = "256")]
-    pub http2_max_streams: std::num::NonZeroU32,
+    pub http2_max_streams: NonZeroU32,
 
     /// Serves `POST /test/panic`, a handler that panics. For the black-box tests only.
     #[arg(long, env = "TASKGATE_TEST_ROUTES", hide = true)]
@@ -141,16 +140,6 @@ pub struct Config {
     /// Require `Mcp-Name` on `tasks/get|update|cancel` too (it is validated whenever present).
     #[arg(long, env = "TASKGATE_STRICT_HEADERS")]
     pub strict_headers: bool,
-
-    /// Timeout of each Redis command and connection attempt, in milliseconds.
-    #[arg(long, env = "TASKGATE_REDIS_TIMEOUT_MS", default_value_t = 2_000)]
-    pub redis_timeout_ms: u64,
-
-    /// Number of dispatch-queue shards (1..=256). Task ids carry their shard, so this may grow
-    /// later but must not shrink while tasks of the higher shards live. Workers must use the
-    /// same value.
-    #[arg(long, env = "TASKGATE_QUEUE_SHARDS", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub queue_shards: u16,
 
     /// Replicas that must acknowledge a task's creation (`WAIT`) before its handle is returned.
     #[arg(long, env = "TASKGATE_DURABILITY_REPLICAS", default_value_t = 0)]
@@ -255,32 +244,28 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
-/// A configuration that cannot run.
+/// A configuration that cannot run. [`Config::from_cli`] reports every one it finds.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("--auth none is refused on the non-loopback address {0}; bind 127.0.0.1 or configure authentication")]
     AnonymousOnPublicAddress(SocketAddr),
-    #[error("--namespace must be non-empty and contain no '{{', '}}' or whitespace")]
-    BadNamespace,
-    #[error("--max-body-bytes must be at least 1")]
-    ZeroBodyLimit,
+    #[error(transparent)]
+    Redis(#[from] RedisConfigError),
     #[error("--auth api-keys needs --api-keys-file")]
     NoApiKeys,
+    #[error("--auth jwt needs exactly one key source: an HS256 secret or a JWKS (file or URL)")]
+    JwtKeySource,
+    #[error("the HS256 secret must be at least 32 bytes")]
+    ShortSecret,
     #[error("cannot read {path}: {source}")]
     Secret { path: String, source: std::io::Error },
     #[error(
         "--durability-timeout-ms {durability_ms} must be below --redis-timeout-ms {redis_ms}: a create's WAIT \
          would otherwise time out as a command before it can report how many replicas acknowledged"
     )]
-    DurabilityTimeout { durability_ms: u64, redis_ms: u64 },
-}
-
-/// The limits on connections (`http::serve`).
-#[derive(Debug, Clone, Copy)]
-pub struct ConnectionLimits {
-    pub header_read_timeout: Duration,
-    pub max_connections: usize,
-    pub http2_max_streams: u32,
+    DurabilityTimeout { durability_ms: u128, redis_ms: u128 },
+    #[error("--poll-tolerance must be a number from 0 to 1")]
+    PollTolerance,
 }
 
 /// What an early `tasks/get` gets (`--poll-limit`).
@@ -291,101 +276,275 @@ pub enum PollLimit {
     Off,
 }
 
+/// The limits on connections (`http::serve`).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    pub header_read_timeout: Duration,
+    pub max_connections: usize,
+    pub http2_max_streams: u32,
+}
+
+/// How requests are authenticated, with what the mode needs.
+#[derive(Debug, Clone)]
+pub enum Auth {
+    /// Every caller is principal `anonymous` of tenant `default`.
+    None,
+    Jwt(JwtSettings),
+    /// API keys listed by hash in this file.
+    ApiKeys(PathBuf),
+}
+
+/// Where JWT verification keys come from.
+#[derive(Debug, Clone)]
+pub enum JwtKeys {
+    /// A shared secret, read from its file or the environment.
+    Hs256(Vec<u8>),
+    JwksFile(PathBuf),
+    JwksUrl(String),
+}
+
+/// `--auth jwt`.
+#[derive(Debug, Clone)]
+pub struct JwtSettings {
+    pub keys: JwtKeys,
+    pub jwks_refresh: Duration,
+    pub issuer: Option<String>,
+    pub audience: String,
+    pub tenant_claim: String,
+    pub leeway_s: u64,
+}
+
+/// The gateway's configuration: checked, with its secrets read, once at start-up.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub redis: RedisSettings,
+    pub auth: Auth,
+    /// The canonical resource URI (the expected `aud`, the subject of the metadata).
+    pub resource_url: String,
+    pub authorization_servers: Vec<String>,
+    /// Scopes every token must carry (also announced in challenges and the metadata).
+    pub required_scopes: Vec<String>,
+    pub max_body_bytes: usize,
+    pub body_timeout: Duration,
+    pub max_in_flight: NonZeroUsize,
+    pub request_timeout: Duration,
+    pub connections: ConnectionLimits,
+    pub test_routes: bool,
+    pub allowed_origins: Vec<String>,
+    pub allowed_hosts: Vec<String>,
+    pub strict_headers: bool,
+    pub durability_replicas: u32,
+    pub durability_timeout: Duration,
+    pub catalogue_refresh: Duration,
+    pub shutdown_delay: Duration,
+    pub inline_timeout: Duration,
+    /// `ID:BASE64` entries from the keys file or `TASKGATE_REQUEST_STATE_KEYS` (empty: each
+    /// process makes its own).
+    pub request_state_keys: Vec<String>,
+    pub request_state_ttl_ms: u64,
+    pub listen_max_task_ids: usize,
+    pub listen_max_streams_per_principal: usize,
+    pub listen_max_streams: usize,
+    pub sse_keep_alive: Duration,
+    pub tenant_rps: f64,
+    pub tenant_burst: u32,
+    pub tenant_create_rps: f64,
+    pub tenant_create_burst: u32,
+    pub tenant_max_active_tasks: u64,
+    /// `--poll-limit`, already `Off` when `--poll-tolerance` is 0.
+    pub poll_limit: PollLimit,
+    pub poll_tolerance: f64,
+    pub max_held_polls: usize,
+    pub max_held_polls_per_principal: usize,
+    pub max_argument_bytes: usize,
+    pub max_input_response_bytes: usize,
+    pub log_format: LogFormat,
+}
+
+fn ms(value: u64) -> Duration {
+    Duration::from_millis(value)
+}
+
 impl Config {
-    /// The poll limit in force: `--poll-tolerance 0` turns it off too.
-    pub fn poll_limit(&self) -> PollLimit {
-        if self.poll_tolerance <= 0.0 { PollLimit::Off } else { self.poll_limit }
+    /// Parses the process's command line and environment.
+    pub fn from_env() -> Result<Self, Vec<ConfigError>> {
+        Self::from_cli(Cli::parse())
     }
 
-    /// Checks what clap cannot.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.auth == AuthMode::None && !self.listen.ip().is_loopback() {
-            return Err(ConfigError::AnonymousOnPublicAddress(self.listen));
+    /// Checks the command line and reads the secrets it names, reporting every problem at once.
+    pub fn from_cli(cli: Cli) -> Result<Self, Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let redis = cli.redis.settings(Duration::from_secs(2)).map_err(|err| errors.push(err.into())).ok();
+        if cli.auth == AuthMode::None && !cli.listen.ip().is_loopback() {
+            errors.push(ConfigError::AnonymousOnPublicAddress(cli.listen));
         }
-        if self.namespace.is_empty()
-            || self.namespace.contains(['{', '}'])
-            || self.namespace.contains(char::is_whitespace)
+        let resource_url = cli.resource_url.clone().unwrap_or_else(|| format!("http://{}/mcp", cli.listen));
+        let auth = match cli.auth {
+            AuthMode::None => Some(Auth::None),
+            AuthMode::ApiKeys => match &cli.api_keys_file {
+                Some(path) => Some(Auth::ApiKeys(path.clone())),
+                None => {
+                    errors.push(ConfigError::NoApiKeys);
+                    None
+                }
+            },
+            AuthMode::Jwt => jwt_settings(&cli, &resource_url).map_err(|err| errors.push(err)).ok().map(Auth::Jwt),
+        };
+        let request_state_keys = request_state_keys(&cli).map_err(|err| errors.push(err)).ok();
+        if let Some(redis) = &redis
+            && cli.durability_replicas > 0
+            && ms(cli.durability_timeout_ms) >= redis.timeout
         {
-            return Err(ConfigError::BadNamespace);
-        }
-        if self.max_body_bytes == 0 {
-            return Err(ConfigError::ZeroBodyLimit);
-        }
-        if self.auth == AuthMode::ApiKeys && self.api_keys_file.is_none() {
-            return Err(ConfigError::NoApiKeys);
-        }
-        if self.durability_replicas > 0 && self.durability_timeout_ms >= self.redis_timeout_ms {
-            return Err(ConfigError::DurabilityTimeout {
-                durability_ms: self.durability_timeout_ms,
-                redis_ms: self.redis_timeout_ms,
+            errors.push(ConfigError::DurabilityTimeout {
+                durability_ms: u128::from(cli.durability_timeout_ms),
+                redis_ms: redis.timeout.as_millis(),
             });
         }
-        Ok(())
-    }
-
-    /// The canonical resource URI.
-    pub fn resource_url(&self) -> String {
-        self.resource_url.clone().unwrap_or_else(|| format!("http://{}/mcp", self.listen))
-    }
-
-    /// The `requestState` keys, from their file or the environment (never a flag).
-    pub fn request_state_keys(&self) -> Result<Vec<String>, ConfigError> {
-        let text = match &self.request_state_keys_file {
-            Some(path) => read_secret(path)?,
-            None => std::env::var("TASKGATE_REQUEST_STATE_KEYS").unwrap_or_default(),
+        if !(0.0..=1.0).contains(&cli.poll_tolerance) {
+            errors.push(ConfigError::PollTolerance);
+        }
+        let (Some(redis), Some(auth), Some(request_state_keys), true) =
+            (redis, auth, request_state_keys, errors.is_empty())
+        else {
+            return Err(errors);
         };
-        Ok(text.split([',', '\n']).map(str::trim).filter(|k| !k.is_empty()).map(str::to_owned).collect())
+        Ok(Self {
+            listen: cli.listen,
+            redis,
+            auth,
+            resource_url,
+            authorization_servers: cli.authorization_servers,
+            required_scopes: cli.jwt_required_scopes,
+            max_body_bytes: cli.max_body_bytes.get(),
+            body_timeout: ms(cli.body_timeout_ms),
+            max_in_flight: cli.max_in_flight,
+            request_timeout: ms(cli.request_timeout_ms.max(1)),
+            connections: ConnectionLimits {
+                header_read_timeout: ms(cli.header_read_timeout_ms.max(1)),
+                max_connections: cli.max_connections.get(),
+                http2_max_streams: cli.http2_max_streams.get(),
+            },
+            test_routes: cli.test_routes,
+            allowed_origins: cli.allowed_origins,
+            allowed_hosts: cli.allowed_hosts,
+            strict_headers: cli.strict_headers,
+            durability_replicas: cli.durability_replicas,
+            durability_timeout: ms(cli.durability_timeout_ms),
+            catalogue_refresh: ms(cli.catalogue_refresh_ms.max(100)),
+            shutdown_delay: ms(cli.shutdown_delay_ms),
+            inline_timeout: ms(cli.inline_timeout_ms.max(1)),
+            request_state_keys,
+            request_state_ttl_ms: cli.request_state_ttl_ms,
+            listen_max_task_ids: cli.listen_max_task_ids,
+            listen_max_streams_per_principal: cli.listen_max_streams_per_principal,
+            listen_max_streams: cli.listen_max_streams,
+            sse_keep_alive: ms(cli.sse_keepalive_ms.max(100)),
+            tenant_rps: cli.tenant_rps,
+            tenant_burst: cli.tenant_burst,
+            tenant_create_rps: cli.tenant_create_rps,
+            tenant_create_burst: cli.tenant_create_burst,
+            tenant_max_active_tasks: cli.tenant_max_active_tasks,
+            poll_limit: if cli.poll_tolerance <= 0.0 { PollLimit::Off } else { cli.poll_limit },
+            poll_tolerance: cli.poll_tolerance,
+            max_held_polls: cli.max_held_polls,
+            max_held_polls_per_principal: cli.max_held_polls_per_principal,
+            max_argument_bytes: cli.max_argument_bytes,
+            max_input_response_bytes: cli.max_input_response_bytes,
+            log_format: cli.log_format,
+        })
     }
+}
 
-    /// The HS256 secret, from its file or the environment (never a flag).
-    pub fn jwt_hs256_secret(&self) -> Result<Option<Vec<u8>>, ConfigError> {
-        match &self.jwt_hs256_secret_file {
-            Some(path) => Ok(Some(read_secret(path)?.trim_end_matches(['\r', '\n']).as_bytes().to_vec())),
-            None => Ok(std::env::var("TASKGATE_JWT_HS256_SECRET").ok().map(String::into_bytes)),
-        }
-    }
+/// `--auth jwt`: exactly one key source; a secret comes from its file or the environment
+/// (never a flag, so it never shows in `ps`).
+fn jwt_settings(cli: &Cli, resource_url: &str) -> Result<JwtSettings, ConfigError> {
+    let secret = match &cli.jwt_hs256_secret_file {
+        Some(path) => Some(read_secret(path)?.trim_end_matches(['\r', '\n']).as_bytes().to_vec()),
+        None => std::env::var("TASKGATE_JWT_HS256_SECRET").ok().map(String::into_bytes),
+    };
+    let keys = match (secret, &cli.jwks_file, &cli.jwks_url) {
+        (Some(secret), None, None) if secret.len() < 32 => return Err(ConfigError::ShortSecret),
+        (Some(secret), None, None) => JwtKeys::Hs256(secret),
+        (None, Some(path), None) => JwtKeys::JwksFile(path.clone()),
+        (None, None, Some(url)) => JwtKeys::JwksUrl(url.clone()),
+        _ => return Err(ConfigError::JwtKeySource),
+    };
+    Ok(JwtSettings {
+        keys,
+        jwks_refresh: ms(cli.jwks_refresh_ms.max(1_000)),
+        issuer: cli.jwt_issuer.clone(),
+        audience: cli.jwt_audience.clone().unwrap_or_else(|| resource_url.to_owned()),
+        tenant_claim: cli.jwt_tenant_claim.clone(),
+        leeway_s: cli.jwt_leeway_s,
+    })
+}
 
-    pub fn body_timeout(&self) -> Duration {
-        Duration::from_millis(self.body_timeout_ms)
-    }
-
-    pub fn durability_timeout(&self) -> Duration {
-        Duration::from_millis(self.durability_timeout_ms)
-    }
-
-    pub fn shutdown_delay(&self) -> Duration {
-        Duration::from_millis(self.shutdown_delay_ms)
-    }
-
-    pub fn inline_timeout(&self) -> Duration {
-        Duration::from_millis(self.inline_timeout_ms.max(1))
-    }
-
-    pub fn sse_keep_alive(&self) -> Duration {
-        Duration::from_millis(self.sse_keepalive_ms.max(100))
-    }
-
-    pub fn catalogue_refresh(&self) -> Duration {
-        Duration::from_millis(self.catalogue_refresh_ms.max(100))
-    }
-
-    pub fn request_timeout(&self) -> Duration {
-        Duration::from_millis(self.request_timeout_ms.max(1))
-    }
-
-    pub fn connection_limits(&self) -> ConnectionLimits {
-        ConnectionLimits {
-            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms.max(1)),
-            max_connections: self.max_connections.get(),
-            http2_max_streams: self.http2_max_streams.get(),
-        }
-    }
-
-    pub fn redis_timeout(&self) -> Duration {
-        Duration::from_millis(self.redis_timeout_ms)
-    }
+/// The `requestState` keys, from their file or the environment (never a flag).
+fn request_state_keys(cli: &Cli) -> Result<Vec<String>, ConfigError> {
+    let text = match &cli.request_state_keys_file {
+        Some(path) => read_secret(path)?,
+        None => std::env::var("TASKGATE_REQUEST_STATE_KEYS").unwrap_or_default(),
+    };
+    Ok(text.split([',', '\n']).map(str::trim).filter(|k| !k.is_empty()).map(str::to_owned).collect())
 }
 
 fn read_secret(path: &std::path::Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|source| ConfigError::Secret { path: path.display().to_string(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, Vec<ConfigError>> {
+        let mut argv = vec!["taskgate-gateway"];
+        argv.extend_from_slice(args);
+        Config::from_cli(Cli::try_parse_from(argv).expect("clap accepts the flags"))
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let errors = parse(&[
+            "--auth",
+            "api-keys",
+            "--namespace",
+            "a b",
+            "--durability-replicas",
+            "1",
+            "--durability-timeout-ms",
+            "5000",
+            "--poll-tolerance",
+            "2",
+        ])
+        .unwrap_err();
+        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 3, "{text:?}");
+        assert!(text.iter().any(|t| t.contains("--namespace")));
+        assert!(text.iter().any(|t| t.contains("--api-keys-file")));
+        assert!(text.iter().any(|t| t.contains("--poll-tolerance")));
+    }
+
+    #[test]
+    fn durations_and_defaults_are_typed() {
+        let config = parse(&["--auth", "none", "--inline-timeout-ms", "1500"]).unwrap();
+        assert_eq!(config.inline_timeout, Duration::from_millis(1500));
+        assert_eq!(config.redis.timeout, Duration::from_secs(2));
+        assert_eq!(config.resource_url, "http://127.0.0.1:8080/mcp");
+        assert!(matches!(config.auth, Auth::None));
+        let off = parse(&["--auth", "none", "--poll-tolerance", "0"]).unwrap();
+        assert_eq!(off.poll_limit, PollLimit::Off);
+    }
+
+    #[test]
+    fn anonymous_is_loopback_only_and_jwt_needs_one_key_source() {
+        let public = parse(&["--auth", "none", "--listen", "0.0.0.0:8080"]).unwrap_err();
+        assert!(matches!(public[..], [ConfigError::AnonymousOnPublicAddress(_)]));
+        let both = parse(&["--auth", "jwt", "--jwks-file", "/x", "--jwks-url", "https://x"]).unwrap_err();
+        assert!(matches!(both[..], [ConfigError::JwtKeySource]));
+        let jwks = parse(&["--auth", "jwt", "--jwks-url", "https://issuer/jwks", "--jwt-audience", "aud"]).unwrap();
+        let Auth::Jwt(settings) = jwks.auth else { panic!("jwt") };
+        assert!(matches!(settings.keys, JwtKeys::JwksUrl(_)));
+        assert_eq!(settings.audience, "aud");
+    }
 }

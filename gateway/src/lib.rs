@@ -33,8 +33,6 @@ pub enum StartError {
     #[error(transparent)]
     StateKey(#[from] mrtr::BadStateKey),
     #[error(transparent)]
-    Config(#[from] config::ConfigError),
-    #[error(transparent)]
     Auth(#[from] auth::AuthSetupError),
 }
 
@@ -51,11 +49,11 @@ pub async fn run(
         tracing::warn!(error = %err, "could not load scripts at start-up");
     }
     let hub = tokio::spawn(state.events.clone().run(state.store.clone()));
-    let refresher = tokio::spawn(state.catalogue.clone().refresh_forever(state.config.catalogue_refresh()));
+    let refresher = tokio::spawn(state.catalogue.clone().refresh_forever(state.config.catalogue_refresh));
     let streams = state.shutdown.clone();
     let draining = state.draining.clone();
-    let delay = state.config.shutdown_delay();
-    let limits = state.config.connection_limits();
+    let delay = state.config.shutdown_delay;
+    let limits = state.config.connections;
     let app = router(state);
     let served = http::serve(listener, app, limits, async move {
         shutdown.await;

@@ -1,6 +1,5 @@
 use anyhow::Context as _;
-use clap::Parser as _;
-use taskgate_gateway::config::AuthMode;
+use taskgate_gateway::config::Auth;
 use taskgate_gateway::{AppState, Config};
 
 #[global_allocator]
@@ -8,15 +7,22 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config = Config::parse();
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(errors) => {
+            for error in &errors {
+                eprintln!("error: {error}");
+            }
+            std::process::exit(2);
+        }
+    };
     let _telemetry = taskgate_shared::telemetry::init(config.log_format, "taskgate-gateway");
-    config.validate()?;
-    if config.auth == AuthMode::None {
+    if matches!(config.auth, Auth::None) {
         tracing::warn!(listen = %config.listen, "AUTHENTICATION IS OFF (--auth none): every caller is tenant 'default', principal 'anonymous'");
     }
     let listener =
         tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
-    tracing::info!(listen = %listener.local_addr()?, namespace = %config.namespace, "gateway listening");
+    tracing::info!(listen = %listener.local_addr()?, namespace = %config.redis.namespace, "gateway listening");
     let state = AppState::new(config).await?;
     taskgate_gateway::run(state, listener, taskgate_shared::shutdown::signal()).await?;
     tracing::info!("gateway stopped");

@@ -33,12 +33,12 @@ pub struct AppState {
 
 impl AppState {
     pub async fn new(config: Config) -> Result<Self, StartError> {
-        let request_state_keys = mrtr::StateKeys::parse(&config.request_state_keys()?)?;
+        let request_state_keys = mrtr::StateKeys::parse(&config.request_state_keys)?;
         let (authenticator, challenge) = auth::build(&config).await?;
         if request_state_keys.is_ephemeral() {
             tracing::warn!("no --request-state-keys: MRTR retries must reach this replica");
         }
-        let store = Store::connect_lazy(&config.redis_url, &config.namespace, config.redis_timeout())?;
+        let store = Store::connect_lazy(&config.redis.url, &config.redis.namespace, config.redis.timeout)?;
         metrics::init();
         let catalogue = Arc::new(catalogue::CatalogueCache::new(store.clone()));
         let origin_policy = OriginPolicy::new(

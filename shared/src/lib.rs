@@ -9,6 +9,7 @@
 //! - [`telemetry`]: logging setup.
 
 pub mod backoff;
+pub mod config;
 pub mod protocol;
 pub mod shutdown;
 pub mod store;

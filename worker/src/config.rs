@@ -1,24 +1,24 @@
-//! The worker's command line, with `TASKGATE_*` environment fallbacks.
+//! The worker's command line, with `TASKGATE_*` environment fallbacks, and the typed
+//! configuration it becomes once, at start-up.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use taskgate_shared::config::{RedisArgs, RedisConfigError, RedisSettings};
 use taskgate_shared::telemetry::LogFormat;
 
+/// The command line, as clap reads it; [`Config::from_cli`] checks it.
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "taskgate-worker",
     version,
     about = "taskgate worker: claims tasks through fenced leases and runs the tools"
 )]
-pub struct Config {
-    /// Redis URL.
-    #[arg(long, env = "TASKGATE_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
-    pub redis_url: String,
-
-    /// Prefix of every Redis key and channel (must match the gateways').
-    #[arg(long, env = "TASKGATE_NAMESPACE", default_value = "taskgate")]
-    pub namespace: String,
+pub struct Cli {
+    #[command(flatten)]
+    pub redis: RedisArgs,
 
     /// Tool packs to serve, comma separated (`demo`, `conformance`); empty for none.
     #[arg(long, env = "TASKGATE_TOOLS", value_delimiter = ',', default_value = "demo")]
@@ -51,10 +51,6 @@ pub struct Config {
     #[arg(long, env = "TASKGATE_LEASE_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(300..))]
     pub lease_ms: u64,
 
-    /// Number of dispatch-queue shards (must match the gateways').
-    #[arg(long, env = "TASKGATE_QUEUE_SHARDS", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub queue_shards: u16,
-
     /// Lease expiries a task survives before it is failed.
     #[arg(long, env = "TASKGATE_MAX_RECLAIMS", default_value_t = 3)]
     pub max_reclaims: u32,
@@ -80,11 +76,6 @@ pub struct Config {
     #[arg(long, env = "TASKGATE_MAX_RESULT_BYTES", default_value_t = 1024 * 1024)]
     pub max_result_bytes: usize,
 
-    /// Timeout of each Redis command and connection attempt, in milliseconds. Must fit well
-    /// inside a third of the lease (at most lease/6); by default 2000, or lease/6 when smaller.
-    #[arg(long, env = "TASKGATE_REDIS_TIMEOUT_MS")]
-    pub redis_timeout_ms: Option<u64>,
-
     /// Directory where the demo `ledger` tool appends one line per step, a side effect outside
     /// Redis that shows whether two runs of one task ever overlapped (unset: `ledger` refuses).
     #[arg(long, env = "TASKGATE_LEDGER_DIR")]
@@ -95,16 +86,18 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
-/// A configuration the worker refuses to start with.
+/// A configuration the worker refuses to start with. [`Config::from_cli`] reports every one.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "--redis-timeout-ms {timeout_ms} does not fit well inside a third of --lease-ms {lease_ms}: a renewal \
-     must be answered, or time out, long before the next one is due; use at most {max_ms} ms, or a longer lease"
-)]
-pub struct TimeoutTooLong {
-    pub timeout_ms: u64,
-    pub lease_ms: u64,
-    pub max_ms: u64,
+pub enum ConfigError {
+    #[error(transparent)]
+    Redis(#[from] RedisConfigError),
+    #[error(
+        "--redis-timeout-ms {timeout_ms} does not fit well inside a third of --lease-ms {lease_ms}: a renewal \
+         must be answered, or time out, long before the next one is due; use at most {max_ms} ms, or a longer lease"
+    )]
+    TimeoutTooLong { timeout_ms: u64, lease_ms: u64, max_ms: u64 },
+    #[error(transparent)]
+    Override(#[from] BadOverride),
 }
 
 /// A `name=ms` override that does not parse or names no served tool.
@@ -112,22 +105,114 @@ pub struct TimeoutTooLong {
 #[error("invalid tool override {0:?}: expected NAME=MS naming a served tool, with MS >= 1")]
 pub struct BadOverride(pub String);
 
+/// A per-tool override of a built-in tool's spec (`--tool-ttl-ms`, `--tool-poll-ms`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOverride {
+    pub tool: String,
+    pub ms: u64,
+}
+
+impl std::str::FromStr for ToolOverride {
+    type Err = BadOverride;
+
+    fn from_str(entry: &str) -> Result<Self, BadOverride> {
+        let parsed = entry.split_once('=').and_then(|(n, ms)| Some((n.trim(), ms.trim().parse::<u64>().ok()?)));
+        match parsed {
+            Some((tool, ms)) if ms >= 1 && !tool.is_empty() => Ok(Self { tool: tool.to_owned(), ms }),
+            _ => Err(BadOverride(entry.to_owned())),
+        }
+    }
+}
+
+/// The worker's configuration: checked once, at start-up.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub redis: RedisSettings,
+    pub tools: Vec<String>,
+    pub upstreams: Option<PathBuf>,
+    pub catalogue_ttl: Duration,
+    pub tool_ttl: Vec<ToolOverride>,
+    pub tool_poll: Vec<ToolOverride>,
+    pub concurrency: u32,
+    pub lease: Duration,
+    pub max_reclaims: u32,
+    pub metrics_listen: Option<SocketAddr>,
+    /// This worker's lease-holder name.
+    pub worker_id: String,
+    pub drain_grace: Duration,
+    pub cancel_grace: Duration,
+    pub max_result_bytes: usize,
+    pub ledger_dir: Option<PathBuf>,
+    pub log_format: LogFormat,
+}
+
 impl Config {
-    /// The specs this worker publishes: each tool's own, with the overrides applied.
+    /// Parses the process's command line and environment.
+    pub fn from_env() -> Result<Self, Vec<ConfigError>> {
+        Self::from_cli(Cli::parse())
+    }
+
+    /// Checks the command line, reporting every problem at once.
+    pub fn from_cli(cli: Cli) -> Result<Self, Vec<ConfigError>> {
+        let mut errors: Vec<ConfigError> = Vec::new();
+        // Renewals go out every third of the lease; each must be settled (answered or timed
+        // out) within half of that, so a slow one never overlaps the next and two in a row can
+        // fail before the lease's validity runs out.
+        let max_timeout_ms = cli.lease_ms / 6;
+        if let Some(timeout_ms) = cli.redis.redis_timeout_ms.filter(|ms| *ms > max_timeout_ms) {
+            errors.push(ConfigError::TimeoutTooLong { timeout_ms, lease_ms: cli.lease_ms, max_ms: max_timeout_ms });
+        }
+        let default_timeout = Duration::from_millis(2_000.min(max_timeout_ms).max(1));
+        let redis = cli.redis.settings(default_timeout).map_err(|err| errors.push(err.into())).ok();
+        let mut overrides = |entries: &[String]| -> Vec<ToolOverride> {
+            entries
+                .iter()
+                .filter(|e| !e.is_empty())
+                .filter_map(|e| e.parse().map_err(|err: BadOverride| errors.push(err.into())).ok())
+                .collect()
+        };
+        let tool_ttl = overrides(&cli.tool_ttl_ms);
+        let tool_poll = overrides(&cli.tool_poll_ms);
+        let (Some(redis), true) = (redis, errors.is_empty()) else {
+            return Err(errors);
+        };
+        let worker_id = cli.worker_id.unwrap_or_else(|| {
+            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".into());
+            format!("{host}-{}-{:04x}", std::process::id(), rand::random::<u16>())
+        });
+        Ok(Self {
+            redis,
+            tools: cli.tools,
+            upstreams: cli.upstreams,
+            catalogue_ttl: Duration::from_millis(cli.catalogue_ttl_ms),
+            tool_ttl,
+            tool_poll,
+            concurrency: cli.concurrency,
+            lease: Duration::from_millis(cli.lease_ms),
+            max_reclaims: cli.max_reclaims,
+            metrics_listen: cli.metrics_listen,
+            worker_id,
+            drain_grace: Duration::from_millis(cli.drain_grace_ms),
+            cancel_grace: Duration::from_millis(cli.cancel_grace_ms),
+            max_result_bytes: cli.max_result_bytes,
+            ledger_dir: cli.ledger_dir,
+            log_format: cli.log_format,
+        })
+    }
+
+    /// The specs this worker publishes: each tool's own, with the overrides applied. An
+    /// override naming a tool this worker does not serve is refused.
     pub fn specs(&self, tools: &crate::packs::Registry) -> Result<Vec<taskgate_shared::tools::ToolSpec>, BadOverride> {
         let mut specs: std::collections::BTreeMap<String, _> =
             tools.iter().map(|(name, tool)| (name.clone(), tool.spec())).collect();
-        for (overrides, is_ttl) in [(&self.tool_ttl_ms, true), (&self.tool_poll_ms, false)] {
-            for entry in overrides.iter().filter(|e| !e.is_empty()) {
-                let parsed = entry.split_once('=').and_then(|(n, ms)| Some((n.trim(), ms.trim().parse::<u64>().ok()?)));
-                let Some((name, ms)) = parsed.filter(|(_, ms)| *ms >= 1) else {
-                    return Err(BadOverride(entry.clone()));
-                };
-                let spec = specs.get_mut(name).ok_or_else(|| BadOverride(entry.clone()))?;
+        for (overrides, is_ttl) in [(&self.tool_ttl, true), (&self.tool_poll, false)] {
+            for entry in overrides {
+                let unknown = || BadOverride(format!("{}={}", entry.tool, entry.ms));
+                let spec = specs.get_mut(&entry.tool).ok_or_else(unknown)?;
                 if is_ttl {
-                    spec.ttl_ms = ms;
+                    spec.ttl_ms = entry.ms;
                 } else {
-                    spec.poll_interval_ms = ms;
+                    spec.poll_interval_ms = entry.ms;
                 }
             }
         }
@@ -138,55 +223,48 @@ impl Config {
         crate::packs::PackOptions { ledger_dir: self.ledger_dir.clone() }
     }
 
-    pub fn lease(&self) -> Duration {
-        Duration::from_millis(self.lease_ms)
-    }
-
-    pub fn catalogue_ttl(&self) -> Duration {
-        Duration::from_millis(self.catalogue_ttl_ms)
-    }
-
-    pub fn drain_grace(&self) -> Duration {
-        Duration::from_millis(self.drain_grace_ms)
-    }
-
-    pub fn cancel_grace(&self) -> Duration {
-        Duration::from_millis(self.cancel_grace_ms)
-    }
-
-    /// The Redis command timeout: as given, or 2 s, or a sixth of the lease when that is less.
-    pub fn redis_timeout(&self) -> Duration {
-        Duration::from_millis(self.redis_timeout_ms.unwrap_or(2_000).min(self.max_redis_timeout_ms()).max(1))
-    }
-
-    /// Renewals go out every third of the lease; each must be settled (answered or timed out)
-    /// within half of that, so a slow one never overlaps the next and two in a row can fail
-    /// before the lease's validity runs out.
-    fn max_redis_timeout_ms(&self) -> u64 {
-        self.lease_ms / 6
-    }
-
-    /// Checks what clap cannot: how the flags fit together.
-    pub fn validate(&self) -> Result<(), TimeoutTooLong> {
-        match self.redis_timeout_ms {
-            Some(timeout_ms) if timeout_ms > self.max_redis_timeout_ms() => {
-                Err(TimeoutTooLong { timeout_ms, lease_ms: self.lease_ms, max_ms: self.max_redis_timeout_ms() })
-            }
-            _ => Ok(()),
-        }
-    }
-
     /// How long before the lease runs out (by this worker's clock, from when the last claim or
     /// renewal was sent) a run stops trusting it: a tenth of the lease, for clock-rate drift
     /// between this host and Redis and for the tool to notice.
     pub fn lease_margin(&self) -> Duration {
-        self.lease() / 10
+        self.lease / 10
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, Vec<ConfigError>> {
+        let mut argv = vec!["taskgate-worker"];
+        argv.extend_from_slice(args);
+        Config::from_cli(Cli::try_parse_from(argv).expect("clap accepts the flags"))
     }
 
-    pub fn worker_id(&self) -> String {
-        self.worker_id.clone().unwrap_or_else(|| {
-            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".into());
-            format!("{host}-{}-{:04x}", std::process::id(), rand::random::<u16>())
-        })
+    #[test]
+    fn overrides_parse_name_equals_milliseconds() {
+        assert_eq!("sleep=250".parse::<ToolOverride>().unwrap(), ToolOverride { tool: "sleep".into(), ms: 250 });
+        assert_eq!(" sleep = 7 ".parse::<ToolOverride>().unwrap(), ToolOverride { tool: "sleep".into(), ms: 7 });
+        for bad in ["sleep", "sleep=0", "sleep=abc", "=5", "sleep=-1"] {
+            assert!(bad.parse::<ToolOverride>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let errors =
+            parse(&["--namespace", "", "--redis-timeout-ms", "9000", "--tool-ttl-ms", "x", "--tool-poll-ms", "y=0"])
+                .unwrap_err();
+        assert_eq!(errors.len(), 4, "{errors:?}");
+    }
+
+    #[test]
+    fn the_redis_timeout_follows_the_lease() {
+        let short = parse(&["--lease-ms", "600"]).unwrap();
+        assert_eq!(short.redis.timeout, Duration::from_millis(100));
+        let default = parse(&[]).unwrap();
+        assert_eq!(default.redis.timeout, Duration::from_secs(2));
+        assert_eq!(default.lease_margin(), Duration::from_secs(3));
+        assert!(parse(&["--worker-id", "w1"]).unwrap().worker_id == "w1");
     }
 }

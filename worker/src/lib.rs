@@ -20,7 +20,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use config::Config;
+pub use config::{Cli, Config, ConfigError};
 
 /// A worker that cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -29,8 +29,6 @@ pub enum StartError {
     Pack(#[from] packs::UnknownPack),
     #[error(transparent)]
     Override(#[from] config::BadOverride),
-    #[error(transparent)]
-    Config(#[from] config::TimeoutTooLong),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -80,7 +78,6 @@ async fn start(
     own_tools: Vec<Arc<dyn tool::Tool>>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
-    config.validate()?;
     let mut tools = packs::registry(&config.tools, &config.pack_options())?;
     let mut collisions = Vec::new();
     for tool in own_tools {
@@ -98,7 +95,7 @@ async fn start(
         Some(path) => {
             let configs = upstream::config::load(path)?;
             tracing::info!(file = %path.display(), servers = configs.len(), "starting upstream servers");
-            let upstreams = upstream::Upstreams::start(configs, config.cancel_grace(), upstreams_stop.clone());
+            let upstreams = upstream::Upstreams::start(configs, config.cancel_grace, upstreams_stop.clone());
             upstreams.first_listings().await;
             Some(upstreams)
         }
@@ -110,7 +107,7 @@ async fn start(
         upstreams_stop.cancel();
         return Err(StartError::Collision(collisions));
     }
-    let store = Store::connect_lazy(&config.redis_url, &config.namespace, config.redis_timeout())?;
+    let store = Store::connect_lazy(&config.redis.url, &config.redis.namespace, config.redis.timeout)?;
     let metrics_listener = match config.metrics_listen {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::MetricsListen { addr, source })?,
@@ -118,7 +115,7 @@ async fn start(
         None => None,
     };
     let shared = Arc::new(runtime::Shared {
-        worker_id: config.worker_id(),
+        worker_id: config.worker_id.clone(),
         slots: Arc::new(Semaphore::new(config.concurrency as usize)),
         config,
         store,

@@ -8,12 +8,16 @@
 
 mod count_words;
 
-use clap::Parser as _;
 use taskgate_worker::{Config, Worker};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config = Config::parse();
+    let config = Config::from_env().unwrap_or_else(|errors| {
+        for error in &errors {
+            eprintln!("error: {error}");
+        }
+        std::process::exit(2)
+    });
     let _telemetry = taskgate_shared::telemetry::init(config.log_format, "custom-worker");
     Worker::new(config).tool(count_words::CountWords).run(taskgate_worker::shutdown_signal()).await?;
     Ok(())

@@ -15,7 +15,7 @@ pub(crate) use challenge::Challenge;
 pub use jwt::JwtSetupError;
 pub use principal::Principal;
 
-use crate::config::{AuthMode, Config};
+use crate::config::{Auth, Config, JwtKeys};
 use jwks::JwksSource;
 
 /// Why a request is not authenticated. Reasons are for logs and metrics, never for clients.
@@ -76,8 +76,6 @@ fn bearer(headers: &HeaderMap) -> Result<&str, AuthError> {
 #[derive(Debug, thiserror::Error)]
 pub enum AuthSetupError {
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
-    #[error(transparent)]
     ApiKeys(#[from] ApiKeysError),
     #[error(transparent)]
     Jwt(#[from] JwtSetupError),
@@ -85,32 +83,30 @@ pub enum AuthSetupError {
 
 /// The authenticator and challenge of the configured mode.
 pub(crate) async fn build(config: &Config) -> Result<(Authenticator, Option<Challenge>), AuthSetupError> {
-    let resource = config.resource_url();
-    let challenge =
-        Challenge::new(resource.clone(), config.authorization_servers.clone(), config.jwt_required_scopes.clone());
-    Ok(match config.auth {
-        AuthMode::None => (Authenticator::Anonymous, None),
-        AuthMode::ApiKeys => {
-            let path = config.api_keys_file.as_deref().ok_or(crate::config::ConfigError::NoApiKeys)?;
-            (Authenticator::ApiKeys(api_keys::ApiKeys::load(path)?), Some(challenge))
-        }
-        AuthMode::Jwt => {
-            let jwks = match (&config.jwks_file, &config.jwks_url) {
-                (Some(path), None) => Some(JwksSource::File(path.clone())),
-                (None, Some(url)) => Some(JwksSource::Url(url.clone())),
-                (None, None) => None,
-                (Some(_), Some(_)) => return Err(JwtSetupError::KeySource.into()),
+    let challenge = Challenge::new(
+        config.resource_url.clone(),
+        config.authorization_servers.clone(),
+        config.required_scopes.clone(),
+    );
+    Ok(match &config.auth {
+        Auth::None => (Authenticator::Anonymous, None),
+        Auth::ApiKeys(path) => (Authenticator::ApiKeys(api_keys::ApiKeys::load(path)?), Some(challenge)),
+        Auth::Jwt(settings) => {
+            let (hs256_secret, jwks) = match &settings.keys {
+                JwtKeys::Hs256(secret) => (Some(secret.clone()), None),
+                JwtKeys::JwksFile(path) => (None, Some(JwksSource::File(path.clone()))),
+                JwtKeys::JwksUrl(url) => (None, Some(JwksSource::Url(url.clone()))),
             };
             let verifier = jwt::JwtVerifier::new(jwt::JwtConfig {
-                hs256_secret: config.jwt_hs256_secret()?,
+                hs256_secret,
                 jwks,
-                jwks_refresh: std::time::Duration::from_millis(config.jwks_refresh_ms.max(1_000)),
-                issuer: config.jwt_issuer.clone(),
-                audience: config.jwt_audience.clone().unwrap_or(resource),
-                tenant_claim: config.jwt_tenant_claim.clone(),
-                required_scopes: config.jwt_required_scopes.clone(),
-                leeway_s: config.jwt_leeway_s,
-                fetch_timeout: config.redis_timeout().max(std::time::Duration::from_secs(5)),
+                jwks_refresh: settings.jwks_refresh,
+                issuer: settings.issuer.clone(),
+                audience: settings.audience.clone(),
+                tenant_claim: settings.tenant_claim.clone(),
+                required_scopes: config.required_scopes.clone(),
+                leeway_s: settings.leeway_s,
+                fetch_timeout: config.redis.timeout.max(std::time::Duration::from_secs(5)),
             })
             .await?;
             (Authenticator::Jwt(Box::new(verifier)), Some(challenge))

@@ -51,7 +51,7 @@ pub(crate) fn around_mcp(route: MethodRouter<AppState>, config: &Config) -> Meth
             .layer(HandleErrorLayer::new(edge::pipeline_error))
             .load_shed()
             .concurrency_limit(config.max_in_flight.get())
-            .timeout(config.request_timeout())
+            .timeout(config.request_timeout)
             .map_response(move |response: Response<ResponseBody<Body>>| json_body_limit(response.map(Body::new), limit))
             .layer(RequestBodyLimitLayer::new(limit))
             .map_request(|request: Request<Limited<Body>>| request.map(Body::new)),

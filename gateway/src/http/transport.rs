@@ -109,7 +109,7 @@ fn media_type(value: &str) -> String {
 /// Reads the body within `--body-timeout-ms`. Its size is bounded by the pipeline's body-limit
 /// layer, which refuses an announced oversize body before this runs.
 async fn read_body(state: &AppState, body: Body) -> Result<bytes::Bytes, Framing> {
-    match tokio::time::timeout(state.config.body_timeout(), body.collect()).await {
+    match tokio::time::timeout(state.config.body_timeout, body.collect()).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(err)) => match err.into_inner().is::<http_body_util::LengthLimitError>() {
             true => Err(Framing::BodyTooLarge { limit: state.config.max_body_bytes }),

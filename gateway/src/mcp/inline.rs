@@ -28,7 +28,7 @@ const REREAD: Duration = Duration::from_secs(1);
 
 /// The lifetime of a hidden task: the inline deadline plus a margin.
 pub(crate) fn hidden_ttl_ms(config: &crate::Config) -> u64 {
-    u64::try_from((config.inline_timeout() + HIDDEN_TTL_MARGIN).as_millis()).unwrap_or(u64::MAX)
+    u64::try_from((config.inline_timeout + HIDDEN_TTL_MARGIN).as_millis()).unwrap_or(u64::MAX)
 }
 
 /// How an inline run ended.
@@ -67,7 +67,7 @@ impl InlineRun {
         answers: &BTreeMap<String, Value>,
     ) -> Result<Self, GatewayError> {
         let state = call.state;
-        let timeout = state.config.inline_timeout();
+        let timeout = state.config.inline_timeout;
         let owner = call.principal.owner();
         let watch = state.events.watch(&[id.as_str()], 64);
         let shape = TaskShape { ttl_ms: hidden_ttl_ms(&state.config), poll_interval_ms, status_message: None };
@@ -260,4 +260,54 @@ fn stored_error(error: Option<Value>) -> RpcError {
     let mut err = RpcError::new(ErrorKind::from_code(code), message);
     err.data = error.get("data").cloned();
     err
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::Forwarding;
+
+    fn forwarding(token: Option<serde_json::Value>, level: Option<&str>) -> Forwarding {
+        Forwarding::new(token, level, Duration::from_secs(15))
+    }
+
+    #[test]
+    fn progress_goes_only_with_a_token_and_only_forward() {
+        let mut last = None;
+        let silent = forwarding(None, None);
+        assert_eq!(silent.notification(&json!({"kind": "progress", "progress": 1}), &mut last), None);
+
+        let asked = forwarding(Some(json!("tok")), None);
+        let first =
+            asked.notification(&json!({"kind": "progress", "progress": 1, "total": 4, "message": null}), &mut last);
+        assert_eq!(
+            first,
+            Some(json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                        "params": {"progressToken": "tok", "progress": 1, "total": 4}}))
+        );
+        assert_eq!(asked.notification(&json!({"kind": "progress", "progress": 1}), &mut last), None, "not increasing");
+        assert_eq!(asked.notification(&json!({"kind": "progress", "progress": 0.5}), &mut last), None, "backwards");
+        assert!(asked.notification(&json!({"kind": "progress", "progress": 2}), &mut last).is_some());
+        assert_eq!(asked.notification(&json!({"kind": "progress"}), &mut last), None, "no progress value");
+    }
+
+    #[test]
+    fn logs_go_only_at_or_above_the_asked_level() {
+        let mut last = None;
+        let warnings = forwarding(None, Some("warning"));
+        let log = |level: &str| json!({"kind": "log", "level": level, "logger": "tool", "data": {"n": 1}});
+        assert_eq!(warnings.notification(&log("info"), &mut last), None);
+        assert_eq!(
+            warnings.notification(&log("error"), &mut last),
+            Some(json!({"jsonrpc": "2.0", "method": "notifications/message",
+                        "params": {"level": "error", "logger": "tool", "data": {"n": 1}}}))
+        );
+        assert_eq!(warnings.notification(&log("loud"), &mut last), None, "unknown levels are dropped");
+        assert_eq!(forwarding(None, None).notification(&log("emergency"), &mut last), None, "not asked for");
+        assert_eq!(forwarding(None, Some("nonsense")).notification(&log("emergency"), &mut last), None);
+        assert_eq!(warnings.notification(&json!({"kind": "other"}), &mut last), None);
+    }
 }

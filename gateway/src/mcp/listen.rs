@@ -145,19 +145,7 @@ impl Listen {
     }
 
     fn mark(&mut self, wake: Wake) {
-        match wake {
-            Wake::Changed(task) => {
-                if let Some(i) = self.tasks.iter().position(|t| t.id.as_str() == task && !t.done)
-                    && !self.dirty.contains(&i)
-                {
-                    self.dirty.push_back(i);
-                }
-            }
-            Wake::Resync => {
-                self.dirty = (0..self.tasks.len()).filter(|i| !self.tasks[*i].done).collect();
-            }
-            Wake::Notice(_) => {}
-        }
+        mark_dirty(&mut self.dirty, &self.tasks, wake);
     }
 
     /// Accepts a snapshot unless its task is done or it is the one last sent.
@@ -249,6 +237,22 @@ impl Listen {
     }
 }
 
+/// Coalescing: a change marks its task dirty once however often it repeats; a resync marks
+/// every task that is not done; notices are not changes.
+fn mark_dirty(dirty: &mut VecDeque<usize>, tasks: &[Tracked], wake: Wake) {
+    match wake {
+        Wake::Changed(task) => {
+            if let Some(i) = tasks.iter().position(|t| t.id.as_str() == task && !t.done)
+                && !dirty.contains(&i)
+            {
+                dirty.push_back(i);
+            }
+        }
+        Wake::Resync => *dirty = (0..tasks.len()).filter(|i| !tasks[*i].done).collect(),
+        Wake::Notice(_) => {}
+    }
+}
+
 /// Whether `snapshot` should be sent for `task`, updating what was last sent.
 fn take_snapshot(task: &mut Tracked, snapshot: &Snapshot) -> bool {
     let this = (snapshot.version, snapshot.updated_at_ms);
@@ -285,6 +289,25 @@ mod tests {
             error: None,
             version,
         }
+    }
+
+    #[test]
+    fn changes_coalesce_into_one_mark_per_task() {
+        let tracked = |done| Tracked { id: TaskId::generate(1), last_sent: None, done };
+        let tasks = vec![tracked(false), tracked(false), tracked(true)];
+        let changed = |i: usize| Wake::Changed(tasks[i].id.as_str().to_owned());
+        let mut dirty = VecDeque::new();
+        for _ in 0..100 {
+            mark_dirty(&mut dirty, &tasks, changed(1));
+        }
+        mark_dirty(&mut dirty, &tasks, changed(0));
+        mark_dirty(&mut dirty, &tasks, changed(2));
+        mark_dirty(&mut dirty, &tasks, Wake::Changed("t_unknown".into()));
+        mark_dirty(&mut dirty, &tasks, Wake::Notice(json!({})));
+        assert_eq!(dirty, [1, 0], "in order of first change; done and unknown tasks are not marked");
+        let mut resynced = VecDeque::from([1]);
+        mark_dirty(&mut resynced, &tasks, Wake::Resync);
+        assert_eq!(resynced, [0, 1], "a resync marks every task that is not done, once");
     }
 
     #[test]

@@ -153,7 +153,7 @@ pub(crate) async fn write_task(
     let written = if replicas == 0 {
         state.store.create_task(task).await.map(|created| (created, 0))
     } else {
-        state.store.create_task_durable(task, replicas, state.config.durability_timeout()).await
+        state.store.create_task_durable(task, replicas, state.config.durability_timeout).await
     };
     let created = match written {
         Ok((created, acked)) if acked >= replicas => created,

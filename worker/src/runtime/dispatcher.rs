@@ -33,7 +33,7 @@ const BLOCK: Duration = Duration::from_millis(1_000);
 const CLUSTER_BLOCK: Duration = Duration::from_millis(200);
 
 pub(super) async fn run(shared: Arc<Shared>) {
-    let shards: Vec<u8> = (0..shared.config.queue_shards.min(256)).map(|s| s as u8).collect();
+    let shards: Vec<u8> = (0..shared.config.redis.queue_shards.min(256)).map(|s| s as u8).collect();
     if !shared.store.is_cluster() {
         return read(shared, shards, Reader { greedy: true, block: BLOCK }).await;
     }
@@ -55,7 +55,7 @@ struct Reader {
 async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
     let mut conn = None;
     let mut backoff = Backoff::redis();
-    let stale_every = shared.config.lease() / 2;
+    let stale_every = shared.config.lease / 2;
     let mut stale_checked: Option<Instant> = None;
     while !shared.stop_claiming.is_cancelled() {
         let first = tokio::select! {
@@ -115,7 +115,7 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
                 if err.is_missing_group() {
                     // Redis lost its data (a restart without persistence): recreate the groups
                     // and the catalogue rather than fail forever.
-                    if let Err(err) = shared.store.ensure_groups(shared.config.queue_shards).await {
+                    if let Err(err) = shared.store.ensure_groups(shared.config.redis.queue_shards).await {
                         tracing::warn!(error = %err, "recreating the consumer groups failed");
                     }
                     let _ = super::publish(&shared).await;
@@ -130,7 +130,7 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
 /// Takes over deliveries idle for longer than a lease on these shards, one per held permit,
 /// and starts claiming them; the permits used are taken out of `permits`.
 async fn take_stale(shared: &Arc<Shared>, shards: &[u8], permits: &mut Vec<OwnedSemaphorePermit>) {
-    let lease = shared.config.lease();
+    let lease = shared.config.lease;
     for shard in shards {
         if permits.is_empty() || shared.stop_claiming.is_cancelled() {
             return;
@@ -171,7 +171,7 @@ pub(super) fn spawn_claim(shared: &Arc<Shared>, delivery: Delivery, permit: Owne
 async fn claim(shared: &Shared, delivery: &Delivery) -> Option<taskgate_shared::store::Claim> {
     let mut delay = Duration::from_millis(100);
     for attempt in 1..=3 {
-        match shared.store.claim(delivery, &shared.worker_id, shared.config.lease()).await {
+        match shared.store.claim(delivery, &shared.worker_id, shared.config.lease).await {
             Ok(claim) => return claim,
             Err(err) => {
                 tracing::warn!(task_id = %delivery.task_id, attempt, error = %err, "claim outcome unknown; asking again");

@@ -65,7 +65,7 @@ pub(super) async fn run(shared: Arc<Shared>, claim: Claim, sent: Instant) {
 async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
     let started = Instant::now();
     let task_id = claim.task_id.clone();
-    let (lease, margin) = (shared.config.lease(), shared.config.lease_margin());
+    let (lease, margin) = (shared.config.lease, shared.config.lease_margin());
     let Some(held) = shared.held.insert(task_id.clone(), claim.fence, sent, lease, margin) else {
         // The same claim answered twice (a re-sent claim whose first reply came late, and a
         // takeover of the same entry): this run is already going.
@@ -92,7 +92,7 @@ async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
             let run_ctx = ctx.clone();
             let mut handle =
                 tokio::spawn(async move { tool.call(arguments, &run_ctx).await }.instrument(tracing::Span::current()));
-            let grace = shared.config.cancel_grace();
+            let grace = shared.config.cancel_grace;
             let outcome = tokio::select! {
                 joined = &mut handle => match joined {
                     Ok(result) => Outcome::Done(result),

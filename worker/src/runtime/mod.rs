@@ -59,7 +59,7 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
     shared.stop_claiming.cancel();
     let _ = dispatcher.await;
     shared.executions.close();
-    if tokio::time::timeout(shared.config.drain_grace(), shared.executions.wait()).await.is_err() {
+    if tokio::time::timeout(shared.config.drain_grace, shared.executions.wait()).await.is_err() {
         tracing::warn!(running = shared.held.len(), "drain grace over: releasing leases");
         shared.drain_over.cancel();
         shared.executions.wait().await;
@@ -75,7 +75,7 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
 async fn wait_for_redis(shared: &Shared) {
     let mut delay = Duration::from_millis(100);
     loop {
-        match shared.store.ensure_groups(shared.config.queue_shards).await {
+        match shared.store.ensure_groups(shared.config.redis.queue_shards).await {
             Ok(()) => break,
             Err(err) => {
                 tracing::warn!(error = %err, retry_in = ?delay, "redis not ready");
@@ -93,7 +93,7 @@ async fn wait_for_redis(shared: &Shared) {
 /// once when an upstream's tool list changed. A catalogue that was wiped comes back, and the
 /// tools of a worker that died leave it once their entries run out.
 async fn publish_tools(shared: Arc<Shared>) {
-    let mut tick = tokio::time::interval(shared.config.catalogue_ttl() / 3);
+    let mut tick = tokio::time::interval(shared.config.catalogue_ttl / 3);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     let never = Arc::new(tokio::sync::Notify::new());
@@ -117,7 +117,7 @@ async fn publish_tools(shared: Arc<Shared>) {
 pub(crate) async fn publish(shared: &Shared) -> Result<(), taskgate_shared::store::StoreError> {
     let specs = shared.served.current().specs.clone();
     let own = shared.served.digest();
-    let digests = shared.store.publish_tools(&specs, own, shared.config.catalogue_ttl()).await?;
+    let digests = shared.store.publish_tools(&specs, own, shared.config.catalogue_ttl).await?;
     let differs = digests.iter().any(|d| d != own);
     if differs && METRICS.config_mismatch.get() == 0 {
         tracing::warn!(own, live = ?digests, "workers of this namespace serve different upstream configurations");
@@ -130,7 +130,7 @@ pub(crate) async fn publish(shared: &Shared) -> Result<(), taskgate_shared::stor
 /// are still pending on it (another worker's reader takes those over, and the consumer goes
 /// once it is empty and idle).
 async fn remove_consumers(shared: &Shared) {
-    for shard in 0..shared.config.queue_shards.min(256) {
+    for shard in 0..shared.config.redis.queue_shards.min(256) {
         if let Err(err) = shared.store.reap_consumers(shard as u8, Some(&shared.worker_id), Duration::MAX).await {
             tracing::warn!(shard, error = %err, "could not delete this worker's consumer");
         }

@@ -21,7 +21,7 @@ use crate::metrics::METRICS;
 const BATCH: usize = 100;
 
 pub(super) async fn run(shared: Arc<Shared>) {
-    let lease = shared.config.lease();
+    let lease = shared.config.lease;
     let period = (lease / 2).min(Duration::from_secs(5));
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -32,7 +32,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
     .to_string();
     loop {
         tick.tick().await;
-        for shard in 0..shared.config.queue_shards.min(256) {
+        for shard in 0..shared.config.redis.queue_shards.min(256) {
             reclaim_shard(&shared, shard as u8, &failure).await;
             // A consumer idle for two leases is not reading: a live worker reads every second.
             if let Err(err) = shared.store.reap_consumers(shard as u8, None, lease * 2).await {

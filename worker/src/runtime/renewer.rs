@@ -11,7 +11,7 @@ use super::Shared;
 use crate::metrics::METRICS;
 
 pub(super) async fn run(shared: Arc<Shared>) {
-    let lease = shared.config.lease();
+    let lease = shared.config.lease;
     let margin = shared.config.lease_margin();
     let mut tick = tokio::time::interval(lease / 3);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -66,7 +66,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Stream, GatewayError> {
     }
     let request = Subscription { id: call.id.clone(), owner, accepted, task_filter: filter.contains_key("taskIds") };
     let listen = Listen::new(request, state.store.clone(), watch, state.shutdown.clone(), slot);
-    Ok(listen.into_stream(state.config.sse_keep_alive()))
+    Ok(listen.into_stream(state.config.sse_keep_alive))
 }
 
 fn bad_ids() -> RpcError {

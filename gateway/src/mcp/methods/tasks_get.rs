@@ -29,7 +29,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
     let id = task_id(call.params);
     let owner = call.principal.owner();
     let config = &call.state.config;
-    let snapshot = match (config.poll_limit(), id) {
+    let snapshot = match (config.poll_limit, id) {
         (_, Err(_)) => {
             limits::admit_request(call.state, &call.principal).await?;
             return Err(task_not_found().into());

@@ -69,7 +69,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
         return Ok(Reply::Result(mrtr::input_required(missing, binding.sign(call, answers))));
     }
 
-    let id = TaskId::generate(call.state.config.queue_shards);
+    let id = TaskId::generate(call.state.config.redis.queue_shards);
     let ttl_ms = if as_task { spec.ttl_ms } else { inline::hidden_ttl_ms(&call.state.config) };
     crate::limits::admit_task(call.state, &call.principal, &id, ttl_ms).await?;
     if as_task {
@@ -81,7 +81,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     let forwarding = Forwarding::new(
         call.meta.progress_token.clone(),
         call.meta.log_level.as_deref(),
-        call.state.config.sse_keep_alive(),
+        call.state.config.sse_keep_alive,
     );
     let finisher = Finisher { meta: call.meta.clone(), binding, answers, keys: call.state.request_state_keys.clone() };
     let streamed = finisher.clone();
