@@ -1,5 +1,5 @@
 //! The worker's Prometheus families, next to the shared task and Redis families. A leaf: the
-//! `--metrics-listen` server that renders them is `crate::probes`.
+//! `--metrics-listen` server that renders them is the `probes` module.
 
 use std::sync::LazyLock;
 use std::time::Duration;

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::{Call, Durability, Stream, TaskShape, abandon_task, write_task};
+use crate::config::Config;
 use crate::error::GatewayError;
 use crate::events::{Wake, Watch};
 use crate::state::AppState;
@@ -27,7 +28,7 @@ const HIDDEN_TTL_MARGIN: Duration = Duration::from_secs(60);
 const REREAD: Duration = Duration::from_secs(1);
 
 /// The lifetime of a hidden task: the inline deadline plus a margin.
-pub(crate) fn hidden_ttl_ms(config: &crate::Config) -> u64 {
+pub(crate) fn hidden_ttl_ms(config: &Config) -> u64 {
     u64::try_from((config.inline_timeout + HIDDEN_TTL_MARGIN).as_millis()).unwrap_or(u64::MAX)
 }
 
