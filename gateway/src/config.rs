@@ -109,10 +109,17 @@ pub struct Cli {
     #[arg(long, env = "TASKGATE_REQUEST_TIMEOUT_MS", default_value_t = 300_000)]
     pub request_timeout_ms: u64,
 
-    /// How long a connection may take to send a request's head, in milliseconds. For HTTP/1.1
-    /// this is also how long an idle keep-alive connection is kept.
-    #[arg(long, env = "TASKGATE_HEADER_READ_TIMEOUT_MS", default_value_t = 30_000)]
+    /// How long a request head may take to arrive, from its first byte (or, on a new
+    /// connection, from the accept), in milliseconds. A connection that sends nothing or half a
+    /// head is closed.
+    #[arg(long, env = "TASKGATE_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000)]
     pub header_read_timeout_ms: u64,
+
+    /// How long a connection with nothing under way is kept, in milliseconds. Keep it above the
+    /// idle timeout of any proxy or load balancer in front (60 s is common), so that they never
+    /// reuse a connection the gateway is closing.
+    #[arg(long, env = "TASKGATE_IDLE_TIMEOUT_MS", default_value_t = 75_000)]
+    pub idle_timeout_ms: u64,
 
     /// Connections served at once by this replica; one more is answered 503 and closed. Each
     /// listen stream holds one (HTTP/1.1).
@@ -280,6 +287,7 @@ pub enum PollLimit {
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectionLimits {
     pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
     pub max_connections: usize,
     pub http2_max_streams: u32,
 }
@@ -422,6 +430,7 @@ impl Config {
             request_timeout: ms(cli.request_timeout_ms.max(1)),
             connections: ConnectionLimits {
                 header_read_timeout: ms(cli.header_read_timeout_ms.max(1)),
+                idle_timeout: ms(cli.idle_timeout_ms.max(1)),
                 max_connections: cli.max_connections.get(),
                 http2_max_streams: cli.http2_max_streams.get(),
             },

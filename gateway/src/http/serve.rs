@@ -1,19 +1,24 @@
-//! Connections: accepting them, bounding them, and timing out the ones that say nothing.
+//! Connections: accepting them, bounding them, and closing the ones that say nothing.
 //!
-//! - A connection must send its first request's head (HTTP/1.1) or its preface (HTTP/2) within
-//!   `--header-read-timeout-ms`. For HTTP/1.1 the same limit applies to every later request head,
-//!   so it is also the idle keep-alive timeout. A response in progress (an SSE stream, with its
-//!   own keep-alive comments) is never cut by it.
+//! - A request head must arrive whole within `--header-read-timeout-ms` of its first byte, and
+//!   a new connection must send one within that time of being accepted. A connection that
+//!   does not (nothing sent, or half a head) is closed.
+//! - A connection with nothing under way is closed gracefully after `--idle-timeout-ms`. The
+//!   default is above the idle timeouts of common proxies and load balancers (60 s), so a proxy
+//!   never reuses a connection the gateway is closing. A response in progress (an SSE stream,
+//!   with its own keep-alive comments, or an inline call that waits) is never idle.
 //! - At most `--max-connections` are served at once. One more is answered 503 with
 //!   `Retry-After` and closed; past a small number of such refusals in progress, it is closed at
 //!   once.
 //! - An HTTP/2 connection carries at most `--http2-max-streams` concurrent requests, and pings
 //!   find peers that went away.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -21,16 +26,18 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderValue, Request, header};
 use axum::response::Response;
+use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
+use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
-use tokio::time::Sleep;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt as _;
 
 use super::edge;
 use crate::config::ConnectionLimits;
@@ -39,8 +46,6 @@ use crate::metrics::METRICS;
 
 /// Over-limit connections being answered 503 at once; beyond this they are closed unanswered.
 const MAX_REFUSING: usize = 64;
-/// Bytes of an HTTP/2 preface; an HTTP/1.1 request head is longer than this.
-const PREFACE_LEN: usize = 24;
 
 /// Serves `app` on `listener` until `shutdown` resolves, then stops accepting and waits for
 /// the connections to finish what they are doing (idle ones close at once).
@@ -51,7 +56,8 @@ pub(crate) async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let builder = builder(limits);
-    let graceful = GracefulShutdown::new();
+    let stopping = CancellationToken::new();
+    let connections = TaskTracker::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
     tokio::pin!(shutdown);
@@ -70,15 +76,11 @@ pub(crate) async fn serve(
         if let Err(err) = stream.set_nodelay(true) {
             tracing::debug!(error = %err, "could not set TCP_NODELAY");
         }
-        let io = TokioIo::new(Preface::new(stream, limits.header_read_timeout));
         match slots.clone().try_acquire_owned() {
             Ok(slot) => {
-                let service = TowerToHyperService::new(app.clone());
-                let connection = graceful.watch(builder.serve_connection(io, service).into_owned());
-                tokio::spawn(async move {
-                    if let Err(err) = connection.await {
-                        tracing::debug!(error = %err, "connection ended with an error");
-                    }
+                let (builder, app, stopping) = (builder.clone(), app.clone(), stopping.clone());
+                connections.spawn(async move {
+                    serve_connection(&builder, stream, app, limits, stopping).await;
                     drop(slot);
                 });
             }
@@ -86,7 +88,7 @@ pub(crate) async fn serve(
                 METRICS.shed.with_label_values(&["connections"]).inc();
                 if let Ok(permit) = refusing.clone().try_acquire_owned() {
                     tokio::spawn(async move {
-                        refuse(io, limits.header_read_timeout).await;
+                        refuse(stream, limits.header_read_timeout).await;
                         drop(permit);
                     });
                 }
@@ -94,13 +96,16 @@ pub(crate) async fn serve(
         }
     }
     drop(listener);
-    graceful.shutdown().await;
+    stopping.cancel();
+    connections.close();
+    connections.wait().await;
     Ok(())
 }
 
 fn builder(limits: ConnectionLimits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    // Head and idle timeouts are this module's (hyper's one timer cannot tell them apart).
+    builder.http1().header_read_timeout(None);
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -110,77 +115,188 @@ fn builder(limits: ConnectionLimits) -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// Answers every request on an over-limit connection 503 (after reading what it sent, so the
-/// close does not reset the answer away), then closes it.
-async fn refuse(io: TokioIo<Preface>, header_read_timeout: Duration) {
-    let service = hyper::service::service_fn(|request: Request<Incoming>| async move {
-        let body = Limited::new(request.into_body(), 64 * 1024);
-        let _ = tokio::time::timeout(Duration::from_secs(1), body.collect()).await;
-        let mut response: Response<Body> = edge::refusal(GatewayError::Overloaded);
-        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-        Ok::<_, std::convert::Infallible>(response)
+/// One connection, until it ends, times out, or the server stops.
+async fn serve_connection(
+    builder: &auto::Builder<TokioExecutor>,
+    stream: TcpStream,
+    app: Router,
+    limits: ConnectionLimits,
+    stopping: CancellationToken,
+) {
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(Watched { io: stream, activity: activity.clone() });
+    let counted = activity.clone();
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let guard = Underway::start(counted.clone());
+        let response = app.clone().oneshot(request.map(Body::new));
+        async move {
+            let response = response.await?;
+            Ok::<_, Infallible>(response.map(|body| Body::new(Guarded { body, _guard: guard })))
+        }
     });
-    let connection = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout.min(Duration::from_secs(2)))
-        .keep_alive(false)
-        .serve_connection(io, service);
-    if let Err(err) = connection.await {
-        tracing::debug!(error = %err, "refused connection ended with an error");
-    }
-}
-
-/// After a failed accept: a peer that gave up is nothing; anything else (out of file
-/// descriptors, most often) waits a moment so the loop does not spin.
-async fn backoff_after(err: &io::Error) {
-    use io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
-    if matches!(err.kind(), ConnectionAborted | ConnectionRefused | ConnectionReset) {
-        return;
-    }
-    tracing::warn!(error = %err, "accept failed");
-    tokio::time::sleep(Duration::from_millis(100)).await;
-}
-
-/// A connection that must send its first [`PREFACE_LEN`] bytes before a deadline. Version
-/// detection waits for them, and before they arrive no HTTP timer of hyper's runs.
-struct Preface {
-    io: TcpStream,
-    deadline: Option<Pin<Box<Sleep>>>,
-    seen: usize,
-}
-
-impl Preface {
-    fn new(io: TcpStream, timeout: Duration) -> Self {
-        Self { io, deadline: Some(Box::pin(tokio::time::sleep(timeout))), seen: 0 }
-    }
-}
-
-impl AsyncRead for Preface {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        match Pin::new(&mut this.io).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                this.seen += buf.filled().len() - before;
-                if this.seen >= PREFACE_LEN {
-                    this.deadline = None;
+    let connection = builder.serve_connection(io, service);
+    tokio::pin!(connection);
+    let mut closing = false;
+    loop {
+        let check = activity.next_check(limits);
+        tokio::select! {
+            ended = connection.as_mut() => {
+                if let Err(err) = ended {
+                    tracing::debug!(error = %err, "connection ended with an error");
                 }
-                Poll::Ready(Ok(()))
+                return;
             }
-            Poll::Pending => {
-                let expired = this.deadline.as_mut().is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
-                if expired {
-                    let err = io::Error::new(io::ErrorKind::TimedOut, "no request within the header timeout");
-                    return Poll::Ready(Err(err));
+            () = stopping.cancelled(), if !closing => {
+                connection.as_mut().graceful_shutdown();
+                closing = true;
+            }
+            () = tokio::time::sleep_until(check) => match activity.verdict(limits) {
+                Verdict::Busy => {}
+                // Half a head (or none on a new connection): not worth a goodbye.
+                Verdict::HeadTooSlow => return,
+                Verdict::Idle if !closing => {
+                    connection.as_mut().graceful_shutdown();
+                    closing = true;
                 }
-                Poll::Pending
-            }
-            Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
+                Verdict::Idle => {}
+            },
         }
     }
 }
 
-impl AsyncWrite for Preface {
+/// What a connection is doing, for its head and idle timeouts. Times are milliseconds since
+/// `epoch`.
+struct Activity {
+    epoch: Instant,
+    /// Requests whose response has not been sent whole yet.
+    underway: AtomicUsize,
+    /// When the head being read began; `NONE` when no head is being read.
+    head_since: AtomicU64,
+    /// When the connection last had nothing under way.
+    quiet_since: AtomicU64,
+}
+
+const NONE: u64 = u64::MAX;
+
+enum Verdict {
+    Busy,
+    HeadTooSlow,
+    Idle,
+}
+
+impl Activity {
+    fn new() -> Self {
+        // A new connection owes its first head from the moment it is accepted.
+        Self {
+            epoch: Instant::now(),
+            underway: AtomicUsize::new(0),
+            head_since: AtomicU64::new(0),
+            quiet_since: AtomicU64::new(0),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(NONE - 1)
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.epoch + Duration::from_millis(ms)
+    }
+
+    /// Bytes arrived: with nothing under way, they begin a head.
+    fn read(&self) {
+        if self.underway.load(Ordering::Acquire) == 0 {
+            let _ = self.head_since.compare_exchange(NONE, self.now(), Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
+    /// When to look again: the head's deadline, the idle deadline, or (while busy) an idle
+    /// period from now. Deadlines only move later, so looking early is harmless.
+    fn next_check(&self, limits: ConnectionLimits) -> Instant {
+        if self.underway.load(Ordering::Acquire) > 0 {
+            return Instant::now() + limits.idle_timeout;
+        }
+        match self.head_since.load(Ordering::Acquire) {
+            NONE => self.at(self.quiet_since.load(Ordering::Acquire)) + limits.idle_timeout,
+            since => self.at(since) + limits.header_read_timeout,
+        }
+    }
+
+    fn verdict(&self, limits: ConnectionLimits) -> Verdict {
+        if self.underway.load(Ordering::Acquire) > 0 {
+            return Verdict::Busy;
+        }
+        let now = Instant::now();
+        match self.head_since.load(Ordering::Acquire) {
+            NONE if now >= self.at(self.quiet_since.load(Ordering::Acquire)) + limits.idle_timeout => Verdict::Idle,
+            NONE => Verdict::Busy,
+            since if now >= self.at(since) + limits.header_read_timeout => Verdict::HeadTooSlow,
+            _ => Verdict::Busy,
+        }
+    }
+}
+
+/// One request under way, from its head to the end of its response.
+struct Underway(Arc<Activity>);
+
+impl Underway {
+    fn start(activity: Arc<Activity>) -> Self {
+        activity.underway.fetch_add(1, Ordering::AcqRel);
+        activity.head_since.store(NONE, Ordering::Release);
+        Self(activity)
+    }
+}
+
+impl Drop for Underway {
+    fn drop(&mut self) {
+        let activity = &self.0;
+        activity.quiet_since.store(activity.now(), Ordering::Release);
+        activity.underway.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body that keeps its request under way until it is sent or dropped.
+struct Guarded {
+    body: Body,
+    _guard: Underway,
+}
+
+impl hyper::body::Body for Guarded {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The socket, reporting the bytes that begin a request head.
+struct Watched {
+    io: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.activity.read();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
     }
@@ -204,4 +320,35 @@ impl AsyncWrite for Preface {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
+}
+
+/// Answers every request on an over-limit connection 503 (after reading what it sent, so the
+/// close does not reset the answer away), then closes it.
+async fn refuse(stream: TcpStream, header_read_timeout: Duration) {
+    let service = hyper::service::service_fn(|request: Request<Incoming>| async move {
+        let body = Limited::new(request.into_body(), 64 * 1024);
+        let _ = tokio::time::timeout(Duration::from_secs(1), body.collect()).await;
+        let mut response: Response<Body> = edge::refusal(GatewayError::Overloaded);
+        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        Ok::<_, Infallible>(response)
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout.min(Duration::from_secs(2)))
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), service);
+    if let Err(err) = connection.await {
+        tracing::debug!(error = %err, "refused connection ended with an error");
+    }
+}
+
+/// After a failed accept: a peer that gave up is nothing; anything else (out of file
+/// descriptors, most often) waits a moment so the loop does not spin.
+async fn backoff_after(err: &io::Error) {
+    use io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(err.kind(), ConnectionAborted | ConnectionRefused | ConnectionReset) {
+        return;
+    }
+    tracing::warn!(error = %err, "accept failed");
+    tokio::time::sleep(Duration::from_millis(100)).await;
 }
