@@ -104,8 +104,9 @@ pub struct Cli {
     pub max_in_flight: NonZeroUsize,
 
     /// How long a request may go unanswered before the gateway answers 504, in milliseconds. A
-    /// backstop above the designed deadlines (the inline timeout, a held poll's interval); a
-    /// stream is timed only until it starts.
+    /// backstop above the designed deadlines: keep it above `--inline-timeout-ms` (a warning is
+    /// logged at start-up otherwise). A stream is timed only until it starts. Also how long a
+    /// stopping gateway lets requests under way finish.
     #[arg(long, env = "TASKGATE_REQUEST_TIMEOUT_MS", default_value_t = 300_000)]
     pub request_timeout_ms: u64,
 
@@ -302,13 +303,33 @@ pub enum Auth {
     ApiKeys(PathBuf),
 }
 
-/// Where JWT verification keys come from.
-#[derive(Debug, Clone)]
+/// Where JWT verification keys come from. `Debug` never shows the secret.
+#[derive(Clone)]
 pub enum JwtKeys {
     /// A shared secret, read from its file or the environment.
     Hs256(Vec<u8>),
     JwksFile(PathBuf),
     JwksUrl(String),
+}
+
+impl std::fmt::Debug for JwtKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Hs256(_) => f.write_str("Hs256(<redacted>)"),
+            Self::JwksFile(path) => f.debug_tuple("JwksFile").field(path).finish(),
+            Self::JwksUrl(url) => f.debug_tuple("JwksUrl").field(url).finish(),
+        }
+    }
+}
+
+/// Signing keys (`requestState`); `Debug` shows how many, never what.
+#[derive(Clone, Default)]
+pub struct SecretKeys(pub Vec<String>);
+
+impl std::fmt::Debug for SecretKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SecretKeys(<{} redacted>)", self.0.len())
+    }
 }
 
 /// `--auth jwt`.
@@ -349,7 +370,7 @@ pub struct Config {
     pub inline_timeout: Duration,
     /// `ID:BASE64` entries from the keys file or `TASKGATE_REQUEST_STATE_KEYS` (empty: each
     /// process makes its own).
-    pub request_state_keys: Vec<String>,
+    pub request_state_keys: SecretKeys,
     pub request_state_ttl_ms: u64,
     pub listen_max_task_ids: usize,
     pub listen_max_streams_per_principal: usize,
@@ -443,7 +464,7 @@ impl Config {
             catalogue_refresh: ms(cli.catalogue_refresh_ms.max(100)),
             shutdown_delay: ms(cli.shutdown_delay_ms),
             inline_timeout: ms(cli.inline_timeout_ms.max(1)),
-            request_state_keys,
+            request_state_keys: SecretKeys(request_state_keys),
             request_state_ttl_ms: cli.request_state_ttl_ms,
             listen_max_task_ids: cli.listen_max_task_ids,
             listen_max_streams_per_principal: cli.listen_max_streams_per_principal,
@@ -543,6 +564,15 @@ mod tests {
         assert!(matches!(config.auth, Auth::None));
         let off = parse(&["--auth", "none", "--poll-tolerance", "0"]).unwrap();
         assert_eq!(off.poll_limit, PollLimit::Off);
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug_output() {
+        let keys = SecretKeys(vec!["k1:c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldA==".into()]);
+        let hs = JwtKeys::Hs256(b"0123456789abcdef0123456789abcdef-secret".to_vec());
+        let shown = format!("{keys:?} {hs:?}");
+        assert!(!shown.contains("c2Vj") && !shown.contains("secret"), "{shown}");
+        assert_eq!(shown, "SecretKeys(<1 redacted>) Hs256(<redacted>)");
     }
 
     #[test]

@@ -211,8 +211,9 @@ fn status_of(kind: ErrorKind, stage: Stage) -> StatusCode {
             Stage::Method => StatusCode::OK,
         },
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
-        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+        // Only a tool's stored error gets here with these codes (the gateway's own refusals
+        // are `GatewayError::Auth`): in-band, so a client never mistakes it for its credentials.
+        ErrorKind::Unauthorized | ErrorKind::Forbidden => StatusCode::OK,
         ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
         // A tool's own error, carried in-band.
         ErrorKind::Application(_) => StatusCode::OK,
@@ -243,6 +244,18 @@ mod tests {
         assert_eq!(answer.headers, vec![(header::RETRY_AFTER, HeaderValue::from(2u64))]);
         let brief = GatewayError::RateLimited { limit: Limit::Requests, retry_after_ms: 0 }.answer(None);
         assert_eq!(brief.headers[0].1, HeaderValue::from(1u64));
+    }
+
+    #[test]
+    fn a_tools_auth_codes_stay_in_band() {
+        for err in [RpcError::unauthorized(), RpcError::forbidden(), RpcError::new(ErrorKind::Application(-1), "x")] {
+            let answer = GatewayError::Method(err).answer(None);
+            assert_eq!(answer.status, StatusCode::OK);
+            assert!(answer.headers.is_empty());
+        }
+        let limited = GatewayError::Method(RpcError::rate_limited("requests", 2_500)).answer(None);
+        assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(limited.headers, vec![(header::RETRY_AFTER, HeaderValue::from(3u64))]);
     }
 
     #[test]

@@ -54,8 +54,10 @@ pub async fn run(
     let draining = state.draining.clone();
     let delay = state.config.shutdown_delay;
     let limits = state.config.connections;
+    // In-flight requests may take their own time to finish, the same bound as any request.
+    let drain = state.config.request_timeout;
     let app = router(state);
-    let served = http::serve(listener, app, limits, async move {
+    let served = http::serve(listener, app, limits, drain, async move {
         shutdown.await;
         draining.cancel();
         tracing::info!(delay = ?delay, "shutting down: readiness off");

@@ -17,6 +17,13 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     let _telemetry = taskgate_shared::telemetry::init(config.log_format, "taskgate-gateway");
+    if config.request_timeout <= config.inline_timeout {
+        tracing::warn!(
+            request_timeout = ?config.request_timeout,
+            inline_timeout = ?config.inline_timeout,
+            "--request-timeout-ms is not above --inline-timeout-ms: slow inline calls will get 504 instead of their own answer"
+        );
+    }
     if matches!(config.auth, Auth::None) {
         tracing::warn!(listen = %config.listen, "AUTHENTICATION IS OFF (--auth none): every caller is tenant 'default', principal 'anonymous'");
     }

@@ -33,7 +33,7 @@ pub struct AppState {
 
 impl AppState {
     pub async fn new(config: Config) -> Result<Self, StartError> {
-        let request_state_keys = mrtr::StateKeys::parse(&config.request_state_keys)?;
+        let request_state_keys = mrtr::StateKeys::parse(&config.request_state_keys.0)?;
         let (authenticator, challenge) = auth::build(&config).await?;
         if request_state_keys.is_ephemeral() {
             tracing::warn!("no --request-state-keys: MRTR retries must reach this replica");

@@ -3,7 +3,8 @@
 //! - A request head must arrive whole within `--header-read-timeout-ms` of its first byte, and
 //!   a new connection must send one within that time of being accepted. A connection that
 //!   does not (nothing sent, or half a head) is closed.
-//! - A connection with nothing under way is closed gracefully after `--idle-timeout-ms`. The
+//! - A connection with nothing under way is closed gracefully after `--idle-timeout-ms` (for
+//!   HTTP/2 the only timeout after its preface: frames are not heads). The
 //!   default is above the idle timeouts of common proxies and load balancers (60 s), so a proxy
 //!   never reuses a connection the gateway is closing. A response in progress (an SSE stream,
 //!   with its own keep-alive comments, or an inline call that waits) is never idle.
@@ -18,7 +19,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -33,7 +34,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -46,13 +47,21 @@ use crate::metrics::METRICS;
 
 /// Over-limit connections being answered 503 at once; beyond this they are closed unanswered.
 const MAX_REFUSING: usize = 64;
+/// After an idle connection is told to close, how long it may take (a peer that stopped reading
+/// could otherwise hold it).
+const CLOSE_GRACE: Duration = Duration::from_secs(10);
+/// The HTTP/2 connection preface: such a connection sends frames, not heads.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Serves `app` on `listener` until `shutdown` resolves, then stops accepting and waits for
 /// the connections to finish what they are doing (idle ones close at once).
+///
+/// `drain` bounds that wait for each connection: past it, what is still under way is cut.
 pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
+    drain: Duration,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let builder = builder(limits);
@@ -80,7 +89,7 @@ pub(crate) async fn serve(
             Ok(slot) => {
                 let (builder, app, stopping) = (builder.clone(), app.clone(), stopping.clone());
                 connections.spawn(async move {
-                    serve_connection(&builder, stream, app, limits, stopping).await;
+                    serve_connection(&builder, stream, app, limits, stopping, drain).await;
                     drop(slot);
                 });
             }
@@ -122,9 +131,10 @@ async fn serve_connection(
     app: Router,
     limits: ConnectionLimits,
     stopping: CancellationToken,
+    drain: Duration,
 ) {
     let activity = Arc::new(Activity::new());
-    let io = TokioIo::new(Watched { io: stream, activity: activity.clone() });
+    let io = TokioIo::new(Watched { io: stream, activity: activity.clone(), started: false });
     let counted = activity.clone();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let guard = Underway::start(counted.clone());
@@ -136,9 +146,10 @@ async fn serve_connection(
     });
     let connection = builder.serve_connection(io, service);
     tokio::pin!(connection);
-    let mut closing = false;
+    // Once told to close: the time by which it must have, else it is cut.
+    let mut close_by: Option<Instant> = None;
     loop {
-        let check = activity.next_check(limits);
+        let wake = close_by.unwrap_or_else(|| activity.next_check(limits));
         tokio::select! {
             ended = connection.as_mut() => {
                 if let Err(err) = ended {
@@ -146,20 +157,26 @@ async fn serve_connection(
                 }
                 return;
             }
-            () = stopping.cancelled(), if !closing => {
+            () = stopping.cancelled(), if close_by.is_none() => {
                 connection.as_mut().graceful_shutdown();
-                closing = true;
+                close_by = Some(Instant::now() + drain);
             }
-            () = tokio::time::sleep_until(check) => match activity.verdict(limits) {
-                Verdict::Busy => {}
-                // Half a head (or none on a new connection): not worth a goodbye.
-                Verdict::HeadTooSlow => return,
-                Verdict::Idle if !closing => {
-                    connection.as_mut().graceful_shutdown();
-                    closing = true;
+            // A request ended or a head began: the deadlines moved.
+            () = activity.changed.notified(), if close_by.is_none() => {}
+            () = tokio::time::sleep_until(wake) => {
+                if close_by.is_some() {
+                    return;
                 }
-                Verdict::Idle => {}
-            },
+                match activity.verdict(limits) {
+                    Verdict::Busy => {}
+                    // Half a head (or none on a new connection): not worth a goodbye.
+                    Verdict::HeadTooSlow => return,
+                    Verdict::Idle => {
+                        connection.as_mut().graceful_shutdown();
+                        close_by = Some(Instant::now() + CLOSE_GRACE);
+                    }
+                }
+            }
         }
     }
 }
@@ -174,6 +191,10 @@ struct Activity {
     head_since: AtomicU64,
     /// When the connection last had nothing under way.
     quiet_since: AtomicU64,
+    /// HTTP/2: frames (pings included) are not heads; only the idle timeout applies.
+    http2: AtomicBool,
+    /// Woken when a request ends or a head begins.
+    changed: Notify,
 }
 
 const NONE: u64 = u64::MAX;
@@ -192,6 +213,8 @@ impl Activity {
             underway: AtomicUsize::new(0),
             head_since: AtomicU64::new(0),
             quiet_since: AtomicU64::new(0),
+            http2: AtomicBool::new(false),
+            changed: Notify::new(),
         }
     }
 
@@ -203,15 +226,27 @@ impl Activity {
         self.epoch + Duration::from_millis(ms)
     }
 
-    /// Bytes arrived: with nothing under way, they begin a head.
-    fn read(&self) {
-        if self.underway.load(Ordering::Acquire) == 0 {
-            let _ = self.head_since.compare_exchange(NONE, self.now(), Ordering::AcqRel, Ordering::Acquire);
+    /// Bytes arrived: with nothing under way, they begin a head (HTTP/1.1 only).
+    fn read(&self, bytes: &[u8], first: bool) {
+        if first && H2_PREFACE.starts_with(&bytes[..bytes.len().min(H2_PREFACE.len())]) {
+            // The preface answers the accept's deadline; from here on only idleness counts.
+            self.http2.store(true, Ordering::Release);
+            self.quiet_since.store(self.now(), Ordering::Release);
+            self.head_since.store(NONE, Ordering::Release);
+            self.changed.notify_one();
+            return;
+        }
+        if self.http2.load(Ordering::Acquire) || self.underway.load(Ordering::Acquire) > 0 {
+            return;
+        }
+        if self.head_since.compare_exchange(NONE, self.now(), Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.changed.notify_one();
         }
     }
 
     /// When to look again: the head's deadline, the idle deadline, or (while busy) an idle
-    /// period from now. Deadlines only move later, so looking early is harmless.
+    /// period from now. Looking early is harmless; a change that moves a deadline earlier
+    /// (a request ended, a head began) wakes the loop through `changed`.
     fn next_check(&self, limits: ConnectionLimits) -> Instant {
         if self.underway.load(Ordering::Acquire) > 0 {
             return Instant::now() + limits.idle_timeout;
@@ -252,6 +287,7 @@ impl Drop for Underway {
         let activity = &self.0;
         activity.quiet_since.store(activity.now(), Ordering::Release);
         activity.underway.fetch_sub(1, Ordering::AcqRel);
+        activity.changed.notify_one();
     }
 }
 
@@ -282,6 +318,8 @@ impl hyper::body::Body for Guarded {
 struct Watched {
     io: TcpStream,
     activity: Arc<Activity>,
+    /// Whether any byte was read yet (the first read tells HTTP/2 from HTTP/1.1).
+    started: bool,
 }
 
 impl AsyncRead for Watched {
@@ -290,7 +328,8 @@ impl AsyncRead for Watched {
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.io).poll_read(cx, buf);
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            this.activity.read();
+            this.activity.read(&buf.filled()[before..], !this.started);
+            this.started = true;
         }
         polled
     }
@@ -351,4 +390,50 @@ async fn backoff_after(err: &io::Error) {
     }
     tracing::warn!(error = %err, "accept failed");
     tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Limits whose timeouts have all passed the moment they start.
+    fn expired() -> ConnectionLimits {
+        ConnectionLimits {
+            header_read_timeout: Duration::ZERO,
+            idle_timeout: Duration::ZERO,
+            max_connections: 1,
+            http2_max_streams: 1,
+        }
+    }
+
+    #[test]
+    fn a_new_connection_owes_a_head_from_its_accept() {
+        assert!(matches!(Activity::new().verdict(expired()), Verdict::HeadTooSlow));
+    }
+
+    #[test]
+    fn http1_heads_are_timed_and_requests_under_way_are_never_idle() {
+        let activity = Arc::new(Activity::new());
+        activity.read(b"POST /mcp HTTP/1.1\r\n", true);
+        assert!(matches!(activity.verdict(expired()), Verdict::HeadTooSlow));
+        let underway = Underway::start(activity.clone());
+        activity.read(b"{\"body\": 1}", false);
+        assert!(matches!(activity.verdict(expired()), Verdict::Busy), "body bytes are not a head");
+        drop(underway);
+        assert!(matches!(activity.verdict(expired()), Verdict::Idle));
+        activity.read(b"P", false);
+        assert!(matches!(activity.verdict(expired()), Verdict::HeadTooSlow), "the next head is timed again");
+    }
+
+    #[test]
+    fn http2_frames_are_not_heads() {
+        let activity = Arc::new(Activity::new());
+        activity.read(&H2_PREFACE[..10], true);
+        assert!(matches!(activity.verdict(expired()), Verdict::Idle));
+        // A PING acknowledgement on an idle connection.
+        activity.read(&[0, 0, 8, 6, 1, 0, 0, 0, 0], false);
+        assert!(matches!(activity.verdict(expired()), Verdict::Idle));
+        let _stream = Underway::start(activity.clone());
+        assert!(matches!(activity.verdict(expired()), Verdict::Busy));
+    }
 }

@@ -16,6 +16,7 @@ use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, 
 use super::edge;
 use crate::config::Config;
 use crate::error::{Framing, GatewayError};
+use crate::metrics::METRICS;
 use crate::state::AppState;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -58,12 +59,16 @@ pub(crate) fn around_mcp(route: MethodRouter<AppState>, config: &Config) -> Meth
     )
 }
 
-/// The body-limit layer refuses an announced oversize body with a bare 413; clients get the same
-/// JSON-RPC error a chunked oversize body gets.
+/// The body-limit layer refuses an announced oversize body with a bare 413, before the
+/// transport's checks (so before Origin and media types); clients get the same JSON-RPC error a
+/// chunked oversize body gets, and the request metrics count it as the transport would.
 fn json_body_limit(response: Response, limit: usize) -> Response {
     let ours = response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v == "application/json");
     if response.status() == StatusCode::PAYLOAD_TOO_LARGE && !ours {
-        return edge::refusal(GatewayError::Framing(Framing::BodyTooLarge { limit }));
+        let response = edge::refusal(GatewayError::Framing(Framing::BodyTooLarge { limit }));
+        METRICS.request("invalid", edge::outcome_of(&response), std::time::Duration::ZERO);
+        METRICS.response(response.status().as_u16());
+        return response;
     }
     response
 }
