@@ -2,7 +2,7 @@
 //!
 //! - A request head must arrive whole within `--header-read-timeout-ms` of its first byte, and
 //!   a new connection must send one within that time of being accepted. A connection that
-//!   does not (nothing sent, or half a head) is closed.
+//!   does not (nothing sent, or half a head) is closed, within one and a half timeouts.
 //! - A connection with nothing under way is closed gracefully after `--idle-timeout-ms` (for
 //!   HTTP/2 the only timeout after its preface: frames are not heads). The
 //!   default is above the idle timeouts of common proxies and load balancers (60 s), so a proxy
@@ -34,7 +34,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -161,8 +161,6 @@ async fn serve_connection(
                 connection.as_mut().graceful_shutdown();
                 close_by = Some(Instant::now() + drain);
             }
-            // A request ended or a head began: the deadlines moved.
-            () = activity.changed.notified(), if close_by.is_none() => {}
             () = tokio::time::sleep_until(wake) => {
                 if close_by.is_some() {
                     return;
@@ -193,8 +191,6 @@ struct Activity {
     quiet_since: AtomicU64,
     /// HTTP/2: frames (pings included) are not heads; only the idle timeout applies.
     http2: AtomicBool,
-    /// Woken when a request ends or a head begins.
-    changed: Notify,
 }
 
 const NONE: u64 = u64::MAX;
@@ -214,7 +210,6 @@ impl Activity {
             head_since: AtomicU64::new(0),
             quiet_since: AtomicU64::new(0),
             http2: AtomicBool::new(false),
-            changed: Notify::new(),
         }
     }
 
@@ -228,33 +223,36 @@ impl Activity {
 
     /// Bytes arrived: with nothing under way, they begin a head (HTTP/1.1 only).
     fn read(&self, bytes: &[u8], first: bool) {
-        if first && H2_PREFACE.starts_with(&bytes[..bytes.len().min(H2_PREFACE.len())]) {
+        // "PRI " tells the preface from any HTTP/1.1 method; a shorter first read is taken as
+        // HTTP/1.1 (clients send the preface in one write).
+        if first && bytes.len() >= 4 && H2_PREFACE.starts_with(&bytes[..bytes.len().min(H2_PREFACE.len())]) {
             // The preface answers the accept's deadline; from here on only idleness counts.
             self.http2.store(true, Ordering::Release);
             self.quiet_since.store(self.now(), Ordering::Release);
             self.head_since.store(NONE, Ordering::Release);
-            self.changed.notify_one();
             return;
         }
         if self.http2.load(Ordering::Acquire) || self.underway.load(Ordering::Acquire) > 0 {
             return;
         }
-        if self.head_since.compare_exchange(NONE, self.now(), Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            self.changed.notify_one();
-        }
+        let _ = self.head_since.compare_exchange(NONE, self.now(), Ordering::AcqRel, Ordering::Acquire);
     }
 
-    /// When to look again: the head's deadline, the idle deadline, or (while busy) an idle
-    /// period from now. Looking early is harmless; a change that moves a deadline earlier
-    /// (a request ended, a head began) wakes the loop through `changed`.
+    /// When to look again: the head's deadline, or the idle deadline, or (while busy) an idle
+    /// period from now. Requests are not tracked by wake-ups (that would cost two per request):
+    /// looking early is harmless, and on HTTP/1.1 the loop looks at least every half head
+    /// timeout, so a head that began meanwhile is cut within one and a half of them.
     fn next_check(&self, limits: ConnectionLimits) -> Instant {
-        if self.underway.load(Ordering::Acquire) > 0 {
-            return Instant::now() + limits.idle_timeout;
-        }
-        match self.head_since.load(Ordering::Acquire) {
-            NONE => self.at(self.quiet_since.load(Ordering::Acquire)) + limits.idle_timeout,
-            since => self.at(since) + limits.header_read_timeout,
-        }
+        let now = Instant::now();
+        let due = if self.underway.load(Ordering::Acquire) > 0 {
+            now + limits.idle_timeout
+        } else {
+            match self.head_since.load(Ordering::Acquire) {
+                NONE => self.at(self.quiet_since.load(Ordering::Acquire)) + limits.idle_timeout,
+                since => self.at(since) + limits.header_read_timeout,
+            }
+        };
+        if self.http2.load(Ordering::Acquire) { due } else { due.min(now + limits.header_read_timeout / 2) }
     }
 
     fn verdict(&self, limits: ConnectionLimits) -> Verdict {
@@ -287,7 +285,6 @@ impl Drop for Underway {
         let activity = &self.0;
         activity.quiet_since.store(activity.now(), Ordering::Release);
         activity.underway.fetch_sub(1, Ordering::AcqRel);
-        activity.changed.notify_one();
     }
 }
 
