@@ -3,6 +3,7 @@
 
 use std::any::Any;
 use std::convert::Infallible;
+use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -64,9 +65,12 @@ pub(crate) fn panicked(_payload: Box<dyn Any + Send + 'static>) -> Response {
     response
 }
 
-/// The request-metrics outcome of a response built here.
-pub(crate) fn outcome_of(response: &Response) -> Outcome {
-    response.extensions().get::<Outcome>().copied().unwrap_or(Outcome::Ok)
+/// Counts an answered request: by method label and outcome (errors built here mark theirs),
+/// and by status class.
+pub(crate) fn count(method: &str, response: &Response, spent: Duration) {
+    let outcome = response.extensions().get::<Outcome>().copied().unwrap_or(Outcome::Ok);
+    METRICS.request(method, outcome, spent);
+    METRICS.response(response.status().as_u16());
 }
 
 /// A JSON document (probes and metadata use it too).

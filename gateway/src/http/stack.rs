@@ -16,7 +16,6 @@ use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, 
 use super::edge;
 use crate::config::Config;
 use crate::error::{Framing, GatewayError};
-use crate::metrics::METRICS;
 use crate::state::AppState;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -66,8 +65,7 @@ fn json_body_limit(response: Response, limit: usize) -> Response {
     let ours = response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v == "application/json");
     if response.status() == StatusCode::PAYLOAD_TOO_LARGE && !ours {
         let response = edge::refusal(GatewayError::Framing(Framing::BodyTooLarge { limit }));
-        METRICS.request("invalid", edge::outcome_of(&response), std::time::Duration::ZERO);
-        METRICS.response(response.status().as_u16());
+        edge::count("invalid", &response, std::time::Duration::ZERO);
         return response;
     }
     response

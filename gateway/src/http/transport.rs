@@ -17,14 +17,12 @@ use tracing::Instrument as _;
 use super::edge;
 use crate::error::{Framing, GatewayError};
 use crate::mcp;
-use crate::metrics::METRICS;
 use crate::state::AppState;
 
 pub(crate) async fn handle(State(state): State<AppState>, request: Request) -> Response {
     let started = Instant::now();
     let (method, response) = respond(&state, request).await;
-    METRICS.request(method, edge::outcome_of(&response), started.elapsed());
-    METRICS.response(response.status().as_u16());
+    edge::count(method, &response, started.elapsed());
     response
 }
 
