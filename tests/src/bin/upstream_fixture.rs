@@ -50,6 +50,28 @@ fn task_view(id: &str, status: rmcp::model::TaskStatus, message: Option<&str>) -
     task
 }
 
+/// Set by `freeze`: from then on the stdio server reads nothing more, so it answers no ping and
+/// no cancel, like a wedged process. (Stopping the process with a signal instead proved fragile:
+/// a stray `SIGCONT` or a failed `kill` let the call finish.)
+static FROZEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Standard input that goes silent for good once `FROZEN` is set.
+struct FreezableStdin(tokio::io::Stdin);
+
+impl tokio::io::AsyncRead for FreezableStdin {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if FROZEN.load(Ordering::SeqCst) {
+            // Never woken: the process is wedged until it is killed.
+            return std::task::Poll::Pending;
+        }
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
 /// Calls of `hold` running now, and the most ever at once.
 static HELD: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
@@ -145,7 +167,7 @@ fn tools() -> Vec<Tool> {
         ),
         tool(
             "freeze",
-            "Stops its own process (SIGSTOP): it answers nothing any more, pings included.",
+            "Wedges the stdio server: it reads nothing more, so it answers no ping and no cancel.",
             json!({}),
             None,
         ),
@@ -465,9 +487,9 @@ impl ServerHandler for Fixture {
                 Ok(text("written"))
             }
             "freeze" => {
+                FROZEN.store(true, Ordering::SeqCst);
                 log("freezing");
-                let _ = std::process::Command::new("kill").args(["-STOP", &std::process::id().to_string()]).status();
-                Ok(text("thawed"))
+                std::future::pending().await
             }
             other => Err(ErrorData::invalid_params(format!("unknown tool {other}"), None)),
         }
@@ -482,7 +504,7 @@ async fn main() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("stdio") => {
             log("started stdio");
-            let running = fixture.serve(rmcp::transport::stdio()).await?;
+            let running = fixture.serve((FreezableStdin(tokio::io::stdin()), tokio::io::stdout())).await?;
             running.waiting().await?;
         }
         Some("http") => {
