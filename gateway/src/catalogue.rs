@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use taskgate_shared::store::{Store, StoreError};
-use taskgate_shared::tools::ToolSpec;
+use taskgate_shared::tools::{Execution, ToolSpec};
 use tokio::time::Instant;
 
 const MISS_REFRESH_GAP: Duration = Duration::from_millis(250);
@@ -45,6 +45,19 @@ impl Default for Catalogue {
     }
 }
 
+/// A tool as `tools/list` shows it: its descriptor, with how a call runs in its `_meta` (beside
+/// whatever `_meta` the tool brought).
+fn listed(spec: &ToolSpec) -> Value {
+    let mut tool = serde_json::to_value(&spec.descriptor).unwrap_or(Value::Null);
+    if let Some(tool) = tool.as_object_mut() {
+        let meta = tool.entry("_meta").or_insert_with(|| Value::Object(Default::default()));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert(Execution::META_KEY.to_owned(), Value::from(spec.execution.label()));
+        }
+    }
+    tool
+}
+
 impl Catalogue {
     fn build(specs: BTreeMap<String, ToolSpec>) -> Self {
         let mut tools = BTreeMap::new();
@@ -58,11 +71,7 @@ impl Catalogue {
                 }
             }
         }
-        let listing = tools
-            .values()
-            .map(|t| serde_json::to_value(&t.spec.descriptor).unwrap_or(Value::Null))
-            .collect::<Vec<_>>()
-            .into();
+        let listing = tools.values().map(|t| listed(&t.spec)).collect::<Vec<_>>().into();
         Self { tools, listing }
     }
 

@@ -4,6 +4,7 @@
 
 mod auth;
 mod chaos;
+mod cli;
 mod cluster;
 mod durability;
 mod example_worker;

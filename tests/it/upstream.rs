@@ -602,6 +602,13 @@ async fn names_lists_and_per_tool_settings_shape_the_catalogue() {
         listed.result()["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
     names.sort_unstable();
     assert_eq!(names, ["fix_echo", "fix_hold"], "{}", listed.text);
+    // How each call runs is listed in the tool's `_meta`, for clients to show.
+    let runs = |name: &str| {
+        let tools = listed.result()["tools"].as_array().unwrap();
+        tools.iter().find(|t| t["name"] == name).unwrap()["_meta"]["taskgate.dev/execution"].clone()
+    };
+    assert_eq!(runs("fix_echo"), "sync-only", "{}", listed.text);
+    assert_eq!(runs("fix_hold"), "task-required", "{}", listed.text);
 
     let task = client.create_task("fix_hold", json!({ "ms": 10 })).await;
     let created = client.get_task(&task).await;

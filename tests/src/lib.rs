@@ -5,6 +5,7 @@
 //! `TASKGATE_BIN_DIR`). `cargo test --workspace` builds them first, because the gateway and
 //! worker packages have integration tests of their own.
 
+pub mod cli;
 mod client;
 mod fault_proxy;
 pub mod interop;

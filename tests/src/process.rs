@@ -13,6 +13,8 @@ pub enum Binary {
     Worker,
     /// `examples/custom-worker`: the worker as a library, with a tool of its own.
     ExampleWorker,
+    /// The `taskgate` command-line client (run with `crate::cli`, not as a service).
+    Cli,
 }
 
 impl Binary {
@@ -21,6 +23,7 @@ impl Binary {
             Self::Gateway => "taskgate-gateway",
             Self::Worker => "taskgate-worker",
             Self::ExampleWorker => "custom-worker",
+            Self::Cli => "taskgate",
         }
     }
 
@@ -56,6 +59,8 @@ fn build_binaries() {
             "taskgate-worker",
             "-p",
             "taskgate-example-worker",
+            "-p",
+            "taskgate-cli",
         ])
         .current_dir(workspace)
         .status()
@@ -113,7 +118,7 @@ impl Service {
                 })
                 .await;
             }
-            (None, Binary::Gateway) => {}
+            (None, Binary::Gateway | Binary::Cli) => {}
         }
     }
 

@@ -42,6 +42,25 @@ pub enum Execution {
     SyncOnly,
 }
 
+impl Execution {
+    /// The `_meta` key under which a listed tool says how a call of it runs: 2026-07-28 has no
+    /// wire field for it, and clients (the `taskgate` CLI among them) want to show it.
+    pub const META_KEY: &'static str = "taskgate.dev/execution";
+
+    /// `task-required`, `task-optional` or `sync-only`: the names of the upstream config.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::TaskRequired => "task-required",
+            Self::TaskOptional => "task-optional",
+            Self::SyncOnly => "sync-only",
+        }
+    }
+
+    pub fn from_label(label: &str) -> Option<Self> {
+        [Self::TaskRequired, Self::TaskOptional, Self::SyncOnly].into_iter().find(|e| e.label() == label)
+    }
+}
+
 /// Whether `name` is a valid MCP tool name: 1 to 128 characters of `A-Z a-z 0-9 _ - .`.
 pub fn is_valid_tool_name(name: &str) -> bool {
     (1..=128).contains(&name.len())

@@ -482,12 +482,10 @@ fn check_settings(s: &ToolSettings) -> Result<(), (&'static str, String)> {
 
 fn execution<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<Execution>, D::Error> {
     let value = String::deserialize(de)?;
-    match value.as_str() {
-        "task-required" => Ok(Some(Execution::TaskRequired)),
-        "task-optional" => Ok(Some(Execution::TaskOptional)),
-        "sync-only" => Ok(Some(Execution::SyncOnly)),
-        other => Err(serde::de::Error::custom(format!(
-            "unknown execution {other:?}: expected task-required, task-optional or sync-only"
+    match Execution::from_label(&value) {
+        Some(execution) => Ok(Some(execution)),
+        None => Err(serde::de::Error::custom(format!(
+            "unknown execution {value:?}: expected task-required, task-optional or sync-only"
         ))),
     }
 }

@@ -1,0 +1,157 @@
+//! The command line: global options and one subcommand.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "taskgate",
+    version,
+    about = "Call MCP tools as durable tasks through a taskgate gateway, and follow, answer and cancel them",
+    after_help = "Exit codes: 0 completed, 1 the tool reported an error, 2 usage, 3 failed, 4 cancelled, \
+                  5 input needed and no terminal to ask on, 6 authentication refused, 7 could not talk to the \
+                  gateway, 8 the gateway refused the request, 130 stopped following (the task goes on)."
+)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: Global,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct Global {
+    /// The gateway's MCP endpoint.
+    #[arg(long, global = true, env = "TASKGATE_URL", default_value = "http://127.0.0.1:8080/mcp")]
+    pub(crate) url: String,
+    /// Bearer token (a JWT or an API key), sent as `Authorization: Bearer …`.
+    #[arg(long, global = true, env = "TASKGATE_TOKEN", hide_env_values = true, conflicts_with = "token_file")]
+    pub(crate) token: Option<String>,
+    /// A file holding the bearer token (surrounding whitespace is ignored).
+    #[arg(long, global = true, env = "TASKGATE_TOKEN_FILE")]
+    pub(crate) token_file: Option<PathBuf>,
+    /// `human` for people, `json` for scripts (one JSON document per line on stdout).
+    #[arg(long, global = true, value_enum, env = "TASKGATE_OUTPUT", default_value_t = Output::Human)]
+    pub(crate) output: Output,
+    /// Give up on any single request after this long (`30s`, `500ms`, `2m`). Following a task
+    /// is not one request and has no limit.
+    #[arg(long, global = true, env = "TASKGATE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub(crate) timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Output {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// List the tools: name, how a call runs, description.
+    Tools {
+        /// Print one tool's input and output schemas instead.
+        #[arg(long, value_name = "NAME")]
+        schema: Option<String>,
+    },
+    /// Call a tool: create its task and follow it to the end, asking for input on a terminal.
+    Call(CallArgs),
+    /// Show a task as it is now.
+    Get { task: String },
+    /// Follow tasks until every one is terminal, one line each.
+    Follow {
+        #[arg(required = true)]
+        tasks: Vec<String>,
+    },
+    /// Ask for a task to be cancelled (cancellation is cooperative: the tool may still finish).
+    Cancel { task: String },
+    /// Answer one input request of a task waiting for input.
+    Answer(AnswerArgs),
+    /// The server's protocol versions, capabilities and extensions.
+    Discover,
+    /// Print a shell completion script.
+    Completions { shell: clap_complete::Shell },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CallArgs {
+    pub(crate) tool: String,
+    /// One argument, `key=value`; the value is typed by the tool's input schema (numbers,
+    /// booleans, JSON objects) and is a string otherwise. Repeatable.
+    #[arg(long = "arg", short = 'a', value_name = "KEY=VALUE", value_parser = parse_pair)]
+    pub(crate) args: Vec<(String, String)>,
+    /// All arguments as one JSON object (`--arg` values are laid over it).
+    #[arg(long, value_name = "JSON", conflicts_with = "json_file")]
+    pub(crate) json: Option<String>,
+    /// All arguments as a JSON object read from a file (`-` for standard input).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json_file: Option<PathBuf>,
+    /// Print the task id and return at once, without following the task.
+    #[arg(long)]
+    pub(crate) detach: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["accept", "decline", "cancel"])))]
+pub(crate) struct AnswerArgs {
+    pub(crate) task: String,
+    /// The input request's key, as shown by `taskgate get`.
+    pub(crate) key: String,
+    /// Accept, with this JSON object as the form's content (`{}` for a URL request).
+    #[arg(long, value_name = "JSON")]
+    pub(crate) accept: Option<String>,
+    /// Decline the request.
+    #[arg(long)]
+    pub(crate) decline: bool,
+    /// Dismiss the request without a choice.
+    #[arg(long)]
+    pub(crate) cancel: bool,
+}
+
+fn parse_pair(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}
+
+/// `250ms`, `30s`, `2m` (humantime's syntax), above zero.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(s).map_err(|err| format!("{err} (try 30s or 500ms)"))?;
+    if duration.is_zero() {
+        return Err("the timeout must be above zero".into());
+    }
+    Ok(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_units() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn pairs_split_at_the_first_equals_sign() {
+        assert_eq!(parse_pair("q=a=b"), Ok(("q".into(), "a=b".into())));
+        assert_eq!(parse_pair("empty="), Ok(("empty".into(), String::new())));
+        assert!(parse_pair("=x").is_err());
+        assert!(parse_pair("novalue").is_err());
+    }
+
+    #[test]
+    fn answer_needs_exactly_one_action() {
+        use clap::CommandFactory as _;
+        Cli::command().debug_assert();
+        assert!(Cli::try_parse_from(["taskgate", "answer", "t", "k"]).is_err());
+        assert!(Cli::try_parse_from(["taskgate", "answer", "t", "k", "--decline", "--cancel"]).is_err());
+        assert!(Cli::try_parse_from(["taskgate", "answer", "t", "k", "--accept", "{}"]).is_ok());
+    }
+}
