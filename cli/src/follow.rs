@@ -217,7 +217,9 @@ async fn answer_inputs(
                     answers.insert(key.clone(), answer);
                 }
                 Ok(None) => {
-                    multi.suspend(|| eprint!("{}", render::input_requests(&task.id, &task.last, std::slice::from_ref(&key))));
+                    multi.suspend(|| {
+                        eprint!("{}", render::input_requests(&task.id, &task.last, std::slice::from_ref(&key)))
+                    });
                 }
                 Err(err) => {
                     return Err(CliError::new(Exit::Interrupted, format!("stopped asking: {err}"))

