@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory as _, Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -21,15 +21,40 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
+impl Cli {
+    /// Parses the command line (exiting on a usage error) and settles which token to use.
+    pub(crate) fn parse_args() -> Self {
+        Self::settle(Self::command().get_matches_from(std::env::args_os())).unwrap_or_else(|err| err.exit())
+    }
+
+    fn settle(matches: clap::ArgMatches) -> Result<Self, clap::Error> {
+        use clap::parser::ValueSource::CommandLine;
+        let mut cli = <Self as clap::FromArgMatches>::from_arg_matches(&matches)?;
+        let given = |id: &str| matches.value_source(id) == Some(CommandLine);
+        if cli.global.token.is_some() && cli.global.token_file.is_some() {
+            match (given("token"), given("token_file")) {
+                (true, true) => {
+                    return Err(Self::command()
+                        .error(clap::error::ErrorKind::ArgumentConflict, "give --token or --token-file, not both"));
+                }
+                (false, true) => cli.global.token = None,
+                _ => cli.global.token_file = None,
+            }
+        }
+        Ok(cli)
+    }
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct Global {
     /// The gateway's MCP endpoint.
     #[arg(long, global = true, env = "TASKGATE_URL", default_value = "http://127.0.0.1:8080/mcp")]
     pub(crate) url: String,
     /// Bearer token (a JWT or an API key), sent as `Authorization: Bearer …`.
-    #[arg(long, global = true, env = "TASKGATE_TOKEN", hide_env_values = true, conflicts_with = "token_file")]
+    #[arg(long, global = true, env = "TASKGATE_TOKEN", hide_env_values = true)]
     pub(crate) token: Option<String>,
-    /// A file holding the bearer token (surrounding whitespace is ignored).
+    /// A file holding the bearer token (surrounding whitespace is ignored). Given with
+    /// `--token`, the one on the command line wins; both from the environment, the token wins.
     #[arg(long, global = true, env = "TASKGATE_TOKEN_FILE")]
     pub(crate) token_file: Option<PathBuf>,
     /// `human` for people, `json` for scripts (one JSON document per line on stdout).
@@ -147,8 +172,18 @@ mod tests {
     }
 
     #[test]
+    fn a_token_on_the_command_line_wins_over_one_from_the_environment() {
+        let settle = |args: &[&str]| Cli::settle(Cli::command().try_get_matches_from(args).unwrap());
+        // Both on the command line: refused.
+        assert!(settle(&["taskgate", "--token", "a", "--token-file", "f", "discover"]).is_err());
+        let cli = settle(&["taskgate", "--token", "a", "discover"]).unwrap();
+        assert_eq!((cli.global.token.as_deref(), cli.global.token_file), (Some("a"), None));
+        let cli = settle(&["taskgate", "discover", "--token-file", "f"]).unwrap();
+        assert_eq!(cli.global.token_file, Some(PathBuf::from("f")));
+    }
+
+    #[test]
     fn answer_needs_exactly_one_action() {
-        use clap::CommandFactory as _;
         Cli::command().debug_assert();
         assert!(Cli::try_parse_from(["taskgate", "answer", "t", "k"]).is_err());
         assert!(Cli::try_parse_from(["taskgate", "answer", "t", "k", "--decline", "--cancel"]).is_err());

@@ -14,6 +14,9 @@ use crate::exit::{CliError, Exit};
 use crate::follow::{self, Ended};
 use crate::{arguments, prompt, render};
 
+/// Rounds of inline questions answered before a call that keeps asking is given up.
+const MAX_INLINE_ROUNDS: usize = 10;
+
 pub(crate) async fn run(cli: Cli) -> Result<Exit, CliError> {
     let global = &cli.global;
     if let Command::Completions { shell } = cli.command {
@@ -84,6 +87,7 @@ async fn call(conn: &mut Connection, global: &Global, args: &CallArgs) -> Result
     let arguments = arguments::build(base.as_deref(), &args.args, &tool["inputSchema"])?;
     let interactive = prompt::interactive();
     let mut params = CallToolRequestParams::new(args.tool.clone()).with_arguments(arguments);
+    let mut rounds = 0;
     loop {
         let response = conn.call("tools/call", conn.peer().call_tool_once(params.clone())).await?;
         match response {
@@ -121,6 +125,7 @@ async fn call(conn: &mut Connection, global: &Global, args: &CallArgs) -> Result
             CallToolResponse::InputRequired(asked) => {
                 // Questions before any task exists (a tool run inline): answered on this
                 // terminal and the call sent again, as the protocol's retry.
+                rounds += 1;
                 let requests = serde_json::to_value(&asked.input_requests).unwrap_or(Value::Null);
                 let keys: Vec<String> = requests.as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default();
                 if !interactive {
@@ -132,16 +137,30 @@ async fn call(conn: &mut Connection, global: &Global, args: &CallArgs) -> Result
                     return Err(CliError::new(Exit::InputNeeded, "the tool asks for input before it can run")
                         .hint("run it on a terminal to answer (an inline call has no task to answer later)"));
                 }
+                if rounds > MAX_INLINE_ROUNDS {
+                    return Err(CliError::new(
+                        Exit::Refused,
+                        format!("the tool kept asking for input after {MAX_INLINE_ROUNDS} rounds of answers"),
+                    ));
+                }
                 let mut answers = InputResponses::new();
                 for key in keys {
                     let request = requests[&key].clone();
-                    let answer = tokio::task::spawn_blocking(move || prompt::ask(&key, &request).map(|a| (key, a)))
+                    let asked_key = key.clone();
+                    let answer = tokio::task::spawn_blocking(move || prompt::ask(&asked_key, &request))
                         .await
                         .map_err(|e| CliError::new(Exit::Interrupted, e.to_string()))?
                         .map_err(|e| CliError::new(Exit::Interrupted, format!("stopped asking: {e}")))?;
-                    if let (key, Some(answer)) = answer {
-                        answers.insert(key, answer);
-                    }
+                    match answer {
+                        Some(answer) => answers.insert(key, answer),
+                        // Sent again without this answer, the call would only ask again.
+                        None => {
+                            return Err(CliError::new(
+                                Exit::InputNeeded,
+                                format!("the tool asks for {key:?}, a kind of input this client cannot give"),
+                            ));
+                        }
+                    };
                 }
                 params.input_responses = Some(answers);
                 params.request_state = asked.request_state;
@@ -179,7 +198,7 @@ fn stopped(global: &Global, task: &Value) -> Exit {
 
 async fn get_task(conn: &Connection, id: &str) -> Result<Value, CliError> {
     let got = conn.call("tasks/get", conn.peer().get_task(GetTaskParams::new(id.to_owned()))).await?;
-    Ok(serde_json::to_value(&got).unwrap_or(Value::Null))
+    Ok(render::wire_task(serde_json::to_value(&got).unwrap_or(Value::Null)))
 }
 
 async fn get(conn: &Connection, global: &Global, id: &str) -> Result<Exit, CliError> {

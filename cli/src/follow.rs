@@ -55,7 +55,18 @@ impl Tracked {
     }
 }
 
+/// How often unfinished tasks are read even while the stream is quiet: a backstop for a
+/// connection that died without a word (no read timeout covers a half-open stream).
+const BACKSTOP: Duration = Duration::from_secs(30);
+/// The longest pause between a stream's end and the next read and listen.
+const MAX_PAUSE: Duration = Duration::from_secs(5);
+/// How long the gateway may stay unreachable before following gives up.
+const GIVE_UP_AFTER: Duration = Duration::from_secs(60);
+
 pub(crate) async fn follow(conn: &mut Connection, ids: &[String], options: &Options) -> Result<Ended, CliError> {
+    // Ctrl-C is handled from here on, before anything is drawn, so that none is missed.
+    let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|err| CliError::new(Exit::Transport, format!("cannot watch for Ctrl-C: {err}")))?;
     let multi = MultiProgress::new();
     let live = options.output == Output::Human && console::Term::stderr().is_term();
     let mut tasks = Vec::new();
@@ -75,6 +86,8 @@ pub(crate) async fn follow(conn: &mut Connection, ids: &[String], options: &Opti
     }
     let index: HashMap<String, usize> = tasks.iter().enumerate().map(|(i, t)| (t.id.clone(), i)).collect();
     let mut listening = true;
+    let mut pause = Duration::ZERO;
+    let mut unreachable_since: Option<std::time::Instant> = None;
     loop {
         answer_inputs(conn, &multi, &mut tasks, options).await?;
         if tasks.iter().all(|t| t.settled(options.stop_at_input)) {
@@ -82,10 +95,15 @@ pub(crate) async fn follow(conn: &mut Connection, ids: &[String], options: &Opti
         }
         let pending: Vec<String> =
             tasks.iter().filter(|t| !t.settled(options.stop_at_input)).map(|t| t.id.clone()).collect();
-        let listen = if listening {
-            Some(conn.request("subscriptions/listen", json!({ "notifications": { "taskIds": pending } })).await?)
-        } else {
-            None
+        let listen = match listening {
+            true => {
+                match conn.request("subscriptions/listen", json!({ "notifications": { "taskIds": pending } })).await {
+                    Ok(handle) => Some(handle),
+                    Err(err) if err.exit == Exit::Transport => None,
+                    Err(err) => return Err(err),
+                }
+            }
+            false => None,
         };
         let poll_every = poll_interval(&tasks);
         let mut stream = std::pin::pin!(async move {
@@ -97,58 +115,81 @@ pub(crate) async fn follow(conn: &mut Connection, ids: &[String], options: &Opti
                 }
             }
         });
-        // Until the stream ends, a question needs asking, or the person interrupts.
-        let reread = loop {
+        let mut backstop = tokio::time::interval_at(tokio::time::Instant::now() + BACKSTOP, BACKSTOP);
+        // One stream, until it ends: questions are asked and Ctrl-C is answered without
+        // closing it, so no stream is ever left open behind a new one.
+        loop {
             tokio::select! {
                 snapshot = conn.snapshots.recv() => {
-                    let Some(snapshot) = snapshot else { break true };
+                    let Some(snapshot) = snapshot else { break };
                     let id = snapshot.get("taskId").and_then(Value::as_str).unwrap_or_default();
-                    if let Some(&i) = index.get(id) {
-                        show(&mut tasks[i], snapshot, options);
-                        if needs_answer(&tasks[i], options) || tasks.iter().all(|t| t.settled(options.stop_at_input)) {
-                            break false;
-                        }
+                    let Some(&i) = index.get(id) else { continue };
+                    if show(&mut tasks[i], snapshot, options) {
+                        pause = Duration::ZERO;
+                    }
+                    if tasks[i].status() == "input_required" && !unseen_keys(&tasks[i]).is_empty() {
+                        answer_inputs(conn, &multi, &mut tasks, options).await?;
+                    }
+                    if tasks.iter().all(|t| t.settled(options.stop_at_input)) {
+                        return Ok(Ended::Settled(finish(tasks)));
                     }
                 }
                 ended = &mut stream => {
                     match ended {
                         Some(Err(rmcp::ServiceError::McpError(error))) => {
                             // A gateway without task listening: poll instead.
-                            if listening {
-                                eprintln!("(the gateway refused to stream task changes: {}; polling instead)", error.message);
+                            if options.output == Output::Human {
+                                multi.suspend(|| eprintln!("(the gateway does not stream task changes: {}; polling instead)", render::clean(&error.message)));
                             }
                             listening = false;
                         }
                         Some(Err(err)) if err.auth_challenge().is_some() => {
                             return Err(crate::exit::service("subscriptions/listen", err));
                         }
-                        Some(Err(_)) => {
-                            // The stream broke (a gateway restarting, a proxy's timeout): read
-                            // and listen again after a breath.
-                            tokio::time::sleep(Duration::from_millis(500)).await;
-                        }
-                        Some(Ok(_)) | None => {}
+                        // The stream broke (a gateway restarting, a proxy's timeout) or ended
+                        // before the tasks did (a gateway draining): read, then listen again.
+                        Some(_) => {}
+                        None => pause = Duration::ZERO,
                     }
-                    break true;
+                    break;
                 }
-                _ = tokio::signal::ctrl_c() => {
+                _ = backstop.tick() => {
+                    for task in tasks.iter_mut().filter(|t| !t.settled(options.stop_at_input)) {
+                        if let Ok(snapshot) = get(conn, &task.id).await {
+                            show(task, snapshot, options);
+                        }
+                    }
+                }
+                _ = interrupts.recv() => {
                     match interrupted(&multi, options, tasks.len()) {
-                        Interrupt::KeepFollowing => continue,
+                        Interrupt::KeepFollowing => {}
                         Interrupt::StopFollowing => return Ok(Ended::Stopped(finish(tasks))),
                         Interrupt::CancelTask => {
                             for task in tasks.iter().filter(|t| !render::is_terminal(&t.last)) {
                                 conn.call("tasks/cancel", conn.peer().cancel_task(CancelTaskParams::new(task.id.clone()))).await?;
                             }
-                            break true;
                         }
                     }
                 }
             }
-        };
-        if reread {
-            for task in tasks.iter_mut().filter(|t| !t.settled(options.stop_at_input)) {
-                let snapshot = get(conn, &task.id).await?;
-                show(task, snapshot, options);
+        }
+        // Streams that keep ending without news must not spin: wait longer each time.
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).clamp(Duration::from_millis(250), MAX_PAUSE);
+        for task in tasks.iter_mut().filter(|t| !t.settled(options.stop_at_input)) {
+            match get(conn, &task.id).await {
+                Ok(snapshot) => {
+                    unreachable_since = None;
+                    show(task, snapshot, options);
+                }
+                Err(err) if err.exit == Exit::Transport => {
+                    let since = *unreachable_since.get_or_insert_with(std::time::Instant::now);
+                    if since.elapsed() > GIVE_UP_AFTER {
+                        return Err(err.hint("the gateway stayed unreachable; the task goes on: follow it again later"));
+                    }
+                    break;
+                }
+                Err(err) => return Err(err),
             }
         }
     }
@@ -159,15 +200,18 @@ async fn get(conn: &Connection, id: &str) -> Result<Value, CliError> {
     Ok(serde_json::to_value(&got).unwrap_or(Value::Null))
 }
 
-/// Takes a snapshot unless it is older than the one shown, or the task already ended.
-fn show(task: &mut Tracked, snapshot: Value, options: &Options) {
+/// Takes a snapshot unless it is older than the one shown, or the task already ended; whether
+/// it changed what is shown.
+fn show(task: &mut Tracked, snapshot: Value, options: &Options) -> bool {
+    let snapshot = render::wire_task(snapshot);
     if render::is_terminal(&task.last) || render::older(&snapshot, &task.last) {
-        return;
+        return false;
     }
-    let changed = render::line(&snapshot) != render::line(&task.last);
+    let changed = render::line(&snapshot) != render::line(&task.last)
+        || snapshot.get("inputRequests") != task.last.get("inputRequests");
     task.last = snapshot;
     if !changed {
-        return;
+        return false;
     }
     if options.stream_json {
         render::json_line(&task.last);
@@ -177,10 +221,7 @@ fn show(task: &mut Tracked, snapshot: Value, options: &Options) {
         None if options.output == Output::Human => eprintln!("{}", render::line(&task.last)),
         None => {}
     }
-}
-
-fn needs_answer(task: &Tracked, options: &Options) -> bool {
-    options.interactive && task.status() == "input_required" && !unseen_keys(task).is_empty()
+    true
 }
 
 fn unseen_keys(task: &Tracked) -> Vec<String> {
@@ -209,28 +250,37 @@ async fn answer_inputs(
             continue;
         }
         let mut answers = InputResponses::new();
-        for key in keys {
-            let request = task.last["inputRequests"][&key].clone();
-            let asked = tokio::task::block_in_place(|| multi.suspend(|| prompt::ask(&key, &request)));
+        let mut stopped = None;
+        for (n, key) in keys.iter().enumerate() {
+            let request = task.last["inputRequests"][key].clone();
+            let asked = tokio::task::block_in_place(|| multi.suspend(|| prompt::ask(key, &request)));
             match asked {
                 Ok(Some(answer)) => {
                     answers.insert(key.clone(), answer);
                 }
                 Ok(None) => {
                     multi.suspend(|| {
-                        eprint!("{}", render::input_requests(&task.id, &task.last, std::slice::from_ref(&key)))
+                        eprint!("{}", render::input_requests(&task.id, &task.last, std::slice::from_ref(key)))
                     });
                 }
                 Err(err) => {
-                    return Err(CliError::new(Exit::Interrupted, format!("stopped asking: {err}"))
-                        .hint(format!("the task goes on; answer later with `taskgate answer {} {key} …`", task.id)));
+                    stopped = Some((err, keys[n..].to_vec()));
+                    break;
                 }
             }
-            task.seen_keys.insert(key);
+            task.seen_keys.insert(key.clone());
         }
+        // Answers already given are sent even when the person stops at a later question.
         if !answers.is_empty() {
             let update = UpdateTaskParams::new(task.id.clone(), answers);
             conn.call("tasks/update", conn.peer().update_task(update)).await?;
+        }
+        if let Some((err, left)) = stopped {
+            return Err(CliError::new(Exit::Interrupted, format!("stopped asking: {err}")).hint(format!(
+                "the task goes on; answer {} later with `taskgate answer {} KEY …`",
+                left.join(", "),
+                task.id
+            )));
         }
     }
     Ok(())

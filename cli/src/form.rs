@@ -53,8 +53,8 @@ pub(crate) fn fields(schema: &Value) -> Vec<Field> {
         .iter()
         .map(|(key, property)| Field {
             key: key.clone(),
-            label: property.get("title").and_then(Value::as_str).unwrap_or(key).to_owned(),
-            description: property.get("description").and_then(Value::as_str).map(str::to_owned),
+            label: crate::render::clean(property.get("title").and_then(Value::as_str).unwrap_or(key)),
+            description: property.get("description").and_then(Value::as_str).map(crate::render::clean),
             required: required.contains(&key.as_str()),
             kind: kind(property),
         })
@@ -97,9 +97,12 @@ fn options(property: &Value) -> Option<(Vec<Value>, Vec<String>)> {
         let labels = values
             .iter()
             .enumerate()
-            .map(|(i, v)| names.and_then(|n| n.get(i)).and_then(Value::as_str).map_or_else(|| show(v), str::to_owned))
+            .map(|(i, v)| {
+                names.and_then(|n| n.get(i)).and_then(Value::as_str).map_or_else(|| show(v), crate::render::clean)
+            })
             .collect();
-        return Some((values.clone(), labels));
+        // An empty list cannot be chosen from: the property is asked by its type instead.
+        return (!values.is_empty()).then(|| (values.clone(), labels));
     }
     let variants = property.get("oneOf").or_else(|| property.get("anyOf"))?.as_array()?;
     let values: Vec<Value> = variants.iter().filter_map(|v| v.get("const").cloned()).collect();
@@ -109,13 +112,13 @@ fn options(property: &Value) -> Option<(Vec<Value>, Vec<String>)> {
     let labels = variants
         .iter()
         .filter(|v| v.get("const").is_some())
-        .map(|v| v.get("title").and_then(Value::as_str).map_or_else(|| show(&v["const"]), str::to_owned))
+        .map(|v| v.get("title").and_then(Value::as_str).map_or_else(|| show(&v["const"]), crate::render::clean))
         .collect();
     Some((values, labels))
 }
 
 fn show(value: &Value) -> String {
-    value.as_str().map_or_else(|| value.to_string(), str::to_owned)
+    crate::render::clean(&value.as_str().map_or_else(|| value.to_string(), str::to_owned))
 }
 
 impl Field {
@@ -246,6 +249,13 @@ mod tests {
         assert!(by("note").parse("x").is_err());
         assert!(by("note").parse("xxxxx").is_err());
         assert_eq!(by("note").parse("abc"), Ok(Some(json!("abc"))));
+    }
+
+    #[test]
+    fn an_empty_enum_is_asked_by_its_type() {
+        let schema =
+            json!({"type": "object", "properties": {"pick": {"type": "string", "enum": []}}, "required": ["pick"]});
+        assert!(matches!(fields(&schema)[0].kind, Kind::Text { .. }));
     }
 
     #[test]

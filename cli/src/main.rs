@@ -3,8 +3,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser as _;
-
 mod args;
 mod arguments;
 mod commands;
@@ -17,7 +15,7 @@ mod render;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = args::Cli::parse();
+    let cli = args::Cli::parse_args();
     let json = cli.global.output == args::Output::Json;
     match commands::run(cli).await {
         Ok(exit) => exit.into(),

@@ -24,6 +24,27 @@ pub(crate) fn older(snapshot: &Value, current: &Value) -> bool {
     matches!((at(snapshot), at(current)), (Some(new), Some(old)) if new < old)
 }
 
+/// A task as scripts get it, whichever request brought it: a `tasks/get` result carries a
+/// `resultType` and `_meta` that a `notifications/tasks` snapshot does not.
+pub(crate) fn wire_task(mut task: Value) -> Value {
+    if let Some(fields) = task.as_object_mut() {
+        fields.remove("resultType");
+        fields.remove("_meta");
+    }
+    task
+}
+
+/// Server text made safe for a terminal: control characters (escape sequences that could
+/// redraw the screen or disguise a URL) are dropped; `keep_lines` keeps newlines and tabs.
+pub(crate) fn clean_text(text: &str, keep_lines: bool) -> String {
+    text.chars().filter(|c| !c.is_control() || (keep_lines && matches!(c, '\n' | '\t'))).collect()
+}
+
+/// One line of server text, safe for a terminal.
+pub(crate) fn clean(text: &str) -> String {
+    clean_text(text, false)
+}
+
 /// One JSON document on one line of stdout.
 pub(crate) fn json_line(value: &Value) {
     println!("{value}");
@@ -34,16 +55,16 @@ pub(crate) fn line(task: &Value) -> String {
     if task.is_null() {
         return String::new();
     }
-    let id = task.get("taskId").and_then(Value::as_str).unwrap_or("?");
-    let status = task.get("status").and_then(Value::as_str).unwrap_or("?");
-    let styled = match status {
+    let id = clean(task.get("taskId").and_then(Value::as_str).unwrap_or("?"));
+    let status = clean(task.get("status").and_then(Value::as_str).unwrap_or("?"));
+    let styled = match status.as_str() {
         "completed" => console::style(status).green(),
         "failed" => console::style(status).red(),
         "cancelled" => console::style(status).yellow(),
         "input_required" => console::style(status).magenta(),
         _ => console::style(status).cyan(),
     };
-    match task.get("statusMessage").and_then(Value::as_str) {
+    match task.get("statusMessage").and_then(Value::as_str).map(clean) {
         Some(message) => format!("{id} {styled} · {message}"),
         None => format!("{id} {styled}"),
     }
@@ -68,17 +89,18 @@ pub(crate) fn result_text(result: &Value) -> String {
     for block in result.get("content").and_then(Value::as_array).into_iter().flatten() {
         let kind = block.get("type").and_then(Value::as_str).unwrap_or("?");
         match kind {
-            "text" => out.push_str(block.get("text").and_then(Value::as_str).unwrap_or_default()),
+            "text" => out.push_str(&clean_text(block.get("text").and_then(Value::as_str).unwrap_or_default(), true)),
             "resource_link" => {
-                out.push_str(&format!("[resource {}]", block.get("uri").and_then(Value::as_str).unwrap_or("?")));
+                out.push_str(&format!("[resource {}]", clean(block.get("uri").and_then(Value::as_str).unwrap_or("?"))));
             }
             "resource" => out.push_str(&format!(
                 "[embedded resource {}]",
-                block.pointer("/resource/uri").and_then(Value::as_str).unwrap_or("?")
+                clean(block.pointer("/resource/uri").and_then(Value::as_str).unwrap_or("?"))
             )),
             other => out.push_str(&format!(
-                "[{other} {}]",
-                block.get("mimeType").and_then(Value::as_str).unwrap_or("of unknown type")
+                "[{} {}]",
+                clean(other),
+                clean(block.get("mimeType").and_then(Value::as_str).unwrap_or("of unknown type"))
             )),
         }
         out.push('\n');
@@ -102,11 +124,11 @@ pub(crate) fn outcome(task: &Value) {
         }
         Some("failed") => {
             let code = task.pointer("/error/code").and_then(Value::as_i64).unwrap_or_default();
-            let message = task.pointer("/error/message").and_then(Value::as_str).unwrap_or("no message");
+            let message = clean(task.pointer("/error/message").and_then(Value::as_str).unwrap_or("no message"));
             eprintln!("{} {message} ({code})", console::style("failed:").red().bold());
         }
         Some("cancelled") => {
-            let why = task.get("statusMessage").and_then(Value::as_str).unwrap_or("no reason given");
+            let why = clean(task.get("statusMessage").and_then(Value::as_str).unwrap_or("no reason given"));
             eprintln!("{} {why}", console::style("cancelled:").yellow().bold());
         }
         _ => eprintln!("{}", line(task)),
@@ -119,10 +141,11 @@ pub(crate) fn input_requests(task_id: &str, task: &Value, keys: &[String]) -> St
     for key in keys {
         let request = &task["inputRequests"][key];
         let params = &request["params"];
-        let message = params.get("message").and_then(Value::as_str).unwrap_or("(no message)");
+        let message = clean(params.get("message").and_then(Value::as_str).unwrap_or("(no message)"));
+        let (task_id, key) = (clean(task_id), clean(key));
         out.push_str(&format!("{task_id} asks [{key}]: {message}\n"));
         if let Some(url) = params.get("url").and_then(Value::as_str) {
-            out.push_str(&format!("  open: {url}\n"));
+            out.push_str(&format!("  open: {}\n", clean(url)));
         }
         let fields = crate::form::fields(params.get("requestedSchema").unwrap_or(&Value::Null));
         if !fields.is_empty() {
@@ -159,7 +182,7 @@ fn example(fields: &[crate::form::Field]) -> String {
     for field in fields.iter().filter(|f| f.required) {
         let value = match &field.kind {
             Kind::Bool { default } => Value::Bool(default.unwrap_or(true)),
-            Kind::Choice { values, default, .. } => values[default.unwrap_or(0)].clone(),
+            Kind::Choice { values, default, .. } => values.get(default.unwrap_or(0)).cloned().unwrap_or(Value::Null),
             Kind::Choices { .. } => Value::Array(Vec::new()),
             Kind::Number { default, .. } => default.clone().unwrap_or(Value::from(0)),
             Kind::Text { default, .. } => Value::from(default.clone().unwrap_or_default()),
@@ -254,6 +277,20 @@ mod tests {
             "structuredContent": {"sleptMs": 5}
         });
         assert_eq!(result_text(&result), "Slept 5 ms.\n[image image/png]\n{\n  \"sleptMs\": 5\n}\n");
+    }
+
+    #[test]
+    fn server_text_cannot_drive_the_terminal() {
+        assert_eq!(clean("ok\u{1b}[2J\u{1b}]8;;http://evil\u{7}here\r\n"), "ok[2J]8;;http://evilhere");
+        assert_eq!(clean_text("a\n\tb\u{1b}[1m", true), "a\n\tb[1m");
+        let task = json!({"taskId": "t\u{1b}[31m", "status": "working", "statusMessage": "x\u{8}y"});
+        assert_eq!(line(&task), "t[31m working · xy");
+    }
+
+    #[test]
+    fn every_snapshot_has_the_same_shape() {
+        let got = json!({"resultType": "complete", "_meta": {}, "taskId": "t", "status": "working"});
+        assert_eq!(wire_task(got), json!({"taskId": "t", "status": "working"}));
     }
 
     #[test]

@@ -130,7 +130,7 @@ async fn a_detached_task_is_followed_from_another_replica() {
     let stack = Stack::builder().gateways(2).spawn().await;
     let (first, second) = (cli(&stack, 0), cli(&stack, 1));
 
-    let ran = first.run(&["call", "sleep", "--arg", "ms=1500", "--detach"]).await;
+    let ran = first.run(&["call", "sleep", "--arg", "ms=4000", "--detach"]).await;
     assert_code(&ran, 0);
     let slow = ran.stdout.trim().to_owned();
     assert!(slow.starts_with("tsk_") && !slow.contains('\n'), "only the id: {ran:?}");
@@ -152,7 +152,8 @@ async fn a_detached_task_is_followed_from_another_replica() {
 
     // Follow used the listen stream, not polling.
     let metrics = Scrape::of(&format!("{}/metrics", stack.gateways[1].url.as_deref().unwrap())).await;
-    assert!(metrics.sum("taskgate_gateway_requests_total", &[("method", "subscriptions/listen")]) >= 1.0);
+    let streamed = [("method", "subscriptions/listen"), ("outcome", "ok")];
+    assert!(metrics.sum("taskgate_gateway_requests_total", &streamed) >= 1.0, "no listen stream was answered");
 
     // An unknown task is refused with a hint.
     let ran = second.run(&["follow", "tsk_00000000000000000000000000000000aa"]).await;
@@ -249,6 +250,9 @@ async fn a_jwt_gateway_refuses_without_a_token_and_says_what_to_set() {
     std::fs::write(&file, format!("{token}\n")).unwrap();
     let ran = cli.run(&["--token-file", file.to_str().unwrap(), "tools"]).await;
     assert_code(&ran, 0);
+    // A token file on the command line wins over a token in the environment.
+    let ran = cli.clone().env("TASKGATE_TOKEN", "stale").run(&["--token-file", file.to_str().unwrap(), "tools"]).await;
+    assert_code(&ran, 0);
     let ran = cli.run(&["--token", "not-a-jwt", "tools"]).await;
     assert_code(&ran, 6);
     assert!(!ran.stderr.contains("not-a-jwt"), "the token is never printed: {ran:?}");
@@ -289,6 +293,7 @@ async fn on_a_terminal<T: Send + 'static>(
     tokio::task::spawn_blocking(move || {
         let mut session = rexpect::session::spawn_command(command, Some(30_000)).expect("the CLI starts on a pty");
         let driven = drive(&mut session);
+        session.exp_eof().expect("the CLI ends within the session's timeout");
         match session.process.wait().expect("the CLI ends") {
             rexpect::process::wait::WaitStatus::Exited(_, code) => (code, driven),
             other => panic!("the CLI did not exit: {other:?}"),
@@ -343,4 +348,45 @@ async fn on_a_terminal_ctrl_c_offers_to_cancel_the_task() {
     assert_eq!(code, 130);
     let task = cli.run(&["--output", "json", "get", &id]).await.json();
     assert_eq!(task["status"], "working", "{task}");
+}
+
+/// Without a terminal, `follow` prints a question that comes up while it follows (once), keeps
+/// waiting, and ends when someone answers from elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_shows_a_question_that_comes_up_and_waits_for_its_answer() {
+    // One worker that runs one task at a time, kept busy: the report waits in the queue while
+    // the follow starts and opens its stream.
+    let stack = Stack::builder().worker_args(&["--concurrency", "1"]).spawn().await;
+    let cli = cli(&stack, 0);
+    let busy = cli.run(&["call", "sleep", "--arg", "ms=60000", "--detach"]).await.stdout.trim().to_owned();
+    running(&stack, &busy).await;
+    let ran = cli.run(&["call", "generate_report", "--arg", "size=small", "--detach"]).await;
+    assert_code(&ran, 0);
+    let id = ran.stdout.trim().to_owned();
+
+    let follower = {
+        let (cli, id) = (cli.clone(), id.clone());
+        tokio::spawn(async move { cli.run(&["follow", &id]).await })
+    };
+    let metrics = format!("{}/metrics", stack.gateways[0].url.as_deref().unwrap());
+    eventually(PATIENCE, "the follow's stream to open", || async {
+        (Scrape::of(&metrics).await.present("taskgate_gateway_sse_streams", &[]) >= 1.0).then_some(())
+    })
+    .await;
+    let queued = cli.run(&["--output", "json", "get", &id]).await.json();
+    assert!(queued.get("inputRequests").is_none(), "not asked yet: {queued}");
+    assert_code(&cli.run(&["cancel", &busy]).await, 0);
+    eventually(PATIENCE, "the question", || async {
+        let ran = cli.run(&["--output", "json", "get", &id]).await;
+        (ran.json()["status"] == "input_required").then_some(())
+    })
+    .await;
+    assert_code(&cli.run(&["answer", &id, "approve_outline", "--accept", "{\"approved\": true}"]).await, 0);
+
+    let ran = tokio::time::timeout(PATIENCE, follower).await.expect("the follow ends").unwrap();
+    assert_code(&ran, 0);
+    assert_eq!(ran.stderr.matches("asks [approve_outline]").count(), 1, "the question, once: {ran:?}");
+    assert!(ran.stdout.contains("Generated small report"), "{ran:?}");
+    let streams = Scrape::of(&metrics).await;
+    assert_eq!(streams.present("taskgate_gateway_sse_streams", &[]), 0.0, "no stream left open");
 }
