@@ -139,7 +139,7 @@ pub(crate) async fn follow(conn: &mut Connection, ids: &[String], options: &Opti
                         Some(Err(rmcp::ServiceError::McpError(error))) => {
                             // A gateway without task listening: poll instead.
                             if options.output == Output::Human {
-                                multi.suspend(|| eprintln!("(the gateway does not stream task changes: {}; polling instead)", render::clean(&error.message)));
+                                multi.suspend(|| eprintln!("(the gateway does not stream task changes: {}; polling instead)", crate::text::clean(&error.message)));
                             }
                             listening = false;
                         }

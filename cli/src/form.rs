@@ -53,8 +53,8 @@ pub(crate) fn fields(schema: &Value) -> Vec<Field> {
         .iter()
         .map(|(key, property)| Field {
             key: key.clone(),
-            label: crate::render::clean(property.get("title").and_then(Value::as_str).unwrap_or(key)),
-            description: property.get("description").and_then(Value::as_str).map(crate::render::clean),
+            label: crate::text::clean(property.get("title").and_then(Value::as_str).unwrap_or(key)),
+            description: property.get("description").and_then(Value::as_str).map(crate::text::clean),
             required: required.contains(&key.as_str()),
             kind: kind(property),
         })
@@ -98,7 +98,7 @@ fn options(property: &Value) -> Option<(Vec<Value>, Vec<String>)> {
             .iter()
             .enumerate()
             .map(|(i, v)| {
-                names.and_then(|n| n.get(i)).and_then(Value::as_str).map_or_else(|| show(v), crate::render::clean)
+                names.and_then(|n| n.get(i)).and_then(Value::as_str).map_or_else(|| show(v), crate::text::clean)
             })
             .collect();
         // An empty list cannot be chosen from: the property is asked by its type instead.
@@ -112,13 +112,13 @@ fn options(property: &Value) -> Option<(Vec<Value>, Vec<String>)> {
     let labels = variants
         .iter()
         .filter(|v| v.get("const").is_some())
-        .map(|v| v.get("title").and_then(Value::as_str).map_or_else(|| show(&v["const"]), crate::render::clean))
+        .map(|v| v.get("title").and_then(Value::as_str).map_or_else(|| show(&v["const"]), crate::text::clean))
         .collect();
     Some((values, labels))
 }
 
 fn show(value: &Value) -> String {
-    crate::render::clean(&value.as_str().map_or_else(|| value.to_string(), str::to_owned))
+    crate::text::clean(&value.as_str().map_or_else(|| value.to_string(), str::to_owned))
 }
 
 impl Field {

@@ -12,6 +12,7 @@ mod follow;
 mod form;
 mod prompt;
 mod render;
+mod text;
 
 #[tokio::main]
 async fn main() -> ExitCode {

@@ -25,13 +25,13 @@ pub(crate) fn ask(key: &str, request: &Value) -> Asked<Option<Value>> {
     }
     let params = &request["params"];
     let message =
-        crate::render::clean(params.get("message").and_then(Value::as_str).unwrap_or("The tool asks for input."));
+        crate::text::clean(params.get("message").and_then(Value::as_str).unwrap_or("The tool asks for input."));
     let term = Term::stderr();
     let theme = ColorfulTheme::default();
-    let key = crate::render::clean(key);
+    let key = crate::text::clean(key);
     term.write_line(&format!("\n{} {message}", console::style(format!("[{key}]")).cyan().bold()))?;
     if params.get("mode").and_then(Value::as_str) == Some("url") {
-        let url = crate::render::clean(params.get("url").and_then(Value::as_str).unwrap_or_default());
+        let url = crate::text::clean(params.get("url").and_then(Value::as_str).unwrap_or_default());
         term.write_line(&format!("  open: {url}"))?;
         let choice = Select::with_theme(&theme)
             .with_prompt("Your answer")

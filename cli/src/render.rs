@@ -6,6 +6,7 @@
 use serde_json::Value;
 
 use crate::exit::Exit;
+use crate::text::{clean, clean_text};
 
 /// The `_meta` key under which the gateway says how a call of a tool runs (the gateway's
 /// `Execution::META_KEY`; the CLI speaks only the wire, so it names the key itself).
@@ -32,17 +33,6 @@ pub(crate) fn wire_task(mut task: Value) -> Value {
         fields.remove("_meta");
     }
     task
-}
-
-/// Server text made safe for a terminal: control characters (escape sequences that could
-/// redraw the screen or disguise a URL) are dropped; `keep_lines` keeps newlines and tabs.
-pub(crate) fn clean_text(text: &str, keep_lines: bool) -> String {
-    text.chars().filter(|c| !c.is_control() || (keep_lines && matches!(c, '\n' | '\t'))).collect()
-}
-
-/// One line of server text, safe for a terminal.
-pub(crate) fn clean(text: &str) -> String {
-    clean_text(text, false)
 }
 
 /// One JSON document on one line of stdout.
@@ -280,9 +270,7 @@ mod tests {
     }
 
     #[test]
-    fn server_text_cannot_drive_the_terminal() {
-        assert_eq!(clean("ok\u{1b}[2J\u{1b}]8;;http://evil\u{7}here\r\n"), "ok[2J]8;;http://evilhere");
-        assert_eq!(clean_text("a\n\tb\u{1b}[1m", true), "a\n\tb[1m");
+    fn a_status_line_cannot_drive_the_terminal() {
         let task = json!({"taskId": "t\u{1b}[31m", "status": "working", "statusMessage": "x\u{8}y"});
         assert_eq!(line(&task), "t[31m working · xy");
     }
