@@ -77,14 +77,16 @@ impl Connection {
         let service = tokio::time::timeout(global.timeout, handler.serve_with_lifecycle(transport, lifecycle))
             .await
             .map_err(|_| {
-                CliError::new(Exit::Transport, format!("{}: no answer to server/discover", global.url))
+                CliError::new(Exit::Transport, format!("{}: no answer to server/discover", shown_url(&global.url)))
                     .hint("check --url (TASKGATE_URL) and that the gateway is running")
             })?
             .map_err(|err| {
                 if let Some(challenge) = err.auth_challenge() {
                     return CliError::auth(challenge);
                 }
-                CliError::new(Exit::Transport, format!("{}: {err}", global.url))
+                // The SDK's errors may quote the URL; what it holds besides the endpoint stays out.
+                let shown = shown_url(&global.url);
+                CliError::new(Exit::Transport, format!("{shown}: {}", err.to_string().replace(&global.url, &shown)))
                     .hint("check --url (TASKGATE_URL) and that the gateway is running")
             })?;
         Ok(Self { service, snapshots, timeout: global.timeout })
@@ -125,6 +127,21 @@ impl Connection {
     }
 }
 
+/// The URL as errors show it: without a user, password, query or fragment, which may carry
+/// credentials.
+fn shown_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut url) => {
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.set_query(None);
+            url.set_fragment(None);
+            url.to_string()
+        }
+        Err(_) => "the --url given".to_owned(),
+    }
+}
+
 impl Global {
     /// The bearer token, from `--token`/`TASKGATE_TOKEN` or the file of `--token-file`.
     pub(crate) fn token(&self) -> Result<Option<String>, CliError> {
@@ -139,5 +156,17 @@ impl Global {
             return Err(CliError::usage(format!("the token file {} is empty", path.display())));
         }
         Ok(Some(token.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_never_show_credentials_of_the_url() {
+        assert_eq!(shown_url("http://alice:s3cret@gw.example:8080/mcp?key=k#f"), "http://gw.example:8080/mcp");
+        assert_eq!(shown_url("http://127.0.0.1:8080/mcp"), "http://127.0.0.1:8080/mcp");
+        assert_eq!(shown_url("not a url s3cret"), "the --url given");
     }
 }

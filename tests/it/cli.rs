@@ -258,18 +258,25 @@ async fn a_jwt_gateway_refuses_without_a_token_and_says_what_to_set() {
     assert!(!ran.stderr.contains("not-a-jwt"), "the token is never printed: {ran:?}");
 }
 
-/// A tool that runs inline (sync-only, from an upstream MCP server) prints the same way.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sync_only_tool_is_called_inline() {
+/// A stack whose worker serves the upstream fixture, its `echo` and `approve_twice` sync-only.
+async fn inline_stack() -> Stack {
     let mut stack = Stack::builder().workers(0).spawn().await;
     let dir = stack.scratch_dir().to_owned();
     let fixture = env!("CARGO_BIN_EXE_upstream-fixture");
     let config = format!(
-        "[[upstream]]\nname = \"fx\"\ncommand = {fixture:?}\nargs = [\"stdio\"]\n[upstream.tool.echo]\nexecution = \"sync-only\"\n"
+        "[[upstream]]\nname = \"fx\"\ncommand = {fixture:?}\nargs = [\"stdio\"]\nelicitation = \"hold\"\n\
+         [upstream.tool.echo]\nexecution = \"sync-only\"\n[upstream.tool.approve_twice]\nexecution = \"sync-only\"\n"
     );
     let file = taskgate_tests::upstream::upstreams_file(&dir, "upstreams.toml", &config);
     stack.add_worker(&["--tools", "", "--upstreams", file.to_str().unwrap()]).await;
-    taskgate_tests::upstream::wait_for_tool(&stack.client(0), "fx__echo", PATIENCE).await;
+    taskgate_tests::upstream::wait_for_tool(&stack.client(0), "fx__approve_twice", PATIENCE).await;
+    stack
+}
+
+/// A tool that runs inline (sync-only, from an upstream MCP server) prints the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_only_tool_is_called_inline() {
+    let stack = inline_stack().await;
     let cli = cli(&stack, 0);
     let ran = cli.run(&["call", "fx__echo", "--arg", "text=inline please"]).await;
     assert_code(&ran, 0);
@@ -389,4 +396,28 @@ async fn follow_shows_a_question_that_comes_up_and_waits_for_its_answer() {
     assert!(ran.stdout.contains("Generated small report"), "{ran:?}");
     let streams = Scrape::of(&metrics).await;
     assert_eq!(streams.present("taskgate_gateway_sse_streams", &[]), 0.0, "no stream left open");
+}
+
+/// An inline tool that asks before it answers: each round is asked on the terminal and the call
+/// sent again with the answers and the server's `requestState`; without a terminal, exit 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_questions_are_asked_round_by_round() {
+    let stack = inline_stack().await;
+    let cli = cli(&stack, 0);
+    let ran = cli.run(&["call", "fx__approve_twice"]).await;
+    assert_code(&ran, 5);
+    assert!(ran.stderr.contains("Approve step 1?"), "{ran:?}");
+
+    let (code, ()) = on_a_terminal(&cli, &["call", "fx__approve_twice"], |s| {
+        for step in ["Approve step 1?", "Approve step 2?"] {
+            s.exp_string(step).expect("the question of this round");
+            s.exp_string("Your answer").expect("the choice of answer");
+            s.send("\r").and_then(|_| s.flush()).unwrap();
+            s.exp_string("ok").expect("the form's field");
+            s.send("y").and_then(|_| s.flush()).unwrap();
+        }
+        s.exp_string("approved twice").expect("the result after two rounds");
+    })
+    .await;
+    assert_eq!(code, 0);
 }

@@ -83,6 +83,7 @@ pub fn sleep_task<'a>(
         traceparent: None,
         client_capabilities: "{}",
         answers: &[],
+        tool_state: None,
         counted: false,
     }
 }

@@ -6,7 +6,6 @@
 //! forwarded notification (progress or log) upgrades the reply to a request-scoped SSE stream.
 //! A client that goes away cancels the hidden task.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -35,8 +34,12 @@ pub(crate) fn hidden_ttl_ms(config: &Config) -> u64 {
 /// How an inline run ended.
 pub(crate) enum Done {
     Result(Value),
-    /// The tool asked for input: answer with an InputRequiredResult.
-    InputRequired(Map<String, Value>),
+    /// The tool asked for input: answer with an InputRequiredResult. `resume` is the state
+    /// the tool saved when it parked, which the retry's run starts from.
+    InputRequired {
+        requests: Map<String, Value>,
+        resume: Option<String>,
+    },
     Error(GatewayError),
 }
 
@@ -65,14 +68,14 @@ impl InlineRun {
         tool: &str,
         arguments: &Value,
         poll_interval_ms: u64,
-        answers: &BTreeMap<String, Value>,
+        gathered: &crate::mrtr::Gathered,
     ) -> Result<Self, GatewayError> {
         let state = call.state;
         let timeout = state.config.inline_timeout;
         let owner = call.principal.owner();
         let watch = state.events.watch(&[id.as_str()], 64);
         let shape = TaskShape { ttl_ms: hidden_ttl_ms(&state.config), poll_interval_ms, status_message: None };
-        write_task(call, &id, tool, arguments, shape, answers, Durability::Primary).await?;
+        write_task(call, &id, tool, arguments, shape, gathered, Durability::Primary).await?;
         Ok(Self {
             state: state.clone(),
             id,
@@ -124,7 +127,12 @@ impl InlineRun {
                 "content": [{"type": "text", "text": snapshot.status_message.unwrap_or_else(|| "The call was cancelled.".into())}],
                 "isError": true,
             })),
-            TaskStatus::InputRequired => Done::InputRequired(snapshot.input_requests),
+            // One more read, only on this path: a tool that resumes by replay (an upstream
+            // server's rounds) saved where it stands, and the retry is a new run.
+            TaskStatus::InputRequired => Done::InputRequired {
+                requests: snapshot.input_requests,
+                resume: self.state.store.tool_state(&self.id).await?,
+            },
         };
         self.finished = snapshot.status.is_terminal();
         Ok(Some(done))

@@ -121,12 +121,12 @@ pub(crate) async fn write_task(
     tool: &str,
     arguments: &Value,
     shape: TaskShape<'_>,
-    answers: &std::collections::BTreeMap<String, Value>,
+    gathered: &crate::mrtr::Gathered,
     durability: Durability,
 ) -> Result<i64, GatewayError> {
     let state = call.state;
     let arguments = arguments.to_string();
-    let answers: Vec<(String, String)> = answers.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
+    let answers: Vec<(String, String)> = gathered.answers.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
     let capabilities = Value::Object(call.meta.capabilities.clone()).to_string();
     // The worker's span joins the trace as a child of this request's span when traces are
     // exported; otherwise the client's own context is passed on.
@@ -143,6 +143,7 @@ pub(crate) async fn write_task(
         traceparent: traceparent.as_deref(),
         client_capabilities: &capabilities,
         answers: &answers,
+        tool_state: gathered.resume.as_deref(),
         counted: counts_active(state),
     };
     tracing::Span::current().record("task_id", id.as_str());

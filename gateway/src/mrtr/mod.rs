@@ -14,7 +14,7 @@ pub(crate) use state::{BadStateKey, Expected, StateKeys, StatePayload, digest};
 const MAX_ANSWERS: usize = 64;
 
 /// The answers of this call: those signed into `requestState` by earlier rounds plus this
-/// round's `inputResponses`. Answers to keys nobody asked are kept but never read (tools look
+/// round's `inputResponses`, and the state an earlier inline run parked with. Answers to keys nobody asked are kept but never read (tools look
 /// answers up by the keys they ask), which is how extra keys are ignored.
 pub(crate) fn gather(
     keys: &StateKeys,
@@ -22,10 +22,13 @@ pub(crate) fn gather(
     expect: &Expected<'_>,
     now_ms: u64,
     max_bytes: usize,
-) -> Result<BTreeMap<String, Value>, RpcError> {
-    let mut answers = match params.get("requestState") {
-        None | Some(Value::Null) => BTreeMap::new(),
-        Some(Value::String(token)) => keys.verify(token, expect, now_ms)?.answers,
+) -> Result<Gathered, RpcError> {
+    let (mut answers, resume) = match params.get("requestState") {
+        None | Some(Value::Null) => (BTreeMap::new(), None),
+        Some(Value::String(token)) => {
+            let payload = keys.verify(token, expect, now_ms)?;
+            (payload.answers, payload.resume)
+        }
         Some(_) => return Err(RpcError::invalid_params("requestState must be a string")),
     };
     match params.get("inputResponses") {
@@ -41,7 +44,13 @@ pub(crate) fn gather(
     if answers.len() > MAX_ANSWERS || size > max_bytes {
         return Err(RpcError::invalid_params("too many or too large inputResponses"));
     }
-    Ok(answers)
+    Ok(Gathered { answers, resume })
+}
+
+/// What a call carries into its next run: every answer so far, and the tool's state to resume.
+pub(crate) struct Gathered {
+    pub(crate) answers: BTreeMap<String, Value>,
+    pub(crate) resume: Option<String>,
 }
 
 /// Whether a response can answer an input request: an object (ElicitResult,

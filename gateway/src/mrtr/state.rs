@@ -51,6 +51,11 @@ pub(crate) struct StatePayload {
     pub(crate) exp: u64,
     /// Answers gathered in earlier rounds, key -> response.
     pub(crate) answers: BTreeMap<String, Value>,
+    /// The state the tool saved when its inline run parked for these questions: the retry's
+    /// run starts from it (an upstream server's own `requestState` and round, say). Signed
+    /// like the rest, so a client can neither read a meaning into it nor forge it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) resume: Option<String>,
 }
 
 impl StateKeys {
@@ -172,11 +177,22 @@ mod tests {
             args: digest(&json!({"a": 1})),
             exp: 2_000,
             answers: BTreeMap::new(),
+            resume: None,
         }
     }
 
     fn expected(args: &str) -> Expected<'_> {
         Expected { subject: "default/anonymous", method: "tools/call", tool: "t", args_digest: args }
+    }
+
+    #[test]
+    fn the_state_to_resume_from_is_signed_with_the_answers() {
+        let keys = keys();
+        let resumed = StatePayload { resume: Some("{\"rounds\":1}".into()), ..payload() };
+        let token = keys.sign(&resumed);
+        let args = digest(&json!({"a": 1}));
+        assert_eq!(keys.verify(&token, &expected(&args), 1_000).unwrap().resume, resumed.resume);
+        assert_ne!(token, keys.sign(&payload()), "the state is part of what is signed");
     }
 
     #[test]

@@ -24,6 +24,9 @@ pub struct NewTask<'a> {
     pub client_capabilities: &'a str,
     /// Answers gathered before the task existed (key, answer JSON).
     pub answers: &'a [(String, String)],
+    /// The tool's saved state to start from (what [`Store::tool_state`] read from an earlier
+    /// run that parked): an inline call resumed by an MRTR retry.
+    pub tool_state: Option<&'a str>,
     /// Whether the task was admitted into its tenant's active-task count (so that whoever
     /// ends it knows to remove it).
     pub counted: bool,
@@ -100,6 +103,12 @@ impl Store {
             other => other?,
         };
         Ok((Reply::new(created).created_at()?, acked))
+    }
+
+    /// The state a tool saved on its task (`None`: nothing saved, or no such task).
+    pub async fn tool_state(&self, id: &TaskId) -> Result<Option<String>, StoreError> {
+        let keys = self.keys().task(id);
+        Ok(redis::cmd("HGET").arg(&keys.record).arg("tstate").query_async(&mut self.conn()).await?)
     }
 
     /// Reads a task in one round trip, its record and outstanding inputs atomically. `None` when
@@ -189,7 +198,8 @@ fn create_invocation<'a>(store: &Store, keys: &'a super::TaskKeys, task: &NewTas
         .arg(task.traceparent.unwrap_or(""))
         .arg(store.keys().events_channel())
         .arg(task.client_capabilities)
-        .arg(if task.counted { "1" } else { "0" });
+        .arg(if task.counted { "1" } else { "0" })
+        .arg(task.tool_state.unwrap_or(""));
     for (key, answer) in task.answers {
         call.arg(key).arg(answer);
     }

@@ -48,7 +48,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     mirror::check_params(call.headers, &spec.descriptor.input_schema, &arguments)?;
 
     let binding = Binding::new(call, name, &arguments);
-    let answers = mrtr::gather(
+    let gathered = mrtr::gather(
         &call.state.request_state_keys,
         call.params,
         &binding.expected(),
@@ -60,30 +60,35 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     let missing: Map<String, Value> = spec
         .pre_task_inputs
         .iter()
-        .filter(|(k, _)| !answers.contains_key(*k))
+        .filter(|(k, _)| !gathered.answers.contains_key(*k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     if !missing.is_empty() {
         crate::limits::admit_request(call.state, &call.principal).await?;
         mrtr::check_capabilities(&call.meta, &missing)?;
-        return Ok(Reply::Result(mrtr::input_required(missing, binding.sign(call, answers))));
+        return Ok(Reply::Result(mrtr::input_required(missing, binding.sign(call, gathered.answers, gathered.resume))));
     }
 
     let id = TaskId::generate(call.state.config.redis.queue_shards);
     let ttl_ms = if as_task { spec.ttl_ms } else { inline::hidden_ttl_ms(&call.state.config) };
     crate::limits::admit_task(call.state, &call.principal, &id, ttl_ms).await?;
     if as_task {
-        let snapshot = create(call, id, name, &arguments, spec, &answers).await?;
+        let snapshot = create(call, id, name, &arguments, spec, &gathered).await?;
         return Ok(Reply::Result(result::with_type(result::TASK, snapshot.task_fields())));
     }
 
-    let run = InlineRun::start(call, id, name, &arguments, spec.poll_interval_ms, &answers).await?;
+    let run = InlineRun::start(call, id, name, &arguments, spec.poll_interval_ms, &gathered).await?;
     let forwarding = Forwarding::new(
         call.meta.progress_token.clone(),
         call.meta.log_level.as_deref(),
         call.state.config.sse_keep_alive,
     );
-    let finisher = Finisher { meta: call.meta.clone(), binding, answers, keys: call.state.request_state_keys.clone() };
+    let finisher = Finisher {
+        meta: call.meta.clone(),
+        binding,
+        answers: gathered.answers,
+        keys: call.state.request_state_keys.clone(),
+    };
     let streamed = finisher.clone();
     match inline::drive(run, forwarding, call.id.clone(), move |done| streamed.finish(done)).await {
         Ok(done) => finisher.finish(done).map(Reply::Result),
@@ -105,9 +110,9 @@ impl Finisher {
         match done {
             Done::Result(result) => Ok(result),
             Done::Error(err) => Err(err),
-            Done::InputRequired(requests) => {
+            Done::InputRequired { requests, resume } => {
                 mrtr::check_capabilities(&self.meta, &requests)?;
-                let state = self.keys.sign(&self.binding.payload(self.answers.clone()));
+                let state = self.keys.sign(&self.binding.payload(self.answers.clone(), resume));
                 Ok(mrtr::input_required(requests, state))
             }
         }
@@ -138,7 +143,7 @@ impl Binding {
         Expected { subject: &self.subject, method: "tools/call", tool: &self.tool, args_digest: &self.args_digest }
     }
 
-    fn payload(&self, answers: BTreeMap<String, Value>) -> StatePayload {
+    fn payload(&self, answers: BTreeMap<String, Value>, resume: Option<String>) -> StatePayload {
         StatePayload {
             sub: self.subject.clone(),
             method: "tools/call".into(),
@@ -146,11 +151,12 @@ impl Binding {
             args: self.args_digest.clone(),
             exp: taskgate_shared::task::now_ms() + self.ttl_ms,
             answers,
+            resume,
         }
     }
 
-    fn sign(&self, call: &Call<'_>, answers: BTreeMap<String, Value>) -> String {
-        call.state.request_state_keys.sign(&self.payload(answers))
+    fn sign(&self, call: &Call<'_>, answers: BTreeMap<String, Value>, resume: Option<String>) -> String {
+        call.state.request_state_keys.sign(&self.payload(answers, resume))
     }
 }
 
@@ -162,7 +168,7 @@ async fn create(
     tool: &str,
     arguments: &Value,
     spec: &ToolSpec,
-    answers: &BTreeMap<String, Value>,
+    gathered: &mrtr::Gathered,
 ) -> Result<Snapshot, GatewayError> {
     let owner: Owner = call.principal.owner();
     let shape = TaskShape {
@@ -170,7 +176,7 @@ async fn create(
         poll_interval_ms: spec.poll_interval_ms,
         status_message: spec.status_message.as_deref(),
     };
-    let created = write_task(call, &id, tool, arguments, shape, answers, Durability::Replicated).await?;
+    let created = write_task(call, &id, tool, arguments, shape, gathered, Durability::Replicated).await?;
     Ok(Snapshot {
         task_id: id.to_string(),
         owner,
