@@ -10,7 +10,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde_json::Value;
-use taskgate_shared::store::{Store, StoreError};
+use taskgate_shared::store::{Published, Store, StoreError};
+use taskgate_shared::tools::offerings::Offering;
 use taskgate_shared::tools::{Execution, ToolSpec};
 use tokio::time::Instant;
 
@@ -37,11 +38,13 @@ pub(crate) struct Catalogue {
     tools: BTreeMap<String, Arc<Tool>>,
     /// The `tools` array of `tools/list`, built once per change.
     listing: Value,
+    /// Prompts, resources and templates by catalogue key (`prompt/<name>`, …), in key order.
+    offerings: BTreeMap<String, Offering>,
 }
 
 impl Default for Catalogue {
     fn default() -> Self {
-        Self { tools: BTreeMap::new(), listing: Value::Array(Vec::new()) }
+        Self { tools: BTreeMap::new(), listing: Value::Array(Vec::new()), offerings: BTreeMap::new() }
     }
 }
 
@@ -59,7 +62,7 @@ fn listed(spec: &ToolSpec) -> Value {
 }
 
 impl Catalogue {
-    fn build(specs: BTreeMap<String, ToolSpec>) -> Self {
+    fn build(specs: BTreeMap<String, ToolSpec>, offerings: BTreeMap<String, Offering>) -> Self {
         let mut tools = BTreeMap::new();
         for (name, spec) in specs {
             match jsonschema::validator_for(&spec.descriptor.input_schema) {
@@ -72,7 +75,26 @@ impl Catalogue {
             }
         }
         let listing = tools.values().map(|t| listed(&t.spec)).collect::<Vec<_>>().into();
-        Self { tools, listing }
+        Self { tools, listing, offerings }
+    }
+
+    /// The prompts, resources or templates (`kind`: the key prefix), in key order.
+    pub(crate) fn offered(&self, kind: &str) -> impl Iterator<Item = &Value> {
+        let prefix = format!("{kind}/");
+        self.offerings
+            .range(prefix.clone()..)
+            .take_while(move |(k, _)| k.starts_with(&prefix))
+            .map(|(_, o)| o.descriptor())
+    }
+
+    /// One prompt, resource or template by its catalogue key.
+    pub(crate) fn offering(&self, key: &str) -> Option<&Value> {
+        self.offerings.get(key).map(Offering::descriptor)
+    }
+
+    /// Whether anything of `kind` is offered.
+    pub(crate) fn offers(&self, kind: &str) -> bool {
+        self.offered(kind).next().is_some()
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<Arc<Tool>> {
@@ -113,15 +135,15 @@ impl CatalogueCache {
 
     /// Re-reads Redis; rebuilds only when a spec changed.
     pub(crate) async fn refresh(&self) -> Result<(), StoreError> {
-        let (specs, bad) = self.store.read_tools().await?;
+        let Published { tools: specs, offerings, bad } = self.store.read_catalogue().await?;
         for name in bad {
-            tracing::error!(tool = %name, "unreadable tool spec in the catalogue");
+            tracing::error!(entry = %name, "unreadable entry in the catalogue");
         }
         let current = self.current();
-        if current.specs().eq(specs.values()) {
+        if current.specs().eq(specs.values()) && current.offerings == offerings {
             return Ok(());
         }
-        let next = Arc::new(Catalogue::build(specs));
+        let next = Arc::new(Catalogue::build(specs, offerings));
         *self.current.write().expect("lock poisoned: a holder panicked") = next;
         Ok(())
     }
@@ -139,7 +161,7 @@ impl CatalogueCache {
     /// (a fresh gateway), so it is re-read first, as a miss would be.
     pub(crate) async fn listing(&self) -> Arc<Catalogue> {
         let current = self.current();
-        if !current.tools.is_empty() {
+        if !current.tools.is_empty() || !current.offerings.is_empty() {
             return current;
         }
         self.refresh_soon().await;

@@ -16,6 +16,7 @@ mod lifecycle;
 mod limits;
 mod listen;
 mod observability;
+mod offerings;
 mod partition;
 mod pipeline;
 mod polling;

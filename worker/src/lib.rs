@@ -9,6 +9,7 @@ pub mod config;
 mod metrics;
 pub mod packs;
 mod probes;
+pub mod provide;
 mod runtime;
 pub mod tool;
 pub mod upstream;
@@ -90,6 +91,11 @@ async fn start(
         return Err(StartError::Collision(collisions));
     }
     let specs = config.specs(&tools)?;
+    // Added after the specs: the providers' hidden tools are served, never listed.
+    let providers = packs::providers(&config.tools);
+    for tool in provide::hidden_tools(&providers) {
+        tools.insert(tool.spec().descriptor.name.clone(), tool);
+    }
     let upstreams_stop = CancellationToken::new();
     let upstreams = match &config.upstreams {
         Some(path) => {
@@ -101,7 +107,7 @@ async fn start(
         }
         None => None,
     };
-    let served = runtime::Served::new(tools, specs, upstreams);
+    let served = runtime::Served::new(tools, specs, provide::offerings(&providers), upstreams);
     let collisions = served.rebuild();
     if !collisions.is_empty() {
         upstreams_stop.cancel();

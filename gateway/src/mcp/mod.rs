@@ -57,13 +57,19 @@ pub(crate) async fn handle(state: &AppState, headers: &HeaderMap, message: &Inco
     let id = message.id.as_ref().unwrap_or(&Value::Null);
     let call = Call { state, headers, principal, meta, params, id };
     match method {
-        Method::Discover => Ok(Reply::Result(methods::discover::run())),
+        Method::Discover => Ok(Reply::Result(methods::discover::run(&call).await)),
         Method::ToolsList => methods::tools_list::run(&call).await.map(Reply::Result),
         Method::ToolsCall => methods::tools_call::run(&call).await,
         Method::TasksGet => methods::tasks_get::run(&call).await.map(Reply::Result),
         Method::TasksUpdate => methods::tasks_update::run(&call).await.map(Reply::Result),
         Method::TasksCancel => methods::tasks_cancel::run(&call).await.map(Reply::Result),
         Method::SubscriptionsListen => methods::subscriptions_listen::run(&call).await.map(Reply::Stream),
+        Method::PromptsList => methods::prompts_list::run(&call).await.map(Reply::Result),
+        Method::PromptsGet => methods::prompts_get::run(&call).await,
+        Method::ResourcesList => methods::resources_list::resources(&call).await.map(Reply::Result),
+        Method::ResourcesTemplatesList => methods::resources_list::templates(&call).await.map(Reply::Result),
+        Method::ResourcesRead => methods::resources_read::run(&call).await,
+        Method::CompletionComplete => methods::completion_complete::run(&call).await,
     }
 }
 

@@ -48,6 +48,7 @@ pub(crate) fn gather(
 }
 
 /// What a call carries into its next run: every answer so far, and the tool's state to resume.
+#[derive(Default)]
 pub(crate) struct Gathered {
     pub(crate) answers: BTreeMap<String, Value>,
     pub(crate) resume: Option<String>,

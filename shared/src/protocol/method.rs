@@ -18,6 +18,12 @@ pub enum Method {
     TasksUpdate,
     TasksCancel,
     SubscriptionsListen,
+    PromptsList,
+    PromptsGet,
+    ResourcesList,
+    ResourcesTemplatesList,
+    ResourcesRead,
+    CompletionComplete,
 }
 
 /// Whether an `Mcp-Name` header must accompany the method.
@@ -41,7 +47,7 @@ pub enum Admission {
 }
 
 impl Method {
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 13] = [
         Self::Discover,
         Self::ToolsList,
         Self::ToolsCall,
@@ -49,6 +55,12 @@ impl Method {
         Self::TasksUpdate,
         Self::TasksCancel,
         Self::SubscriptionsListen,
+        Self::PromptsList,
+        Self::PromptsGet,
+        Self::ResourcesList,
+        Self::ResourcesTemplatesList,
+        Self::ResourcesRead,
+        Self::CompletionComplete,
     ];
 
     /// The JSON-RPC method name.
@@ -61,6 +73,12 @@ impl Method {
             Self::TasksUpdate => "tasks/update",
             Self::TasksCancel => "tasks/cancel",
             Self::SubscriptionsListen => "subscriptions/listen",
+            Self::PromptsList => "prompts/list",
+            Self::PromptsGet => "prompts/get",
+            Self::ResourcesList => "resources/list",
+            Self::ResourcesTemplatesList => "resources/templates/list",
+            Self::ResourcesRead => "resources/read",
+            Self::CompletionComplete => "completion/complete",
         }
     }
 
@@ -91,9 +109,16 @@ impl Method {
     /// mode.
     pub const fn name_header(self) -> NameHeader {
         match self {
-            Self::ToolsCall => NameHeader::Required("name"),
+            Self::ToolsCall | Self::PromptsGet => NameHeader::Required("name"),
+            Self::ResourcesRead => NameHeader::Required("uri"),
             Self::TasksGet | Self::TasksUpdate | Self::TasksCancel => NameHeader::Optional("taskId"),
-            Self::Discover | Self::ToolsList | Self::SubscriptionsListen => NameHeader::None,
+            Self::Discover
+            | Self::ToolsList
+            | Self::SubscriptionsListen
+            | Self::PromptsList
+            | Self::ResourcesList
+            | Self::ResourcesTemplatesList
+            | Self::CompletionComplete => NameHeader::None,
         }
     }
 
@@ -105,7 +130,10 @@ impl Method {
 
     pub const fn admission(self) -> Admission {
         match self {
-            Self::ToolsCall | Self::TasksGet => Admission::InMethod,
+            // Methods that run on a worker admit their hidden task themselves, as a call does.
+            Self::ToolsCall | Self::TasksGet | Self::PromptsGet | Self::ResourcesRead | Self::CompletionComplete => {
+                Admission::InMethod
+            }
             _ => Admission::Request,
         }
     }
@@ -155,6 +183,8 @@ mod tests {
         let params = json!({"name": "echo", "taskId": "t_1"});
         assert_eq!(name_header_for("tools/call", &params).as_deref(), Some("echo"));
         assert_eq!(name_header_for("tasks/get", &params).as_deref(), Some("t_1"));
+        assert_eq!(name_header_for("prompts/get", &params).as_deref(), Some("echo"));
+        assert_eq!(name_header_for("resources/read", &json!({"uri": "test://a"})).as_deref(), Some("test://a"));
         assert_eq!(name_header_for("tools/list", &params), None);
         assert_eq!(name_header_for("unknown", &params), None);
         // Non-ASCII names are header-encoded.
@@ -167,6 +197,15 @@ mod tests {
         let need: Vec<_> = Method::ALL.into_iter().filter(|m| m.requires_tasks_extension()).collect();
         assert_eq!(need, [Method::TasksGet, Method::TasksUpdate, Method::TasksCancel]);
         let own: Vec<_> = Method::ALL.into_iter().filter(|m| m.admission() == Admission::InMethod).collect();
-        assert_eq!(own, [Method::ToolsCall, Method::TasksGet]);
+        assert_eq!(
+            own,
+            [
+                Method::ToolsCall,
+                Method::TasksGet,
+                Method::PromptsGet,
+                Method::ResourcesRead,
+                Method::CompletionComplete
+            ]
+        );
     }
 }

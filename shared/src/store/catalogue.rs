@@ -13,6 +13,18 @@ use redis::Value;
 use super::reply::Reply;
 use super::{Store, StoreError, scripts};
 use crate::tools::ToolSpec;
+use crate::tools::offerings::Offering;
+
+/// Everything live workers publish.
+#[derive(Debug, Default)]
+pub struct Published {
+    /// Tool specs by name.
+    pub tools: BTreeMap<String, ToolSpec>,
+    /// Prompts, resources and templates by catalogue key.
+    pub offerings: BTreeMap<String, Offering>,
+    /// Entries that did not parse (or whose key did not match), by name.
+    pub bad: Vec<String>,
+}
 
 impl Store {
     /// Publishes these specs, live for `ttl`, with this worker's configuration digest (empty:
@@ -21,6 +33,7 @@ impl Store {
     pub async fn publish_tools(
         &self,
         specs: &[ToolSpec],
+        offerings: &[Offering],
         digest: &str,
         ttl: Duration,
     ) -> Result<Vec<String>, StoreError> {
@@ -31,6 +44,11 @@ impl Store {
         for spec in specs {
             let json = serde_json::to_string(spec).map_err(|e| StoreError::UnexpectedReply(e.to_string()))?;
             invocation.arg(&spec.descriptor.name).arg(json);
+        }
+        for offering in offerings {
+            let Some(key) = offering.key() else { continue };
+            let json = serde_json::to_string(offering).map_err(|e| StoreError::UnexpectedReply(e.to_string()))?;
+            invocation.arg(key).arg(json);
         }
         let reply: Vec<Value> = invocation.invoke_async(&mut self.conn()).await?;
         let reply = Reply::new(reply);
@@ -45,23 +63,32 @@ impl Store {
         Ok(expiry.is_some_and(|ms| ms > crate::task::now_ms() as f64))
     }
 
-    /// Reads every spec a live worker serves, sorted by name. Entries that do not parse are
-    /// skipped and reported by name, so one bad publisher cannot hide every tool.
-    pub async fn read_tools(&self) -> Result<(BTreeMap<String, ToolSpec>, Vec<String>), StoreError> {
+    /// Reads everything a live worker publishes, tools sorted by name. Entries that do not parse
+    /// are skipped and reported by name, so one bad publisher cannot hide the rest. A name with a
+    /// `/` is a prompt, resource or template (tool names have none).
+    pub async fn read_catalogue(&self) -> Result<Published, StoreError> {
         let keys = self.keys().catalogue();
         let reply: Vec<Value> =
             scripts::READ_TOOLS.key(&keys.specs).key(&keys.live).invoke_async(&mut self.conn()).await?;
         let raw = Reply::new(reply).pairs(1)?;
-        let mut specs = BTreeMap::new();
-        let mut bad = Vec::new();
+        let mut published = Published::default();
         for (name, json) in raw {
+            if name.contains('/') {
+                match serde_json::from_str::<Offering>(&json) {
+                    Ok(offering) if offering.key().as_deref() == Some(name.as_str()) => {
+                        published.offerings.insert(name, offering);
+                    }
+                    _ => published.bad.push(name),
+                }
+                continue;
+            }
             match serde_json::from_str::<ToolSpec>(&json) {
                 Ok(spec) if spec.descriptor.name == name => {
-                    specs.insert(name, spec);
+                    published.tools.insert(name, spec);
                 }
-                _ => bad.push(name),
+                _ => published.bad.push(name),
             }
         }
-        Ok((specs, bad))
+        Ok(published)
     }
 }

@@ -17,6 +17,7 @@ mod reply;
 mod scripts;
 mod tasks;
 
+pub use catalogue::Published;
 pub use connection::{Conn, Store};
 pub use error::StoreError;
 pub use keys::{CatalogueKeys, Keys, ShardKeys, TaskKeys, TenantKeys, WORKER_GROUP};

@@ -4,6 +4,8 @@
 //! gateways read, so the gateway can list tools, validate arguments and decide whether a call
 //! becomes a task without running any tool code.
 
+pub mod offerings;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};

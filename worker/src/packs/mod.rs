@@ -6,6 +6,7 @@ mod demo;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::provide::Provider;
 use crate::tool::Tool;
 
 /// The tools a worker serves, by name.
@@ -38,4 +39,9 @@ pub fn registry(packs: &[String], options: &PackOptions) -> Result<Registry, Unk
         }
     }
     Ok(tools)
+}
+
+/// The prompts, resources and completions of the named packs (only `conformance` has any).
+pub fn providers(packs: &[String]) -> Vec<Arc<dyn Provider>> {
+    packs.iter().filter(|p| p.trim() == "conformance").map(|_| conformance::provider()).take(1).collect()
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use taskgate_shared::tools::ToolSpec;
+use taskgate_shared::tools::offerings::Offering;
 
 use crate::packs::Registry;
 use crate::tool::Tool;
@@ -20,16 +21,24 @@ pub(crate) struct Served {
     builtins: Registry,
     /// The built-ins' specs with the command line's overrides applied.
     builtin_specs: BTreeMap<String, ToolSpec>,
+    /// The built-in providers' prompts, resources and templates.
+    offerings: Vec<Offering>,
     pub(crate) upstreams: Option<Upstreams>,
     current: RwLock<Arc<Current>>,
 }
 
 impl Served {
-    pub(crate) fn new(builtins: Registry, builtin_specs: Vec<ToolSpec>, upstreams: Option<Upstreams>) -> Self {
+    pub(crate) fn new(
+        builtins: Registry,
+        builtin_specs: Vec<ToolSpec>,
+        offerings: Vec<Offering>,
+        upstreams: Option<Upstreams>,
+    ) -> Self {
         let builtin_specs = builtin_specs.into_iter().map(|s| (s.descriptor.name.clone(), s)).collect();
         let served = Self {
             builtins,
             builtin_specs,
+            offerings,
             upstreams,
             current: RwLock::new(Arc::new(Current { tools: Registry::new(), specs: Vec::new() })),
         };
@@ -59,6 +68,11 @@ impl Served {
 
     pub(crate) fn current(&self) -> Arc<Current> {
         self.current.read().map(|c| c.clone()).unwrap_or_else(|e| e.into_inner().clone())
+    }
+
+    /// The prompts, resources and templates to publish.
+    pub(crate) fn offerings(&self) -> &[Offering] {
+        &self.offerings
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {

@@ -4,13 +4,29 @@
 use serde_json::{Value, json};
 use taskgate_shared::protocol::{SUPPORTED_VERSIONS, TASKS_EXTENSION, result};
 
+use super::{completion_complete, resources_list};
+use crate::mcp::Call;
+
 /// Discovery is the same for every caller and replica, so shared caches may keep it.
 const TTL_MS: u64 = 300_000;
 
-pub(crate) fn run() -> Value {
+/// Prompts, resources and completions are advertised only while a live worker publishes
+/// something for them, so the capabilities match what the methods answer.
+pub(crate) async fn run(call: &Call<'_>) -> Value {
+    let catalogue = call.state.catalogue.listing().await;
+    let mut capabilities = json!({ "tools": {}, "extensions": { TASKS_EXTENSION: {} } });
+    if catalogue.offers("prompt") {
+        capabilities["prompts"] = json!({});
+    }
+    if resources_list::offered(&catalogue) {
+        capabilities["resources"] = json!({});
+    }
+    if completion_complete::offered(&catalogue) {
+        capabilities["completions"] = json!({});
+    }
     let fields = json!({
         "supportedVersions": SUPPORTED_VERSIONS,
-        "capabilities": { "tools": {}, "extensions": { TASKS_EXTENSION: {} } },
+        "capabilities": capabilities,
         "ttlMs": TTL_MS,
         "cacheScope": "public",
     });

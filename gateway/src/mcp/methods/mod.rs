@@ -1,7 +1,15 @@
 //! One file per MCP method. Each returns the result object or an in-band error; only the
 //! transport encodes JSON-RPC.
 
+mod binding;
+pub(super) mod completion_complete;
 pub(super) mod discover;
+mod hidden;
+mod pages;
+pub(super) mod prompts_get;
+pub(super) mod prompts_list;
+pub(super) mod resources_list;
+pub(super) mod resources_read;
 pub(super) mod subscriptions_listen;
 pub(super) mod tasks_cancel;
 pub(super) mod tasks_get;

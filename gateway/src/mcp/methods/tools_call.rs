@@ -18,7 +18,9 @@ use taskgate_shared::tools::{Execution, ToolSpec};
 use crate::error::GatewayError;
 use crate::mcp::inline::{self, Done, Forwarding, InlineRun};
 use crate::mcp::{Call, Durability, Reply, TaskShape, mirror, write_task};
-use crate::mrtr::{self, Expected, StatePayload};
+use crate::mrtr;
+
+use super::binding::Binding;
 
 /// A JSON result, or a stream once the tool's notices had to be forwarded.
 pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
@@ -47,7 +49,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
         .map_err(|reason| RpcError::invalid_params(format!("invalid arguments: {reason}")))?;
     mirror::check_params(call.headers, &spec.descriptor.input_schema, &arguments)?;
 
-    let binding = Binding::new(call, name, &arguments);
+    let binding = Binding::new(call, "tools/call", name, &arguments);
     let gathered = mrtr::gather(
         &call.state.request_state_keys,
         call.params,
@@ -116,47 +118,6 @@ impl Finisher {
                 Ok(mrtr::input_required(requests, state))
             }
         }
-    }
-}
-
-/// What a `requestState` is bound to for this call.
-#[derive(Clone)]
-struct Binding {
-    subject: String,
-    tool: String,
-    args_digest: String,
-    ttl_ms: u64,
-}
-
-impl Binding {
-    fn new(call: &Call<'_>, tool: &str, arguments: &Value) -> Self {
-        let principal = &call.principal;
-        Self {
-            subject: format!("{}/{}", principal.tenant, principal.subject),
-            tool: tool.to_owned(),
-            args_digest: mrtr::digest(arguments),
-            ttl_ms: call.state.config.request_state_ttl_ms,
-        }
-    }
-
-    fn expected(&self) -> Expected<'_> {
-        Expected { subject: &self.subject, method: "tools/call", tool: &self.tool, args_digest: &self.args_digest }
-    }
-
-    fn payload(&self, answers: BTreeMap<String, Value>, resume: Option<String>) -> StatePayload {
-        StatePayload {
-            sub: self.subject.clone(),
-            method: "tools/call".into(),
-            tool: self.tool.clone(),
-            args: self.args_digest.clone(),
-            exp: taskgate_shared::task::now_ms() + self.ttl_ms,
-            answers,
-            resume,
-        }
-    }
-
-    fn sign(&self, call: &Call<'_>, answers: BTreeMap<String, Value>, resume: Option<String>) -> String {
-        call.state.request_state_keys.sign(&self.payload(answers, resume))
     }
 }
 

@@ -1,0 +1,61 @@
+//! `completion/complete`: suggestions for an argument of a published prompt or resource
+//! template, made on a worker.
+
+use serde_json::{Value, json};
+use taskgate_shared::protocol::RpcError;
+use taskgate_shared::tools::offerings::COMPLETE;
+
+use super::hidden;
+use crate::catalogue::Catalogue;
+use crate::error::GatewayError;
+use crate::mcp::{Call, Reply};
+
+/// Whether completions are offered: a prompt or a template is published.
+pub(crate) fn offered(catalogue: &Catalogue) -> bool {
+    catalogue.offers("prompt") || catalogue.offers("template")
+}
+
+pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
+    let catalogue = call.state.catalogue.listing().await;
+    if !offered(&catalogue) {
+        return Err(GatewayError::Envelope(RpcError::method_not_found()));
+    }
+    let checked = check(&catalogue, call.params.get("ref"), call.params.get("argument"));
+    let names = match checked {
+        Ok(names) => names,
+        Err(err) => {
+            crate::limits::admit_request(call.state, &call.principal).await?;
+            return Err(err.into());
+        }
+    };
+    let arguments = json!({
+        "ref": call.params["ref"],
+        "argument": call.params["argument"],
+        "context": call.params.get("context").cloned().unwrap_or(Value::Null),
+    });
+    hidden::run(call, COMPLETE, &names, arguments, None).await
+}
+
+/// What the reference names, once it and the argument are checked.
+fn check(catalogue: &Catalogue, reference: Option<&Value>, argument: Option<&Value>) -> Result<String, RpcError> {
+    let argument_ok = argument
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.get("name").is_some_and(Value::is_string) && a.get("value").is_some_and(Value::is_string));
+    if !argument_ok {
+        return Err(RpcError::invalid_params("argument must be {name, value} strings"));
+    }
+    let reference = reference.ok_or_else(|| RpcError::invalid_params("ref is required"))?;
+    match (reference.get("type").and_then(Value::as_str), reference.get("name"), reference.get("uri")) {
+        (Some("ref/prompt"), Some(Value::String(name)), _)
+            if catalogue.offering(&format!("prompt/{name}")).is_some() =>
+        {
+            Ok(name.clone())
+        }
+        (Some("ref/resource"), _, Some(Value::String(uri)))
+            if catalogue.offered("template").any(|t| t.get("uriTemplate") == Some(&Value::from(uri.as_str()))) =>
+        {
+            Ok(uri.clone())
+        }
+        _ => Err(RpcError::invalid_params("ref names no published prompt or resource template")),
+    }
+}

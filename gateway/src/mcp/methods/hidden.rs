@@ -1,0 +1,89 @@
+//! A request other than `tools/call` whose answer is made on a worker (`prompts/get`,
+//! `resources/read`, `completion/complete`): a hidden task under the method's reserved tool
+//! name, owned by the caller and waited for like an inline tool call, so the worker's content
+//! can ask for input with MRTR and the same signed `requestState`.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use taskgate_shared::task::TaskId;
+
+use crate::error::GatewayError;
+use crate::mcp::inline::{self, Done, Forwarding, InlineRun};
+use crate::mcp::{Call, Reply};
+use crate::mrtr::{self, StateKeys};
+
+use super::binding::Binding;
+
+/// How often the worker is asked to report on a hidden task it runs (its poll interval).
+const POLL_MS: u64 = 100;
+
+/// Runs `method` (a reserved tool name) on a worker with `arguments`; `names` is what the
+/// request names (a prompt, a URI), bound into any `requestState`. `cache`: the result's
+/// `(ttlMs, cacheScope)`, for methods whose results carry cache hints.
+pub(crate) async fn run(
+    call: &Call<'_>,
+    method: &'static str,
+    names: &str,
+    arguments: Value,
+    cache: Option<(u64, &'static str)>,
+) -> Result<Reply, GatewayError> {
+    let binding = Binding::new(call, method, names, &arguments);
+    // Only prompts/get and resources/read may answer input_required.
+    let gathered = if method != taskgate_shared::tools::offerings::COMPLETE {
+        mrtr::gather(
+            &call.state.request_state_keys,
+            call.params,
+            &binding.expected(),
+            taskgate_shared::task::now_ms(),
+            call.state.config.max_input_response_bytes,
+        )?
+    } else {
+        mrtr::Gathered::default()
+    };
+    let id = TaskId::generate(call.state.config.redis.queue_shards);
+    crate::limits::admit_task(call.state, &call.principal, &id, inline::hidden_ttl_ms(&call.state.config)).await?;
+    let run = InlineRun::start(call, id, method, &arguments, POLL_MS, &gathered).await?;
+    // These methods have no progress or log notices to forward.
+    let forwarding = Forwarding::new(None, None, call.state.config.sse_keep_alive);
+    let finisher = Finisher {
+        meta: call.meta.clone(),
+        binding,
+        answers: gathered.answers,
+        keys: call.state.request_state_keys.clone(),
+        cache,
+    };
+    let streamed = finisher.clone();
+    match inline::drive(run, forwarding, call.id.clone(), move |done| streamed.finish(done)).await {
+        Ok(done) => finisher.finish(done).map(Reply::Result),
+        Err(stream) => Ok(Reply::Stream(stream)),
+    }
+}
+
+#[derive(Clone)]
+struct Finisher {
+    meta: taskgate_shared::protocol::ValidMeta,
+    binding: Binding,
+    answers: BTreeMap<String, Value>,
+    keys: StateKeys,
+    cache: Option<(u64, &'static str)>,
+}
+
+impl Finisher {
+    fn finish(&self, done: Done) -> Result<Value, GatewayError> {
+        match done {
+            Done::Result(mut result) => {
+                if let (Some((ttl_ms, scope)), Some(fields)) = (self.cache, result.as_object_mut()) {
+                    fields.insert("ttlMs".into(), ttl_ms.into());
+                    fields.insert("cacheScope".into(), scope.into());
+                }
+                Ok(result)
+            }
+            Done::Error(err) => Err(err),
+            Done::InputRequired { requests, resume } => {
+                mrtr::check_capabilities(&self.meta, &requests)?;
+                Ok(mrtr::input_required(requests, self.keys.sign(&self.binding.payload(self.answers.clone(), resume))))
+            }
+        }
+    }
+}

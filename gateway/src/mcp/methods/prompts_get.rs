@@ -1,0 +1,40 @@
+//! `prompts/get`: a published prompt's messages, made on a worker (which may ask for input).
+
+use serde_json::{Map, Value, json};
+use taskgate_shared::protocol::RpcError;
+use taskgate_shared::tools::offerings::PROMPTS_GET;
+
+use super::hidden;
+use crate::error::GatewayError;
+use crate::mcp::{Call, Reply};
+
+pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
+    let catalogue = call.state.catalogue.listing().await;
+    if !catalogue.offers("prompt") {
+        return Err(GatewayError::Envelope(RpcError::method_not_found()));
+    }
+    let checked = check(call.params, |name| catalogue.offering(&format!("prompt/{name}")).is_some());
+    let (name, arguments) = match checked {
+        Ok(checked) => checked,
+        Err(err) => {
+            crate::limits::admit_request(call.state, &call.principal).await?;
+            return Err(err.into());
+        }
+    };
+    hidden::run(call, PROMPTS_GET, &name, json!({ "name": name, "arguments": arguments }), None).await
+}
+
+/// The prompt's name and arguments (strings only), or why not.
+fn check(params: &Map<String, Value>, known: impl Fn(&str) -> bool) -> Result<(String, Map<String, Value>), RpcError> {
+    let name =
+        params.get("name").and_then(Value::as_str).ok_or_else(|| RpcError::invalid_params("name is required"))?;
+    if !known(name) {
+        return Err(RpcError::invalid_params(format!("unknown prompt {name:?}")).with_data(json!({ "name": name })));
+    }
+    let arguments = match params.get("arguments") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(arguments)) if arguments.values().all(Value::is_string) => arguments.clone(),
+        Some(_) => return Err(RpcError::invalid_params("arguments must be an object of strings")),
+    };
+    Ok((name.to_owned(), arguments))
+}

@@ -1,0 +1,31 @@
+//! `resources/list` and `resources/templates/list`: what live workers publish, paginated and
+//! cacheable.
+
+use serde_json::Value;
+use taskgate_shared::protocol::RpcError;
+
+use super::pages;
+use crate::catalogue::Catalogue;
+use crate::error::GatewayError;
+use crate::mcp::Call;
+
+/// Whether the resources capability is offered: a resource or a template is published.
+pub(crate) fn offered(catalogue: &Catalogue) -> bool {
+    catalogue.offers("resource") || catalogue.offers("template")
+}
+
+pub(crate) async fn resources(call: &Call<'_>) -> Result<Value, GatewayError> {
+    list(call, "resource", "resources").await
+}
+
+pub(crate) async fn templates(call: &Call<'_>) -> Result<Value, GatewayError> {
+    list(call, "template", "resourceTemplates").await
+}
+
+async fn list(call: &Call<'_>, kind: &str, field: &str) -> Result<Value, GatewayError> {
+    let catalogue = call.state.catalogue.listing().await;
+    if !offered(&catalogue) {
+        return Err(GatewayError::Envelope(RpcError::method_not_found()));
+    }
+    Ok(pages::page(catalogue.offered(kind).cloned().collect(), call.params, field)?)
+}
