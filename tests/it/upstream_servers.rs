@@ -225,3 +225,64 @@ async fn server_everything_elicitation_is_answered_through_the_task() {
     assert!(text.iter().any(|t| t.contains("User provided the requested information")), "{done}");
     assert!(text.iter().any(|t| t.contains("- Name: Ada Lovelace") && t.contains("- Agreed to terms: true")), "{done}");
 }
+
+/// server-everything's prompts, resources, templates and completions, passed through: prompts
+/// under the server's prefix, resources under their own URIs, content asked of the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_everything_prompts_and_resources_pass_through() {
+    let taskgate_tests::interop::Servers { node, everything, .. } = taskgate_tests::interop::servers();
+    let mut stack = Stack::builder().workers(0).spawn().await;
+    let upstream = format!(
+        "[[upstream]]\nname = \"everything\"\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\n",
+        node.to_str().unwrap(),
+        everything.to_str().unwrap()
+    );
+    let file = upstreams_file(stack.scratch_dir(), "upstreams.toml", &upstream);
+    stack.add_worker(&["--tools", "", "--upstreams", file.to_str().unwrap()]).await;
+    let client = stack.client(0);
+    let prompts = eventually(PATIENCE, "the server's prompts to be listed", || async {
+        let listed = client.call("prompts/list", json!({})).await;
+        listed.result()["prompts"].as_array().filter(|p| !p.is_empty()).cloned()
+    })
+    .await;
+    let names: Vec<&str> = prompts.iter().filter_map(|p| p["name"].as_str()).collect();
+    assert!(names.contains(&"everything__args-prompt"), "{names:?}");
+    assert!(names.iter().all(|n| n.starts_with("everything__")), "prefixed like its tools: {names:?}");
+    let caps = client.call("server/discover", json!({})).await.result()["capabilities"].clone();
+    assert!(caps["prompts"].is_object() && caps["resources"].is_object() && caps["completions"].is_object(), "{caps}");
+
+    let got =
+        client.call("prompts/get", json!({"name": "everything__args-prompt", "arguments": {"city": "Paris"}})).await;
+    assert_eq!(got.result()["messages"][0]["content"]["text"], "What's weather in Paris?", "{}", got.text);
+
+    let resources = client.call("resources/list", json!({})).await;
+    let uri = resources.result()["resources"][0]["uri"].as_str().expect("a resource").to_owned();
+    let read = client.call("resources/read", json!({"uri": uri})).await;
+    assert_eq!(read.result()["contents"][0]["uri"], uri.as_str(), "{}", read.text);
+    assert_eq!(read.result()["cacheScope"], "private");
+
+    let templates = client.call("resources/templates/list", json!({})).await;
+    let text_template = templates.result()["resourceTemplates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["uriTemplate"].as_str())
+        .find(|t| t.contains("/text/"))
+        .expect("a text template")
+        .to_owned();
+    let uri = text_template.replace("{resourceId}", "7");
+    let read = client.call("resources/read", json!({"uri": uri})).await;
+    assert!(
+        read.result()["contents"][0]["text"].as_str().is_some_and(|t| t.starts_with("Resource 7")),
+        "{}",
+        read.text
+    );
+
+    let params = json!({"ref": {"type": "ref/prompt", "name": "everything__completable-prompt"},
+                        "argument": {"name": "department", "value": "E"}});
+    let done = client.call("completion/complete", params).await;
+    assert_eq!(done.result()["completion"]["values"], json!(["Engineering"]), "{}", done.text);
+
+    let missing = client.call("resources/read", json!({"uri": "demo://resource/nope"})).await;
+    assert_eq!(missing.error_code(), Some(-32602), "{}", missing.text);
+}

@@ -91,11 +91,6 @@ async fn start(
         return Err(StartError::Collision(collisions));
     }
     let specs = config.specs(&tools)?;
-    // Added after the specs: the providers' hidden tools are served, never listed.
-    let providers = packs::providers(&config.tools);
-    for tool in provide::hidden_tools(&providers) {
-        tools.insert(tool.spec().descriptor.name.clone(), tool);
-    }
     let upstreams_stop = CancellationToken::new();
     let upstreams = match &config.upstreams {
         Some(path) => {
@@ -107,7 +102,15 @@ async fn start(
         }
         None => None,
     };
-    let served = runtime::Served::new(tools, specs, provide::offerings(&providers), upstreams);
+    // Built-in providers first, then each server's, in file order: the first to publish a
+    // prompt name or resource URI keeps it.
+    let mut providers = packs::providers(&config.tools);
+    providers.extend(upstreams.iter().flat_map(upstream::Upstreams::providers));
+    // Added after the specs: the providers' hidden tools are served, never listed.
+    for tool in provide::hidden_tools(&providers) {
+        tools.insert(tool.spec().descriptor.name.clone(), tool);
+    }
+    let served = runtime::Served::new(tools, specs, providers, upstreams);
     let collisions = served.rebuild();
     if !collisions.is_empty() {
         upstreams_stop.cancel();

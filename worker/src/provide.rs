@@ -33,7 +33,11 @@ pub trait Provider: Send + Sync + 'static {
 
     /// Suggestions (`values`, optionally `total`, `hasMore`) for `argument` (`{name, value}`) of
     /// `reference` (`{type: "ref/prompt", name}` or `{type: "ref/resource", uri}`).
-    fn complete(&self, reference: &Value, argument: &Value) -> Option<Value>;
+    fn complete<'a>(
+        &'a self,
+        reference: &'a Value,
+        argument: &'a Value,
+    ) -> Option<BoxFuture<'a, Result<Value, ToolError>>>;
 }
 
 /// The hidden tools that serve the providers, to add to the registry (never published as tools).
@@ -48,9 +52,19 @@ pub(crate) fn hidden_tools(providers: &[Arc<dyn Provider>]) -> Vec<Arc<dyn Tool>
         .collect()
 }
 
-/// Every provider's offerings.
+/// Every provider's offerings; of two with the same catalogue key, the first provider's.
 pub(crate) fn offerings(providers: &[Arc<dyn Provider>]) -> Vec<Offering> {
-    providers.iter().flat_map(|p| p.offerings()).collect()
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for offering in providers.iter().flat_map(|p| p.offerings()) {
+        let Some(key) = offering.key() else { continue };
+        if seen.insert(key.clone()) {
+            out.push(offering);
+        } else {
+            tracing::error!(entry = %key, "two sources publish this prompt or resource; only the first is served");
+        }
+    }
+    out
 }
 
 struct Hidden {
@@ -91,8 +105,11 @@ impl Tool for Hidden {
                 }
                 _ => {
                     let (reference, argument) = (&arguments["ref"], &arguments["argument"]);
-                    let completion = self.providers.iter().find_map(|p| p.complete(reference, argument));
-                    json!({ "completion": completion.unwrap_or_else(|| json!({ "values": [] })) })
+                    let completion = match self.providers.iter().find_map(|p| p.complete(reference, argument)) {
+                        Some(made) => made.await?,
+                        None => json!({ "values": [] }),
+                    };
+                    json!({ "completion": completion })
                 }
             };
             Ok(ToolOutput { result, status_message: None })

@@ -494,13 +494,17 @@ impl Provider for ConformanceProvider {
         Some(Box::pin(async move { Ok(json!({ "contents": [content] })) }))
     }
 
-    fn complete(&self, reference: &Value, argument: &Value) -> Option<Value> {
+    fn complete<'a>(
+        &'a self,
+        reference: &'a Value,
+        argument: &'a Value,
+    ) -> Option<BoxFuture<'a, Result<Value, ToolError>>> {
         if reference["type"] != "ref/prompt" || reference["name"] != "test_prompt_with_arguments" {
             return None;
         }
         let typed = argument["value"].as_str().unwrap_or_default();
         let values: Vec<&str> =
             ["paris", "park", "party", "hello", "world"].into_iter().filter(|v| v.starts_with(typed)).collect();
-        Some(json!({"values": values, "total": values.len(), "hasMore": false}))
+        Some(Box::pin(async move { Ok(json!({"values": values, "total": values.len(), "hasMore": false})) }))
     }
 }

@@ -7,6 +7,8 @@ use std::sync::{Arc, RwLock};
 use taskgate_shared::tools::ToolSpec;
 use taskgate_shared::tools::offerings::Offering;
 
+use crate::provide::{self, Provider};
+
 use crate::packs::Registry;
 use crate::tool::Tool;
 use crate::upstream::Upstreams;
@@ -21,8 +23,8 @@ pub(crate) struct Served {
     builtins: Registry,
     /// The built-ins' specs with the command line's overrides applied.
     builtin_specs: BTreeMap<String, ToolSpec>,
-    /// The built-in providers' prompts, resources and templates.
-    offerings: Vec<Offering>,
+    /// Who makes prompts, resources and completions (built-ins, then upstream servers).
+    providers: Vec<Arc<dyn Provider>>,
     pub(crate) upstreams: Option<Upstreams>,
     current: RwLock<Arc<Current>>,
 }
@@ -31,14 +33,14 @@ impl Served {
     pub(crate) fn new(
         builtins: Registry,
         builtin_specs: Vec<ToolSpec>,
-        offerings: Vec<Offering>,
+        providers: Vec<Arc<dyn Provider>>,
         upstreams: Option<Upstreams>,
     ) -> Self {
         let builtin_specs = builtin_specs.into_iter().map(|s| (s.descriptor.name.clone(), s)).collect();
         let served = Self {
             builtins,
             builtin_specs,
-            offerings,
+            providers,
             upstreams,
             current: RwLock::new(Arc::new(Current { tools: Registry::new(), specs: Vec::new() })),
         };
@@ -70,9 +72,9 @@ impl Served {
         self.current.read().map(|c| c.clone()).unwrap_or_else(|e| e.into_inner().clone())
     }
 
-    /// The prompts, resources and templates to publish.
-    pub(crate) fn offerings(&self) -> &[Offering] {
-        &self.offerings
+    /// The prompts, resources and templates to publish, as the providers list them now.
+    pub(crate) fn offerings(&self) -> Vec<Offering> {
+        provide::offerings(&self.providers)
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {

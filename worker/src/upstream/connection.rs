@@ -44,6 +44,16 @@ pub(crate) struct Upstream {
     pub(super) in_flight: Semaphore,
     /// The server's tools as last listed (the upstream's own names).
     pub(super) tools: watch::Receiver<Option<Arc<Vec<Tool>>>>,
+    /// The server's prompts, resources and templates as last listed (its own names and URIs).
+    pub(super) offered: watch::Receiver<Arc<Offered>>,
+}
+
+/// What a server lists besides tools, as its wire descriptors.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Offered {
+    pub(super) prompts: Vec<serde_json::Value>,
+    pub(super) resources: Vec<serde_json::Value>,
+    pub(super) templates: Vec<serde_json::Value>,
 }
 
 impl Upstream {
@@ -52,6 +62,8 @@ impl Upstream {
         let config = Arc::new(config);
         let (tools_tx, tools) = watch::channel(None);
         let tools_tx = Arc::new(tools_tx);
+        let (offered_tx, offered) = watch::channel(Arc::new(Offered::default()));
+        let offered_tx = Arc::new(offered_tx);
         let mut links = Vec::new();
         let mut kills = Vec::new();
         for index in 0..config.instances {
@@ -59,7 +71,11 @@ impl Upstream {
             let kill = Arc::new(Notify::new());
             // Every connection lists (they serve the same tools); only the first publishes,
             // so N children cost one catalogue update.
-            let lists = (index == 0).then(|| (tools_tx.clone(), changed.clone()));
+            let lists = (index == 0).then(|| Listing {
+                tools: tools_tx.clone(),
+                offered: offered_tx.clone(),
+                changed: changed.clone(),
+            });
             tokio::spawn(supervise(config.clone(), index, tx, kill.clone(), lists, shutdown.clone()));
             links.push(rx);
             kills.push(kill);
@@ -71,6 +87,7 @@ impl Upstream {
             kills,
             next: AtomicUsize::new(0),
             tools,
+            offered,
         })
     }
 
@@ -131,7 +148,15 @@ impl Upstream {
     }
 }
 
-type Lists = Option<(Arc<watch::Sender<Option<Arc<Vec<Tool>>>>>, Arc<Notify>)>;
+/// Where the connection that lists publishes what it listed, and whom it tells.
+#[derive(Clone)]
+struct Listing {
+    tools: Arc<watch::Sender<Option<Arc<Vec<Tool>>>>>,
+    offered: Arc<watch::Sender<Arc<Offered>>>,
+    changed: Arc<Notify>,
+}
+
+type Lists = Option<Listing>;
 
 async fn supervise(
     config: Arc<UpstreamConfig>,
@@ -164,9 +189,8 @@ async fn supervise(
                 first = false;
                 let peer = running.peer().clone();
                 link.send_replace(Link::Up { peer: peer.clone(), bridge });
-                let lister = lists.clone().map(|(tools, changed)| {
-                    tokio::spawn(keep_listing(name.clone(), peer, list_changed, tools, changed))
-                });
+                let lister =
+                    lists.clone().map(|listing| tokio::spawn(keep_listing(name.clone(), peer, list_changed, listing)));
                 let stop = running.cancellation_token();
                 let waiting = running.waiting();
                 tokio::pin!(waiting);
@@ -206,13 +230,8 @@ async fn supervise(
 }
 
 /// Lists the tools now and again on every `list_changed`.
-async fn keep_listing(
-    name: Arc<str>,
-    peer: Peer<RoleClient>,
-    list_changed: Arc<Notify>,
-    tools: Arc<watch::Sender<Option<Arc<Vec<Tool>>>>>,
-    changed: Arc<Notify>,
-) {
+async fn keep_listing(name: Arc<str>, peer: Peer<RoleClient>, list_changed: Arc<Notify>, listing: Listing) {
+    let Listing { tools, offered, changed } = listing;
     let mut first = true;
     loop {
         if !first {
@@ -232,7 +251,40 @@ async fn keep_listing(
             }
             Err(err) => tracing::warn!(upstream = %name, error = %err, "could not list the upstream's tools"),
         }
+        let listed = Arc::new(list_offered(&name, &peer).await);
+        if **offered.borrow() != *listed {
+            offered.send_replace(listed);
+            changed.notify_one();
+        }
     }
+}
+
+fn json<T: serde::Serialize>(items: &[T]) -> Vec<serde_json::Value> {
+    items.iter().filter_map(|i| serde_json::to_value(i).ok()).collect()
+}
+
+/// The prompts, resources and templates of a server that advertises them (nothing of a kind
+/// it does not advertise, or cannot list).
+async fn list_offered(name: &str, peer: &Peer<RoleClient>) -> Offered {
+    let capabilities = peer.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
+    let mut offered = Offered::default();
+    if capabilities.prompts.is_some() {
+        match peer.list_all_prompts().await {
+            Ok(prompts) => offered.prompts = json(&prompts),
+            Err(err) => tracing::warn!(upstream = %name, error = %err, "could not list the upstream's prompts"),
+        }
+    }
+    if capabilities.resources.is_some() {
+        match peer.list_all_resources().await {
+            Ok(resources) => offered.resources = json(&resources),
+            Err(err) => tracing::warn!(upstream = %name, error = %err, "could not list the upstream's resources"),
+        }
+        match peer.list_all_resource_templates().await {
+            Ok(templates) => offered.templates = json(&templates),
+            Err(err) => tracing::warn!(upstream = %name, error = %err, "could not list the upstream's templates"),
+        }
+    }
+    offered
 }
 
 /// Connects with `server/discover` (2026-07-28) unless the server is known to be legacy, and

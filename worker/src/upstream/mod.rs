@@ -5,6 +5,7 @@ pub mod config;
 mod connection;
 mod followed;
 mod handler;
+mod provided;
 mod rounds;
 mod stderr;
 mod tool;
@@ -59,6 +60,16 @@ impl Upstreams {
             }
         });
         futures::future::join_all(waits).await;
+    }
+
+    /// One provider per server: its prompts, resources and templates, as it lists them.
+    pub(crate) fn providers(&self) -> Vec<Arc<dyn crate::provide::Provider>> {
+        self.servers
+            .iter()
+            .map(|server| {
+                Arc::new(provided::UpstreamProvider { upstream: server.clone() }) as Arc<dyn crate::provide::Provider>
+            })
+            .collect()
     }
 
     /// The tools every server lists now, under their published names.
