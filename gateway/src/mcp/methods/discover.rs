@@ -12,8 +12,11 @@ const TTL_MS: u64 = 300_000;
 
 /// Prompts, resources and completions are advertised only while a live worker publishes
 /// something for them, so the capabilities match what the methods answer.
-pub(crate) async fn run(call: &Call<'_>) -> Value {
-    let catalogue = call.state.catalogue.listing().await;
+///
+/// It reads the catalogue as it is, without the refresh a list or a call's miss makes: a
+/// discovery must not use up the refresh that a `tools/call` right after it needs.
+pub(crate) fn run(call: &Call<'_>) -> Value {
+    let catalogue = call.state.catalogue.current();
     let mut capabilities = json!({ "tools": {}, "extensions": { TASKS_EXTENSION: {} } });
     if catalogue.offers("prompt") {
         capabilities["prompts"] = json!({});
