@@ -157,6 +157,17 @@ impl CatalogueCache {
         self.current().get(name)
     }
 
+    /// The catalogue, re-read first (as a miss is) when `found` does not hold for it: a prompt
+    /// or resource a worker published since the last refresh is served at once.
+    pub(crate) async fn fresh_unless(&self, found: impl Fn(&Catalogue) -> bool) -> Arc<Catalogue> {
+        let current = self.current();
+        if found(&current) {
+            return current;
+        }
+        self.refresh_soon().await;
+        self.current()
+    }
+
     /// The catalogue to list. An empty one is most likely one read before any worker published
     /// (a fresh gateway), so it is re-read first, as a miss would be.
     pub(crate) async fn listing(&self) -> Arc<Catalogue> {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use taskgate_tests::{Stack, eventually, meta_without_tasks};
 
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -36,7 +36,31 @@ async fn capabilities_are_advertised_only_while_something_is_served() {
     .await;
     assert_eq!(caps["resources"], json!({}));
     assert_eq!(caps["completions"], json!({}));
-    assert_eq!(caps["tools"], json!({}));
+    let listed = client.call("prompts/list", json!({})).await;
+    assert_eq!(listed.status, 200, "{}", listed.text);
+}
+
+/// A worker without providers that claims a prompt's hidden task hands it back to one with
+/// them, as it does with a tool it does not serve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_without_providers_hands_a_hidden_task_back() {
+    let mut stack = Stack::builder().workers(0).spawn().await;
+    stack.add_worker(&["--tools", "conformance"]).await;
+    let plain = stack.add_worker(&[]).await;
+    // The worker with providers dies (its catalogue entries live on until they expire): only
+    // the plain one is left to claim.
+    stack.workers[0].kill().await;
+    let asking = {
+        let client = stack.client(0);
+        tokio::spawn(async move { client.call("prompts/get", json!({"name": "test_simple_prompt"})).await })
+    };
+    eventually(PATIENCE, "the plain worker to hand the task back", || async {
+        stack.workers[plain].log().contains("releasing it for another worker").then_some(())
+    })
+    .await;
+    stack.add_worker(&["--tools", "conformance"]).await;
+    let got = tokio::time::timeout(PATIENCE, asking).await.expect("the prompt is made").unwrap();
+    assert_eq!(got.result()["messages"][0]["content"]["text"], "This is a simple prompt for testing.", "{}", got.text);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,10 +122,16 @@ async fn prompts_are_made_on_a_worker_and_may_ask_first() {
     let answered = client.call("prompts/get", retry.clone()).await;
     assert_eq!(answered.result()["messages"][0]["content"]["text"], "Prompt with context: Alice", "{}", answered.text);
 
-    // The state is bound to this prompt: replayed on another, it is refused.
-    let mut elsewhere = retry;
-    elsewhere["name"] = json!("test_simple_prompt");
-    let refused = client.call("prompts/get", elsewhere).await;
+    // The state is bound to its method: replayed on another, it is refused.
+    let state = asked["requestState"].clone();
+    let answers = retry["inputResponses"].clone();
+    let on_read = json!({"uri": "test://static-text", "requestState": state, "inputResponses": answers});
+    let refused = client.call("resources/read", on_read).await;
+    assert_eq!(refused.error_code(), Some(-32602), "{}", refused.text);
+    assert!(refused.text.contains("requestState"), "{}", refused.text);
+    let on_call =
+        json!({"name": "test_simple_text", "arguments": {}, "requestState": state, "inputResponses": answers});
+    let refused = client.call("tools/call", on_call).await;
     assert_eq!(refused.error_code(), Some(-32602), "{}", refused.text);
 
     // A client that cannot answer is not asked.
@@ -147,6 +177,4 @@ async fn completion_suggests_values_for_a_prompt_argument() {
     let template = json!({"ref": {"type": "ref/resource", "uri": "test://template/{id}/data"}, "argument": {"name": "id", "value": "1"}});
     let done = client.call("completion/complete", template).await;
     assert_eq!(done.result()["completion"]["values"], json!([]), "{}", done.text);
-    let value: Value = done.result()["completion"].clone();
-    assert!(value.is_object());
 }

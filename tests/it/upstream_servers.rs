@@ -62,6 +62,9 @@ async fn everything_runs_as_tasks(upstream: &str) {
     assert_eq!(listed["inputSchema"]["properties"]["steps"]["type"], "number", "{listed}");
     let echo = wait_for_tool(&stack.client(0), "everything__echo", PATIENCE).await;
     assert_eq!(echo["inputSchema"]["required"], json!(["message"]), "{echo}");
+    // Its prompts and resources are not served unless the configuration asks for them.
+    let prompts = stack.client(0).call("prompts/list", json!({})).await;
+    assert_eq!(prompts.error_code(), Some(-32601), "{}", prompts.text);
 
     let client = rust_client(&stack, 0).await;
     let id = start(&client, tool, json!({ "duration": 4, "steps": 4 })).await;
@@ -232,8 +235,9 @@ async fn server_everything_elicitation_is_answered_through_the_task() {
 async fn server_everything_prompts_and_resources_pass_through() {
     let taskgate_tests::interop::Servers { node, everything, .. } = taskgate_tests::interop::servers();
     let mut stack = Stack::builder().workers(0).spawn().await;
+    // Prompts and resources are served only when the configuration asks for them.
     let upstream = format!(
-        "[[upstream]]\nname = \"everything\"\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\n",
+        "[[upstream]]\nname = \"everything\"\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\nprompts = true\nresources = true\n",
         node.to_str().unwrap(),
         everything.to_str().unwrap()
     );

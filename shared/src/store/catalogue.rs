@@ -27,13 +27,14 @@ pub struct Published {
 }
 
 impl Store {
-    /// Publishes these specs, live for `ttl`, with this worker's configuration digest (empty:
+    /// Publishes these specs, offerings and hidden task names (see `tools::offerings`), live for `ttl`, with this worker's configuration digest (empty:
     /// none), and removes specs no heartbeat renewed. Returns the digests of every live worker
     /// (one round trip).
     pub async fn publish_tools(
         &self,
         specs: &[ToolSpec],
         offerings: &[Offering],
+        hidden: &[&str],
         digest: &str,
         ttl: Duration,
     ) -> Result<Vec<String>, StoreError> {
@@ -49,6 +50,11 @@ impl Store {
             let Some(key) = offering.key() else { continue };
             let json = serde_json::to_string(offering).map_err(|e| StoreError::UnexpectedReply(e.to_string()))?;
             invocation.arg(key).arg(json);
+        }
+        // Live without a spec: never listed, but a worker that claims one it cannot run learns
+        // from this that another can, and hands it back.
+        for name in hidden {
+            invocation.arg(*name).arg("");
         }
         let reply: Vec<Value> = invocation.invoke_async(&mut self.conn()).await?;
         let reply = Reply::new(reply);

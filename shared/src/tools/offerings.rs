@@ -44,35 +44,30 @@ impl Offering {
     }
 }
 
-/// Whether `uri` matches the RFC 6570 level-1 `template` (`{name}` expressions, each matching
-/// one or more characters other than `/`).
+/// Whether `uri` is an expansion of `template` (RFC 6570): `{name}` takes one or more
+/// characters other than `/`, `?` and `#`; `{+name}` (reserved expansion) takes any. A template
+/// with another operator (`{/x}`, `{?x}`, …) matches nothing here.
 pub fn template_matches(template: &str, uri: &str) -> bool {
-    let mut rest = uri;
-    let mut parts = template.split('{');
-    let Some(head) = parts.next() else { return false };
-    let Some(after) = rest.strip_prefix(head) else { return false };
-    rest = after;
-    for part in parts {
-        let Some((_, literal)) = part.split_once('}') else { return false };
-        // The expression takes the shortest run of non-`/` characters after which the literal
-        // follows (or, for a last expression, everything up to the end).
-        let end = if literal.is_empty() {
-            if rest.contains('/') {
-                return false;
-            }
-            rest.len()
-        } else {
-            match rest.find(literal) {
-                Some(at) if at > 0 && !rest[..at].contains('/') => at,
-                _ => return false,
-            }
-        };
-        if end == 0 {
-            return false;
+    let mut pattern = String::from("^");
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        pattern.push_str(&regex::escape(&rest[..open]));
+        let Some(close) = rest[open..].find('}') else { return false };
+        let expression = &rest[open + 1..open + close];
+        match expression.strip_prefix('+') {
+            Some(name) if is_varname(name) => pattern.push_str("(.+)"),
+            _ if is_varname(expression) => pattern.push_str("([^/?#]+)"),
+            _ => return false,
         }
-        rest = &rest[end + literal.len()..];
+        rest = &rest[open + close + 1..];
     }
-    rest.is_empty()
+    pattern.push_str(&regex::escape(rest));
+    pattern.push('$');
+    regex::Regex::new(&pattern).is_ok_and(|re| re.is_match(uri))
+}
+
+fn is_varname(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.'))
 }
 
 #[cfg(test)]
@@ -102,5 +97,13 @@ mod tests {
         assert!(!template_matches("file:///{name}", "file:///a/b"));
         assert!(template_matches("plain://fixed", "plain://fixed"));
         assert!(!template_matches("plain://fixed", "plain://fixed/more"));
+        // Backtracking, adjacent expressions, reserved expansion, operators, non-ASCII.
+        assert!(template_matches("x{a}y", "xyyy"));
+        assert!(template_matches("x://{a}{b}", "x://ab"));
+        assert!(template_matches("files:///{+path}", "files:///a/b/c.txt"));
+        assert!(!template_matches("x://{/path}", "x:///a"));
+        assert!(!template_matches("x://{a", "x://a"));
+        assert!(template_matches("é://{id}/ü", "é://ß/ü"));
+        assert!(!template_matches("a.b://{id}", "aXb://1"), "literals are not patterns");
     }
 }

@@ -117,8 +117,10 @@ async fn publish_tools(shared: Arc<Shared>) {
 pub(crate) async fn publish(shared: &Shared) -> Result<(), taskgate_shared::store::StoreError> {
     let specs = shared.served.current().specs.clone();
     let own = shared.served.digest();
-    let digests =
-        shared.store.publish_tools(&specs, &shared.served.offerings(), own, shared.config.catalogue_ttl).await?;
+    let digests = shared
+        .store
+        .publish_tools(&specs, &shared.served.offerings(), shared.served.hidden(), own, shared.config.catalogue_ttl)
+        .await?;
     let differs = digests.iter().any(|d| d != own);
     if differs && METRICS.config_mismatch.get() == 0 {
         tracing::warn!(own, live = ?digests, "workers of this namespace serve different upstream configurations");

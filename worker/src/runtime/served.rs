@@ -72,6 +72,12 @@ impl Served {
         self.current.read().map(|c| c.clone()).unwrap_or_else(|e| e.into_inner().clone())
     }
 
+    /// The hidden tasks this worker can run (none without providers).
+    pub(crate) fn hidden(&self) -> &'static [&'static str] {
+        use taskgate_shared::tools::offerings::{COMPLETE, PROMPTS_GET, RESOURCES_READ};
+        if self.providers.is_empty() { &[] } else { &[PROMPTS_GET, RESOURCES_READ, COMPLETE] }
+    }
+
     /// The prompts, resources and templates to publish, as the providers list them now.
     pub(crate) fn offerings(&self) -> Vec<Offering> {
         provide::offerings(&self.providers)

@@ -42,6 +42,11 @@ pub struct UpstreamConfig {
     pub elicitation: ElicitationPolicy,
     /// Declare the Tasks extension to a 2026-07-28 server, and follow the tasks it creates.
     pub follow_tasks: bool,
+    /// Serve the server's prompts (under its prefix). Off unless asked for: the tool lists do
+    /// not cover them, and every tenant could read them through the worker's credentials.
+    pub prompts: bool,
+    /// Serve the server's resources and resource templates. Off unless asked for, as prompts.
+    pub resources: bool,
 }
 
 /// What a mid-call `elicitation/create` from a server gets. It belongs to a live session, so it
@@ -214,6 +219,10 @@ struct TomlUpstream {
     elicitation: ElicitationPolicy,
     follow_tasks: Option<bool>,
     #[serde(default)]
+    prompts: bool,
+    #[serde(default)]
+    resources: bool,
+    #[serde(default)]
     tool: BTreeMap<String, ToolSettings>,
 }
 
@@ -323,6 +332,8 @@ fn parse_toml(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError
                 tools: raw.tool,
                 elicitation: raw.elicitation,
                 follow_tasks: raw.follow_tasks.unwrap_or(true),
+                prompts: raw.prompts,
+                resources: raw.resources,
             })
         })
         .collect()
@@ -417,6 +428,8 @@ fn parse_json(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError
             tools: BTreeMap::new(),
             elicitation: ElicitationPolicy::Decline,
             follow_tasks: true,
+            prompts: false,
+            resources: false,
         });
     }
     Ok(configs)

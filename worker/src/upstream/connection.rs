@@ -75,6 +75,7 @@ impl Upstream {
                 tools: tools_tx.clone(),
                 offered: offered_tx.clone(),
                 changed: changed.clone(),
+                wants: (config.prompts, config.resources),
             });
             tokio::spawn(supervise(config.clone(), index, tx, kill.clone(), lists, shutdown.clone()));
             links.push(rx);
@@ -154,6 +155,8 @@ struct Listing {
     tools: Arc<watch::Sender<Option<Arc<Vec<Tool>>>>>,
     offered: Arc<watch::Sender<Arc<Offered>>>,
     changed: Arc<Notify>,
+    /// Whether the configuration serves the server's (prompts, resources).
+    wants: (bool, bool),
 }
 
 type Lists = Option<Listing>;
@@ -231,7 +234,7 @@ async fn supervise(
 
 /// Lists the tools now and again on every `list_changed`.
 async fn keep_listing(name: Arc<str>, peer: Peer<RoleClient>, list_changed: Arc<Notify>, listing: Listing) {
-    let Listing { tools, offered, changed } = listing;
+    let Listing { tools, offered, changed, wants } = listing;
     let mut first = true;
     loop {
         if !first {
@@ -251,7 +254,8 @@ async fn keep_listing(name: Arc<str>, peer: Peer<RoleClient>, list_changed: Arc<
             }
             Err(err) => tracing::warn!(upstream = %name, error = %err, "could not list the upstream's tools"),
         }
-        let listed = Arc::new(list_offered(&name, &peer).await);
+        let previous = offered.borrow().clone();
+        let listed = Arc::new(list_offered(&name, &peer, wants, &previous).await);
         if **offered.borrow() != *listed {
             offered.send_replace(listed);
             changed.notify_one();
@@ -263,18 +267,30 @@ fn json<T: serde::Serialize>(items: &[T]) -> Vec<serde_json::Value> {
     items.iter().filter_map(|i| serde_json::to_value(i).ok()).collect()
 }
 
-/// The prompts, resources and templates of a server that advertises them (nothing of a kind
-/// it does not advertise, or cannot list).
-async fn list_offered(name: &str, peer: &Peer<RoleClient>) -> Offered {
+/// The prompts, resources and templates of a server that advertises them and whose
+/// configuration serves them (`wants`). A list that fails keeps what was listed before, so a
+/// passing error does not take everything of a kind out of the catalogue.
+async fn list_offered(name: &str, peer: &Peer<RoleClient>, wants: (bool, bool), previous: &Offered) -> Offered {
     let capabilities = peer.peer_info().map(|info| info.capabilities.clone()).unwrap_or_default();
-    let mut offered = Offered::default();
-    if capabilities.prompts.is_some() {
+    let mut offered = Offered {
+        prompts: previous.prompts.clone(),
+        resources: previous.resources.clone(),
+        templates: previous.templates.clone(),
+    };
+    if !(wants.0 && capabilities.prompts.is_some()) {
+        offered.prompts.clear();
+    }
+    if !(wants.1 && capabilities.resources.is_some()) {
+        offered.resources.clear();
+        offered.templates.clear();
+    }
+    if wants.0 && capabilities.prompts.is_some() {
         match peer.list_all_prompts().await {
             Ok(prompts) => offered.prompts = json(&prompts),
             Err(err) => tracing::warn!(upstream = %name, error = %err, "could not list the upstream's prompts"),
         }
     }
-    if capabilities.resources.is_some() {
+    if wants.1 && capabilities.resources.is_some() {
         match peer.list_all_resources().await {
             Ok(resources) => offered.resources = json(&resources),
             Err(err) => tracing::warn!(upstream = %name, error = %err, "could not list the upstream's resources"),

@@ -204,6 +204,15 @@ impl ClientHandler for Bridge {
         self.list_changed.notify_one();
     }
 
+    // One relisting covers tools, prompts and resources alike.
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.list_changed.notify_one();
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.list_changed.notify_one();
+    }
+
     fn get_info(&self) -> ClientConfig {
         // Elicitation is declared only where it is held and forwarded; no sampling, roots or
         // Tasks extension: the server should not ask for those, or answer with a task of its

@@ -140,7 +140,13 @@ impl Provider for UpstreamProvider {
             argument["value"].as_str().unwrap_or_default(),
         );
         Some(Box::pin(async move {
-            match self.peer().await?.complete(CompleteRequestParams::new(remote_ref, info)).await {
+            let peer = self.peer().await?;
+            let offers = peer.peer_info().is_some_and(|info| info.capabilities.completions.is_some());
+            if !offers {
+                // A server without completions has none to give (taskgate advertises them).
+                return Ok(serde_json::json!({ "values": [] }));
+            }
+            match peer.complete(CompleteRequestParams::new(remote_ref, info)).await {
                 Ok(result) => to_json(&result.completion),
                 Err(err) => Err(self.failure(err)),
             }

@@ -16,11 +16,19 @@ pub(crate) fn offered(catalogue: &Catalogue) -> bool {
 }
 
 pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
-    let catalogue = call.state.catalogue.listing().await;
+    let (reference, argument) = (call.params.get("ref"), call.params.get("argument"));
+    let catalogue = call.state.catalogue.fresh_unless(|c| check(c, reference, argument).is_ok()).await;
     if !offered(&catalogue) {
         return Err(GatewayError::Envelope(RpcError::method_not_found()));
     }
-    let checked = check(&catalogue, call.params.get("ref"), call.params.get("argument"));
+    let cap = call.state.config.max_argument_bytes;
+    let checked = check(&catalogue, reference, argument).and_then(|names| {
+        let size = reference.map_or(0, |r| r.to_string().len()) + argument.map_or(0, |a| a.to_string().len());
+        if size > cap {
+            return Err(RpcError::invalid_params(format!("ref and argument exceed the {cap}-byte limit")));
+        }
+        Ok(names)
+    });
     let names = match checked {
         Ok(names) => names,
         Err(err) => {

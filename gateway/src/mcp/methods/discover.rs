@@ -7,8 +7,9 @@ use taskgate_shared::protocol::{SUPPORTED_VERSIONS, TASKS_EXTENSION, result};
 use super::{completion_complete, resources_list};
 use crate::mcp::Call;
 
-/// Discovery is the same for every caller and replica, so shared caches may keep it.
-const TTL_MS: u64 = 300_000;
+/// Discovery is the same for every caller and replica, so shared caches may keep it; no longer
+/// than the lists, since the capabilities follow what workers publish.
+const TTL_MS: u64 = 60_000;
 
 /// Prompts, resources and completions are advertised only while a live worker publishes
 /// something for them, so the capabilities match what the methods answer.

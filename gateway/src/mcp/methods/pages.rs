@@ -15,7 +15,8 @@ const TTL_MS: u64 = 60_000;
 pub(crate) fn page(items: Vec<Value>, params: &Map<String, Value>, field: &str) -> Result<Value, RpcError> {
     let start = match params.get("cursor") {
         None | Some(Value::Null) => 0,
-        Some(Value::String(cursor)) => decode(cursor).filter(|s| *s <= items.len()).ok_or_else(invalid)?,
+        // A list that shrank since the cursor was made ends with an empty page.
+        Some(Value::String(cursor)) => decode(cursor).ok_or_else(invalid)?.min(items.len()),
         Some(_) => return Err(invalid()),
     };
     let end = (start + PAGE).min(items.len());
@@ -67,9 +68,13 @@ mod tests {
 
     #[test]
     fn a_cursor_not_made_here_is_invalid_params() {
-        for cursor in [json!("nope"), json!(7), json!(encode(999))] {
+        for cursor in [json!("nope"), json!(7), json!(URL_SAFE_NO_PAD.encode("p2:1"))] {
             let params = Map::from_iter([("cursor".to_owned(), cursor)]);
             assert_eq!(page(vec![json!(1)], &params, "x").unwrap_err().code(), -32602);
         }
+        // Past the end of a list that shrank: an empty last page.
+        let params = Map::from_iter([("cursor".to_owned(), json!(encode(999)))]);
+        let last = page(vec![json!(1)], &params, "x").unwrap();
+        assert_eq!((last["x"].clone(), last.get("nextCursor")), (json!([]), None));
     }
 }

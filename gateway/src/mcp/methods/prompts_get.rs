@@ -9,11 +9,19 @@ use crate::error::GatewayError;
 use crate::mcp::{Call, Reply};
 
 pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
-    let catalogue = call.state.catalogue.listing().await;
+    let name = call.params.get("name").and_then(Value::as_str).unwrap_or_default();
+    let key = format!("prompt/{name}");
+    let catalogue = call.state.catalogue.fresh_unless(|c| c.offering(&key).is_some()).await;
     if !catalogue.offers("prompt") {
         return Err(GatewayError::Envelope(RpcError::method_not_found()));
     }
-    let checked = check(call.params, |name| catalogue.offering(&format!("prompt/{name}")).is_some());
+    let cap = call.state.config.max_argument_bytes;
+    let checked = check(call.params, |name| catalogue.offering(&format!("prompt/{name}")).is_some()).and_then(|c| {
+        if Value::Object(c.1.clone()).to_string().len() > cap {
+            return Err(RpcError::invalid_params(format!("arguments exceed the {cap}-byte limit")));
+        }
+        Ok(c)
+    });
     let (name, arguments) = match checked {
         Ok(checked) => checked,
         Err(err) => {

@@ -8,7 +8,7 @@ use crate::error::GatewayError;
 use crate::mcp::Call;
 
 pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
-    let catalogue = call.state.catalogue.listing().await;
+    let catalogue = call.state.catalogue.fresh_unless(|c| c.offers("prompt")).await;
     if !catalogue.offers("prompt") {
         // Not advertised, so not served: as for any method this server does not have.
         return Err(GatewayError::Envelope(RpcError::method_not_found()));

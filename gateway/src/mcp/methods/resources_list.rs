@@ -23,7 +23,7 @@ pub(crate) async fn templates(call: &Call<'_>) -> Result<Value, GatewayError> {
 }
 
 async fn list(call: &Call<'_>, kind: &str, field: &str) -> Result<Value, GatewayError> {
-    let catalogue = call.state.catalogue.listing().await;
+    let catalogue = call.state.catalogue.fresh_unless(offered).await;
     if !offered(&catalogue) {
         return Err(GatewayError::Envelope(RpcError::method_not_found()));
     }

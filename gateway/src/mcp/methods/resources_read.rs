@@ -6,6 +6,7 @@ use taskgate_shared::protocol::RpcError;
 use taskgate_shared::tools::offerings::{RESOURCES_READ, template_matches};
 
 use super::{hidden, resources_list};
+use crate::catalogue::Catalogue;
 use crate::error::GatewayError;
 use crate::mcp::{Call, Reply};
 
@@ -13,22 +14,28 @@ use crate::mcp::{Call, Reply};
 const CACHE: (u64, &str) = (0, "private");
 
 pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
-    let catalogue = call.state.catalogue.listing().await;
+    let uri = call.params.get("uri").and_then(Value::as_str);
+    let catalogue = call.state.catalogue.fresh_unless(|c| uri.is_some_and(|uri| reads(c, uri))).await;
     if !resources_list::offered(&catalogue) {
         return Err(GatewayError::Envelope(RpcError::method_not_found()));
     }
-    let Some(uri) = call.params.get("uri").and_then(Value::as_str) else {
+    let Some(uri) = uri else {
         crate::limits::admit_request(call.state, &call.principal).await?;
         return Err(RpcError::invalid_params("uri is required").into());
     };
-    let known = catalogue.offering(&format!("resource/{uri}")).is_some()
-        || catalogue
-            .offered("template")
-            .filter_map(|t| t.get("uriTemplate")?.as_str())
-            .any(|t| template_matches(t, uri));
+    let known = reads(&catalogue, uri);
     if !known {
         crate::limits::admit_request(call.state, &call.principal).await?;
         return Err(RpcError::invalid_params("Resource not found").with_data(json!({ "uri": uri })).into());
     }
     hidden::run(call, RESOURCES_READ, uri, json!({ "uri": uri }), Some(CACHE)).await
+}
+
+/// Whether `uri` is a published resource or matches a published template.
+fn reads(catalogue: &Catalogue, uri: &str) -> bool {
+    catalogue.offering(&format!("resource/{uri}")).is_some()
+        || catalogue
+            .offered("template")
+            .filter_map(|t| t.get("uriTemplate")?.as_str())
+            .any(|t| template_matches(t, uri))
 }

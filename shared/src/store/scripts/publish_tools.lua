@@ -5,7 +5,9 @@
 -- disagrees about what it serves.
 -- KEYS[1] specs hash (name -> ToolSpec JSON)   KEYS[2] live index (name -> expiry ms)
 -- KEYS[3] digests index (digest -> expiry ms)
--- ARGV[1] ttl ms   ARGV[2] digest ('' for none)   ARGV[3..] name, spec JSON pairs
+-- ARGV[1] ttl ms   ARGV[2] digest ('' for none)   ARGV[3..] name, spec JSON pairs; an empty
+--   spec marks a name live without a spec (the hidden tasks a worker can run: a worker that
+--   cannot run one hands it back only while another can)
 -- Returns {1, {live digests}}.
 local rcall = redis.call
 local specs, live, digests = KEYS[1], KEYS[2], KEYS[3]
@@ -13,7 +15,7 @@ local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expiry = now + tonumber(ARGV[1])
 for i = 3, #ARGV, 2 do
-  rcall('HSET', specs, ARGV[i], ARGV[i + 1])
+  if ARGV[i + 1] ~= '' then rcall('HSET', specs, ARGV[i], ARGV[i + 1]) end
   rcall('ZADD', live, 'GT', expiry, ARGV[i])
 end
 if ARGV[2] ~= '' then rcall('ZADD', digests, 'GT', expiry, ARGV[2]) end
