@@ -19,21 +19,6 @@ fn assert_code(ran: &Ran, code: i32) {
     assert_eq!(ran.code, code, "exit code\nstdout: {}\nstderr: {}", ran.stdout, ran.stderr);
 }
 
-/// Waits until a worker holds the task (it is running, not queued).
-async fn running(stack: &Stack, id: &str) {
-    let store = stack.store();
-    let record = store.keys().task(&taskgate_shared::task::TaskId::parse(id).expect("a task id")).record;
-    eventually(PATIENCE, "a worker to run the task", || {
-        let (store, record) = (store.clone(), record.clone());
-        async move {
-            let holder: Option<String> =
-                redis::cmd("HGET").arg(&record).arg("holder").query_async(&mut store.conn()).await.ok().flatten();
-            holder.map(drop)
-        }
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_follows_the_task_and_prints_its_result() {
     let stack = Stack::builder().spawn().await;
@@ -166,7 +151,7 @@ async fn cancel_ends_a_running_task() {
     let stack = Stack::builder().spawn().await;
     let cli = cli(&stack, 0);
     let id = cli.run(&["call", "sleep", "--arg", "ms=60000", "--detach"]).await.stdout.trim().to_owned();
-    running(&stack, &id).await;
+    stack.wait_until_held(&id, PATIENCE).await;
 
     let ran = cli.run(&["cancel", &id]).await;
     assert_code(&ran, 0);
@@ -366,7 +351,7 @@ async fn follow_shows_a_question_that_comes_up_and_waits_for_its_answer() {
     let stack = Stack::builder().worker_args(&["--concurrency", "1"]).spawn().await;
     let cli = cli(&stack, 0);
     let busy = cli.run(&["call", "sleep", "--arg", "ms=60000", "--detach"]).await.stdout.trim().to_owned();
-    running(&stack, &busy).await;
+    stack.wait_until_held(&busy, PATIENCE).await;
     let ran = cli.run(&["call", "generate_report", "--arg", "size=small", "--detach"]).await;
     assert_code(&ran, 0);
     let id = ran.stdout.trim().to_owned();

@@ -112,17 +112,7 @@ async fn the_rust_sdk_client_runs_tasks_at_the_defaults() {
 
     // A running task (a worker holds it), cancelled.
     let id = start(&client, &mut timings, "sleep", json!({"ms": 60_000})).await;
-    let record = stack.store().keys().task(&taskgate_shared::task::TaskId::parse(&id).unwrap()).record;
-    let store = stack.store();
-    taskgate_tests::eventually(Duration::from_secs(15), "a worker to run the task", || {
-        let (store, record) = (store.clone(), record.clone());
-        async move {
-            let holder: Option<String> =
-                redis::cmd("HGET").arg(&record).arg("holder").query_async(&mut store.conn()).await.ok().flatten();
-            holder.map(drop)
-        }
-    })
-    .await;
+    stack.wait_until_held(&id, Duration::from_secs(15)).await;
     timings.time("tasks/cancel", client.cancel_task(CancelTaskParams::new(id.clone()))).await;
     let done = poll(&client, &mut timings, &id, |s| s.is_terminal()).await;
     assert_eq!(done.task.status(), TaskStatus::Cancelled);

@@ -225,4 +225,20 @@ impl Stack {
     pub fn store(&self) -> Store {
         Store::connect_lazy(&self.redis_url.clone(), &self.namespace, std::time::Duration::from_secs(2)).expect("store")
     }
+
+    /// Waits until a worker holds task `id` (it runs, rather than waits in the queue).
+    pub async fn wait_until_held(&self, id: &str, patience: std::time::Duration) {
+        let store = self.store();
+        let id = taskgate_shared::task::TaskId::parse(id).expect("a task id");
+        let record = store.keys().task(&id).record;
+        crate::eventually(patience, "a worker to run the task", || {
+            let (store, record) = (store.clone(), record.clone());
+            async move {
+                let holder: Option<String> =
+                    redis::cmd("HGET").arg(&record).arg("holder").query_async(&mut store.conn()).await.ok().flatten();
+                holder.map(drop)
+            }
+        })
+        .await;
+    }
 }

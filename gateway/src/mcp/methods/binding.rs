@@ -1,12 +1,15 @@
 //! What a `requestState` is bound to: the caller, the method, what it names and a digest of its
-//! arguments, so a state is good for the retry of the same request only.
+//! arguments, so a state is good for the retry of the same request only; and how an inline run
+//! ends, with a result or with its questions under such a state.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::mcp::Call;
-use crate::mrtr::{self, Expected, StatePayload};
+use crate::error::GatewayError;
+use crate::mcp::inline::{self, Done, Forwarding, InlineRun};
+use crate::mcp::{Call, Reply};
+use crate::mrtr::{self, Expected, StateKeys, StatePayload};
 
 /// What a `requestState` is bound to for this call.
 #[derive(Clone)]
@@ -49,5 +52,59 @@ impl Binding {
 
     pub(crate) fn sign(&self, call: &Call<'_>, answers: BTreeMap<String, Value>, resume: Option<String>) -> String {
         call.state.request_state_keys.sign(&self.payload(answers, resume))
+    }
+}
+
+/// Turns an inline run's outcome into the method's result.
+#[derive(Clone)]
+pub(crate) struct Finisher {
+    meta: taskgate_shared::protocol::ValidMeta,
+    binding: Binding,
+    answers: BTreeMap<String, Value>,
+    keys: StateKeys,
+    /// `(ttlMs, cacheScope)` for results that carry cache hints.
+    cache: Option<(u64, &'static str)>,
+}
+
+impl Finisher {
+    pub(crate) fn new(
+        call: &Call<'_>,
+        binding: Binding,
+        answers: BTreeMap<String, Value>,
+        cache: Option<(u64, &'static str)>,
+    ) -> Self {
+        Self { meta: call.meta.clone(), binding, answers, keys: call.state.request_state_keys.clone(), cache }
+    }
+
+    /// Waits for `run`: the result as JSON, or a stream once notices had to be forwarded.
+    pub(crate) async fn drive(
+        self,
+        call: &Call<'_>,
+        run: InlineRun,
+        forwarding: Forwarding,
+    ) -> Result<Reply, GatewayError> {
+        let streamed = self.clone();
+        match inline::drive(run, forwarding, call.id.clone(), move |done| streamed.finish(done)).await {
+            Ok(done) => self.finish(done).map(Reply::Result),
+            Err(stream) => Ok(Reply::Stream(stream)),
+        }
+    }
+
+    fn finish(&self, done: Done) -> Result<Value, GatewayError> {
+        match done {
+            Done::Result(mut result) => {
+                if let (Some((ttl_ms, scope)), Some(fields)) = (self.cache, result.as_object_mut()) {
+                    fields.insert("ttlMs".into(), ttl_ms.into());
+                    fields.insert("cacheScope".into(), scope.into());
+                }
+                Ok(result)
+            }
+            Done::Error(err) => Err(err),
+            Done::InputRequired { requests, resume } => {
+                mrtr::check_capabilities(&self.meta, &requests)?;
+                let state = self.keys.sign(&self.binding.payload(self.answers.clone(), resume));
+                Ok(mrtr::input_required(requests, state))
+            }
+        }
     }
 }

@@ -3,17 +3,15 @@
 //! name, owned by the caller and waited for like an inline tool call, so the worker's content
 //! can ask for input with MRTR and the same signed `requestState`.
 
-use std::collections::BTreeMap;
-
 use serde_json::Value;
 use taskgate_shared::task::TaskId;
 
 use crate::error::GatewayError;
-use crate::mcp::inline::{self, Done, Forwarding, InlineRun};
+use crate::mcp::inline::{self, Forwarding, InlineRun};
 use crate::mcp::{Call, Reply};
-use crate::mrtr::{self, StateKeys};
+use crate::mrtr;
 
-use super::binding::Binding;
+use super::binding::{Binding, Finisher};
 
 /// How often the worker is asked to report on a hidden task it runs (its poll interval).
 const POLL_MS: u64 = 100;
@@ -46,44 +44,5 @@ pub(crate) async fn run(
     let run = InlineRun::start(call, id, method, &arguments, POLL_MS, &gathered).await?;
     // These methods have no progress or log notices to forward.
     let forwarding = Forwarding::new(None, None, call.state.config.sse_keep_alive);
-    let finisher = Finisher {
-        meta: call.meta.clone(),
-        binding,
-        answers: gathered.answers,
-        keys: call.state.request_state_keys.clone(),
-        cache,
-    };
-    let streamed = finisher.clone();
-    match inline::drive(run, forwarding, call.id.clone(), move |done| streamed.finish(done)).await {
-        Ok(done) => finisher.finish(done).map(Reply::Result),
-        Err(stream) => Ok(Reply::Stream(stream)),
-    }
-}
-
-#[derive(Clone)]
-struct Finisher {
-    meta: taskgate_shared::protocol::ValidMeta,
-    binding: Binding,
-    answers: BTreeMap<String, Value>,
-    keys: StateKeys,
-    cache: Option<(u64, &'static str)>,
-}
-
-impl Finisher {
-    fn finish(&self, done: Done) -> Result<Value, GatewayError> {
-        match done {
-            Done::Result(mut result) => {
-                if let (Some((ttl_ms, scope)), Some(fields)) = (self.cache, result.as_object_mut()) {
-                    fields.insert("ttlMs".into(), ttl_ms.into());
-                    fields.insert("cacheScope".into(), scope.into());
-                }
-                Ok(result)
-            }
-            Done::Error(err) => Err(err),
-            Done::InputRequired { requests, resume } => {
-                mrtr::check_capabilities(&self.meta, &requests)?;
-                Ok(mrtr::input_required(requests, self.keys.sign(&self.binding.payload(self.answers.clone(), resume))))
-            }
-        }
-    }
+    Finisher::new(call, binding, gathered.answers, cache).drive(call, run, forwarding).await
 }

@@ -8,19 +8,17 @@
 //! Input a tool declares it needs before its task exists is gathered with MRTR rounds first.
 //! An inline tool that asks for input mid-run turns the reply into an InputRequiredResult.
 
-use std::collections::BTreeMap;
-
 use serde_json::{Map, Value};
 use taskgate_shared::protocol::{RpcError, result};
 use taskgate_shared::task::{Owner, Snapshot, TaskId, TaskStatus};
 use taskgate_shared::tools::{Execution, ToolSpec};
 
 use crate::error::GatewayError;
-use crate::mcp::inline::{self, Done, Forwarding, InlineRun};
+use crate::mcp::inline::{self, Forwarding, InlineRun};
 use crate::mcp::{Call, Durability, Reply, TaskShape, mirror, write_task};
 use crate::mrtr;
 
-use super::binding::Binding;
+use super::binding::{Binding, Finisher};
 
 /// A JSON result, or a stream once the tool's notices had to be forwarded.
 pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
@@ -85,40 +83,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
         call.meta.log_level.as_deref(),
         call.state.config.sse_keep_alive,
     );
-    let finisher = Finisher {
-        meta: call.meta.clone(),
-        binding,
-        answers: gathered.answers,
-        keys: call.state.request_state_keys.clone(),
-    };
-    let streamed = finisher.clone();
-    match inline::drive(run, forwarding, call.id.clone(), move |done| streamed.finish(done)).await {
-        Ok(done) => finisher.finish(done).map(Reply::Result),
-        Err(stream) => Ok(Reply::Stream(stream)),
-    }
-}
-
-/// Turns an inline outcome into the `tools/call` result.
-#[derive(Clone)]
-struct Finisher {
-    meta: taskgate_shared::protocol::ValidMeta,
-    binding: Binding,
-    answers: BTreeMap<String, Value>,
-    keys: crate::mrtr::StateKeys,
-}
-
-impl Finisher {
-    fn finish(&self, done: Done) -> Result<Value, GatewayError> {
-        match done {
-            Done::Result(result) => Ok(result),
-            Done::Error(err) => Err(err),
-            Done::InputRequired { requests, resume } => {
-                mrtr::check_capabilities(&self.meta, &requests)?;
-                let state = self.keys.sign(&self.binding.payload(self.answers.clone(), resume));
-                Ok(mrtr::input_required(requests, state))
-            }
-        }
-    }
+    Finisher::new(call, binding, gathered.answers, None).drive(call, run, forwarding).await
 }
 
 /// Writes the task and confirms it is durable before any handle leaves (a handle that later
