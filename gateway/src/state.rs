@@ -36,7 +36,9 @@ impl AppState {
         let request_state_keys = mrtr::StateKeys::parse(&config.request_state_keys.0)?;
         let (authenticator, challenge) = auth::build(&config).await?;
         if request_state_keys.is_ephemeral() {
-            tracing::warn!("no --request-state-keys: MRTR retries must reach this replica");
+            tracing::warn!(
+                "no TASKGATE_REQUEST_STATE_KEYS (or --request-state-keys-file): MRTR retries must reach this replica"
+            );
         }
         let store = Store::connect_lazy(&config.redis.url, &config.redis.namespace, config.redis.timeout)?;
         metrics::init();

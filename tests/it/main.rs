@@ -6,6 +6,7 @@ mod auth;
 mod chaos;
 mod cli;
 mod cluster;
+mod docs;
 mod durability;
 mod example_worker;
 mod graceful;

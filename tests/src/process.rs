@@ -40,7 +40,7 @@ impl Binary {
             exe.parent().and_then(|deps| deps.parent()).expect("target dir").to_path_buf()
         });
         let path = dir.join(self.file_name());
-        assert!(path.is_file(), "{} is not built; run the suite with `cargo test --workspace`", path.display());
+        assert!(path.is_file(), "{} is not built; run the suite with scripts/test", path.display());
         path
     }
 }

@@ -47,7 +47,7 @@ impl RedisServer {
 
     async fn spawn(&mut self) {
         let binary = which("redis-server").unwrap_or_else(|| {
-            panic!("redis-server is not on PATH: install it (Debian: apt-get install -y redis-server)")
+            panic!("redis-server is not on PATH: run the tests with scripts/test, which installs what they need")
         });
         let log = std::fs::File::create(self.dir.path().join("redis.log")).expect("redis log file");
         let mut args: Vec<String> = vec![
@@ -156,7 +156,8 @@ impl RedisCluster {
             ];
             nodes.push(RedisServer::start_with(&args).await);
         }
-        let cli = which("redis-cli").expect("redis-cli is on PATH beside redis-server");
+        let cli =
+            which("redis-cli").expect("redis-cli is not on PATH: run the tests with scripts/test, which installs it");
         let mut create = Command::new(cli);
         create.args(["--cluster", "create"]);
         for node in &nodes {
