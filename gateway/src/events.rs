@@ -1,9 +1,9 @@
 //! One Redis pub/sub connection per gateway process, fanned out in process to whoever watches a
 //! task: inline calls waiting for their result now, listen streams later.
 //!
-//! Messages are wake-ups only (invariant 1): a watcher re-reads the record. Channels are bounded
-//! and a full one drops the wake-up, which is harmless because the next read sees the latest
-//! state. After a reconnect every watcher is told to re-read.
+//! Messages are wake-ups only (invariant 1, docs/architecture.md): a watcher re-reads the
+//! record. Channels are bounded and a full one drops the wake-up, which is harmless because the
+//! next read sees the latest state. After a reconnect every watcher is told to re-read.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -28,7 +28,7 @@ async fn holder_index(stack: &Stack, task_id: &str) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lesson_run_across_replicas() {
+async fn a_task_is_created_answered_and_finished_across_two_replicas() {
     let mut stack = Stack::builder().gateways(2).workers(0).spawn().await;
     let (a, b) = (stack.client(0), stack.client(1));
 
@@ -97,19 +97,19 @@ async fn lesson_run_across_replicas() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lesson_unit_cases_over_the_wire() {
+async fn task_methods_keep_their_contract_over_the_wire() {
     let stack = Stack::builder().spawn().await;
     let client = stack.client(0);
 
-    // 3. Server-directed creation: the request carries no legacy task flag.
+    // Server-directed creation: the request carries no legacy task flag.
     let request = client.envelope("tools/call", json!({"name": "generate_report", "arguments": {"size": "large"}}));
     assert!(request["params"]["_meta"].get("task").is_none());
     let task_id = client.create_task("generate_report", json!({"size": "large"})).await;
 
-    // 7. tasks/get uses the complete discriminator whatever the task's status.
+    // tasks/get uses the complete discriminator whatever the task's status.
     assert_eq!(client.get_task(&task_id).await.result()["resultType"], "complete");
 
-    // 11. An unknown input key is ignored: acknowledged, still input_required.
+    // An unknown input key is ignored: acknowledged, still input_required.
     client.wait_for_status(&task_id, "input_required", PATIENCE).await;
     let r = client.update_task(&task_id, json!({"unknown": {"value": 1}})).await;
     assert_eq!(r.result(), &ack());
@@ -141,7 +141,7 @@ async fn lesson_unit_cases_over_the_wire() {
     let r = client.call("tools/call", json!({"name": "no_such_tool"})).await;
     assert_eq!(r.body["error"]["message"], "unknown tool");
 
-    // 12. Cancel is acknowledged and idempotent.
+    // Cancel is acknowledged and idempotent.
     let other = client.create_task("generate_report", json!({})).await;
     for _ in 0..2 {
         assert_eq!(client.cancel_task(&other).await.result(), &ack());

@@ -320,8 +320,8 @@ impl ToolContext {
             Ok(Hold::LeaseLost) => return Err(ToolError::LeaseLost),
             Ok(Hold::KeyReused(key)) => return Err(internal(format!("input key {key:?} was issued before"))),
             Err(err) => {
-                // Written or not is unknown (invariant 14); failing the run ends the task
-                // either way, and a held task may be finished by its holder.
+                // Written or not is unknown (invariant 14, docs/architecture.md); failing the run
+                // ends the task either way, and a held task may be finished by its holder.
                 tracing::warn!(task_id = %self.task_id, error = %err, "could not show a held question");
                 return Err(internal("the question could not be shown on the task".into()));
             }

@@ -120,7 +120,7 @@ impl Keys {
     }
 
     /// Channel of task change events: `"<taskId> <version> <status>"`. Wake-ups only: readers
-    /// re-read the record (invariant 1).
+    /// re-read the record (invariant 1, docs/architecture.md).
     pub fn events_channel(&self) -> String {
         format!("{}:events", self.ns)
     }

@@ -12,7 +12,7 @@ fn ok_headers(_: &str) -> Result<(), RpcError> {
 }
 
 #[test]
-fn lesson_order_and_messages() {
+fn meta_is_checked_in_order_with_exact_messages() {
     let cases = [
         (json!(null), "missing request _meta"),
         (json!({}), "missing protocol version"),
