@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced, not run. One way to start "a private Redis + workers + gateways and wait until they
 # are ready", shared by scripts/run-local, scripts/conformance, scripts/stack-env and
 # deploy/local/up, so that every one of them finds or installs Redis the same way and fails
