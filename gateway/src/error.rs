@@ -2,7 +2,7 @@
 //! `match` below turns each into its HTTP status, extra headers and JSON-RPC error, and one
 //! function records it (log line and counter) where it is handled, never where it is built.
 //!
-//! The table, in words (the README's "HTTP status of errors" says the same):
+//! The table, in words (docs/wire.md, "HTTP status of errors", says the same):
 //! - framing (media types, body size and time, Origin/Host): 4xx before the body is parsed;
 //! - authentication: 401/403 with an RFC 6750 challenge, `-31401`/`-31403`;
 //! - envelope (JSON-RPC, method, `_meta`, mirrored headers, version, extension): 400, 404 for an

@@ -51,7 +51,7 @@ async fn poll_until(peer: &Peer<RoleClient>, id: &str, done: impl Fn(&GetTaskRes
     .await
 }
 
-/// The README's walk-through: the long-running operation as a task, its progress in the status,
+/// The walkthrough of docs/upstreams.md: the long-running operation as a task, its progress in the status,
 /// followed from another replica with `subscriptions/listen`, and another one cancelled.
 async fn everything_runs_as_tasks(upstream: &str) {
     let mut stack = Stack::builder().gateways(2).workers(0).spawn().await;
@@ -114,7 +114,7 @@ async fn everything_runs_as_tasks(upstream: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_everything_over_stdio() {
     let taskgate_tests::interop::Servers { node, everything, .. } = taskgate_tests::interop::servers();
-    // The README's five lines.
+    // The five lines of docs/upstreams.md.
     let upstream = format!(
         "[[upstream]]\nname = \"everything\"\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\n",
         node.to_str().unwrap(),
@@ -197,7 +197,7 @@ async fn mcp_server_time_converts_deterministically() {
 }
 
 /// server-everything's own mid-call elicitation, held on the task (`elicitation = "hold"`) and
-/// answered through `tasks/update`, as the README shows.
+/// answered through `tasks/update`, as docs/upstreams.md shows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_everything_elicitation_is_answered_through_the_task() {
     let taskgate_tests::interop::Servers { node, everything, .. } = taskgate_tests::interop::servers();

@@ -42,7 +42,7 @@ pub enum StartError {
     MetricsListen { addr: std::net::SocketAddr, source: std::io::Error },
 }
 
-/// Runs the worker until `shutdown` resolves, then drains (see the README's operations notes).
+/// Runs the worker until `shutdown` resolves, then drains (docs/configuration.md, "Operations").
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
     Worker::new(config).run(shutdown).await
 }
