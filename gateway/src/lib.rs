@@ -44,10 +44,13 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    if let Err(err) = state.store.load_scripts().await {
-        // Not fatal: Redis may come up later, and EVALSHA falls back to EVAL.
-        tracing::warn!(error = %err, "could not load scripts at start-up");
-    }
+    // Readiness stays off until Redis is usable; meanwhile each failed attempt says why.
+    let usable = state.redis_usable.clone();
+    let store = state.store.clone();
+    let checker = tokio::spawn(async move {
+        store.wait_until_usable(async || Ok(())).await;
+        usable.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
     let hub = tokio::spawn(state.events.clone().run(state.store.clone()));
     let refresher = tokio::spawn(state.catalogue.clone().refresh_forever(state.config.catalogue_refresh));
     let streams = state.shutdown.clone();
@@ -66,6 +69,7 @@ pub async fn run(
         tracing::info!("shutting down: listen streams ended, no new connections");
     })
     .await;
+    checker.abort();
     refresher.abort();
     hub.abort();
     served

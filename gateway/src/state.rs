@@ -29,6 +29,9 @@ pub struct AppState {
     pub(crate) listen_streams: Arc<stream_slots::StreamCounts>,
     /// Pacing of early `tasks/get` polls (`--poll-limit hold`).
     pub(crate) polls: Arc<polls::PollPacer>,
+    /// Set once Redis has proved usable (login, scripts, a read in the namespace): readiness
+    /// waits for it, so a replica with a wrong password or ACL never takes traffic.
+    pub(crate) redis_usable: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl AppState {
@@ -40,7 +43,7 @@ impl AppState {
                 "no TASKGATE_REQUEST_STATE_KEYS (or --request-state-keys-file): MRTR retries must reach this replica"
             );
         }
-        let store = Store::connect_lazy(&config.redis.url, &config.redis.namespace, config.redis.timeout)?;
+        let store = Store::connect_lazy(&config.redis.endpoint, &config.redis.namespace, config.redis.timeout)?;
         metrics::init();
         let catalogue = Arc::new(catalogue::CatalogueCache::new(store.clone()));
         let origin_policy = OriginPolicy::new(
@@ -62,10 +65,22 @@ impl AppState {
             shutdown: CancellationToken::new(),
             listen_streams: Arc::default(),
             polls,
+            redis_usable: Arc::default(),
         })
     }
 
     pub(crate) fn shutting_down(&self) -> bool {
         self.draining.is_cancelled()
+    }
+
+    /// Ready for traffic: not stopping, Redis proved usable once and answering now.
+    pub(crate) async fn ready(&self) -> Result<(), &'static str> {
+        if self.shutting_down() {
+            return Err("shutting down");
+        }
+        if !self.redis_usable.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err("redis not usable yet");
+        }
+        self.store.ping().await.map_err(|_| "redis unavailable")
     }
 }

@@ -1,16 +1,42 @@
-//! The configuration both binaries share: where Redis is and how its keys are named. Each
-//! binary flattens [`RedisArgs`] into its command line and turns it into [`RedisSettings`] once,
-//! at start-up.
+//! The configuration both binaries share: where Redis is, how to log in to it, and how its keys
+//! are named. Each binary flattens [`RedisArgs`] into its command line and turns it into
+//! [`RedisSettings`] once, at start-up: files are read then, so a missing one stops the start.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use crate::store::{Endpoint, TlsPem};
 
 /// The Redis flags of every taskgate binary.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RedisArgs {
-    /// Redis URL: `redis://…` (`rediss://` for TLS), or `redis+cluster://host:port,host:port`
-    /// for a Cluster.
+    /// Redis URL: `redis://[user:password@]host:port`, `rediss://…` for TLS, or
+    /// `redis+cluster://host:port,host:port` (`rediss+cluster://…`) for a Cluster.
     #[arg(long, env = "TASKGATE_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
+
+    /// Redis ACL user name, instead of the URL's.
+    #[arg(long, env = "TASKGATE_REDIS_USERNAME")]
+    pub redis_username: Option<String>,
+
+    /// File holding the Redis password (of the ACL user, or `requirepass`), instead of the URL's.
+    /// It may instead come from the `TASKGATE_REDIS_PASSWORD` environment variable; it is never a
+    /// flag, so it never shows in `ps`.
+    #[arg(long)]
+    pub redis_password_file: Option<PathBuf>,
+
+    /// PEM file of the CA certificates that sign the Redis server's certificate (a private CA),
+    /// trusted instead of the system's roots. Needs a `rediss://` URL.
+    #[arg(long, env = "TASKGATE_REDIS_CA_FILE")]
+    pub redis_ca_file: Option<PathBuf>,
+
+    /// PEM file of this client's certificate chain, for mutual TLS (with `--redis-client-key`).
+    #[arg(long, env = "TASKGATE_REDIS_CLIENT_CERT", requires = "redis_client_key")]
+    pub redis_client_cert: Option<PathBuf>,
+
+    /// PEM file of this client's private key, for mutual TLS (with `--redis-client-cert`).
+    #[arg(long, env = "TASKGATE_REDIS_CLIENT_KEY", requires = "redis_client_cert")]
+    pub redis_client_key: Option<PathBuf>,
 
     /// Prefix of every Redis key and channel, so deployments and test runs can share a Redis.
     /// Gateways and workers of one deployment must use the same one.
@@ -29,10 +55,10 @@ pub struct RedisArgs {
     pub redis_timeout_ms: Option<u64>,
 }
 
-/// [`RedisArgs`], checked.
+/// [`RedisArgs`], checked, with its files read.
 #[derive(Debug, Clone)]
 pub struct RedisSettings {
-    pub url: String,
+    pub endpoint: Endpoint,
     pub namespace: String,
     pub queue_shards: u16,
     pub timeout: Duration,
@@ -43,6 +69,8 @@ pub struct RedisSettings {
 pub enum RedisConfigError {
     #[error("--namespace must be non-empty and contain no '{{', '}}' or whitespace (it goes inside Cluster hash tags)")]
     BadNamespace,
+    #[error("{flag} {path}: {reason}")]
+    Unreadable { flag: &'static str, path: PathBuf, reason: String },
 }
 
 impl RedisArgs {
@@ -52,13 +80,38 @@ impl RedisArgs {
         if namespace.is_empty() || namespace.contains(['{', '}']) || namespace.contains(char::is_whitespace) {
             return Err(RedisConfigError::BadNamespace);
         }
-        Ok(RedisSettings {
+        let password = match &self.redis_password_file {
+            Some(path) => Some(read("--redis-password-file", path)?.trim_end_matches(['\r', '\n']).to_owned()),
+            None => std::env::var("TASKGATE_REDIS_PASSWORD").ok().filter(|p| !p.is_empty()),
+        };
+        let client = match (&self.redis_client_cert, &self.redis_client_key) {
+            (Some(cert), Some(key)) => {
+                Some((read("--redis-client-cert", cert)?.into_bytes(), read("--redis-client-key", key)?.into_bytes()))
+            }
+            _ => None,
+        };
+        let ca = self.redis_ca_file.as_ref().map(|path| read("--redis-ca-file", path)).transpose()?;
+        let endpoint = Endpoint {
             url: self.redis_url.clone(),
+            username: self.redis_username.clone().filter(|u| !u.is_empty()),
+            password,
+            tls: TlsPem { ca: ca.map(String::into_bytes), client },
+        };
+        Ok(RedisSettings {
+            endpoint,
             namespace: namespace.clone(),
             queue_shards: self.queue_shards,
             timeout: self.redis_timeout_ms.map_or(default_timeout, Duration::from_millis),
         })
     }
+}
+
+fn read(flag: &'static str, path: &Path) -> Result<String, RedisConfigError> {
+    std::fs::read_to_string(path).map_err(|err| RedisConfigError::Unreadable {
+        flag,
+        path: path.to_owned(),
+        reason: err.to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -61,8 +61,12 @@ async fn with_a_replica_an_acknowledged_create_survives_losing_the_primary() {
     // The primary dies at once; the replica is promoted.
     stack.redis.kill().await;
     let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query_async(&mut conn).await.unwrap();
-    let store =
-        taskgate_shared::store::Store::connect_lazy(&replica.url(), &stack.namespace, Duration::from_secs(2)).unwrap();
+    let store = taskgate_shared::store::Store::connect_lazy(
+        &taskgate_shared::store::Endpoint::new(replica.url()),
+        &stack.namespace,
+        Duration::from_secs(2),
+    )
+    .unwrap();
     for id in &ids {
         let task = store.get_task(&taskgate_shared::task::TaskId::parse(id).unwrap()).await.unwrap();
         assert!(task.is_some(), "{id} was acknowledged, so the promoted replica has it");

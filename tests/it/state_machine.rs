@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use taskgate_shared::store::{CancelOutcome, Delivery, Finish, Lease, Parked, Released, Store};
+use taskgate_shared::store::{CancelOutcome, Delivery, Endpoint, Finish, Lease, Parked, Released, Store};
 use taskgate_shared::task::{Owner, TaskStatus};
 use taskgate_tests::RedisServer;
 
@@ -218,7 +218,7 @@ fn random_transition_sequences_keep_the_invariants() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let _entered = runtime.enter();
     let redis = runtime.block_on(RedisServer::start());
-    let store = Store::connect_lazy(&redis.url(), "prop", Duration::from_secs(2)).unwrap();
+    let store = Store::connect_lazy(&Endpoint::new(redis.url()), "prop", Duration::from_secs(2)).unwrap();
     // A multiplexed connection is a cheap clone.
     let conn = runtime.block_on(redis.connection());
     runtime.block_on(store.ensure_groups(4)).unwrap();

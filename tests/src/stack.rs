@@ -1,6 +1,6 @@
 //! A whole taskgate deployment for one test: Redis, N gateways, M workers, one namespace.
 
-use taskgate_shared::store::Store;
+use taskgate_shared::store::{Endpoint, Store};
 
 use crate::{Binary, McpClient, RedisCluster, RedisServer, Service, free_port, unique_namespace};
 
@@ -223,7 +223,8 @@ impl Stack {
 
     /// The shared crate's store on this stack's Redis and namespace, for white-box checks.
     pub fn store(&self) -> Store {
-        Store::connect_lazy(&self.redis_url.clone(), &self.namespace, std::time::Duration::from_secs(2)).expect("store")
+        Store::connect_lazy(&Endpoint::new(self.redis_url.clone()), &self.namespace, std::time::Duration::from_secs(2))
+            .expect("store")
     }
 
     /// Waits until a worker holds task `id` (it runs, rather than waits in the queue).

@@ -116,7 +116,7 @@ async fn start(
         upstreams_stop.cancel();
         return Err(StartError::Collision(collisions));
     }
-    let store = Store::connect_lazy(&config.redis.url, &config.redis.namespace, config.redis.timeout)?;
+    let store = Store::connect_lazy(&config.redis.endpoint, &config.redis.namespace, config.redis.timeout)?;
     let metrics_listener = match config.metrics_listen {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::MetricsListen { addr, source })?,
@@ -133,6 +133,7 @@ async fn start(
         stop_claiming: CancellationToken::new(),
         drain_over: CancellationToken::new(),
         executions: TaskTracker::new(),
+        redis_usable: std::sync::atomic::AtomicBool::new(false),
     });
     if let Some(listener) = metrics_listener {
         tracing::info!(listen = ?listener.local_addr().ok(), "serving /metrics, /healthz and /readyz");

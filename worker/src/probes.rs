@@ -1,5 +1,6 @@
 //! The worker's small HTTP listener (`--metrics-listen`): `/metrics`, `/healthz` (the process
-//! serves) and `/readyz` (Redis answers and the worker is not draining). The backlog gauges are
+//! serves) and `/readyz` (Redis proved usable at start, answers now, and the worker is not
+//! draining). The backlog gauges are
 //! read from Redis on each scrape.
 
 use std::sync::Arc;
@@ -29,7 +30,9 @@ pub(crate) async fn serve(shared: Arc<Shared>, listener: tokio::net::TcpListener
 }
 
 async fn is_ready(shared: &Shared) -> bool {
-    !shared.stop_claiming.is_cancelled() && shared.store.ping().await.is_ok()
+    !shared.stop_claiming.is_cancelled()
+        && shared.redis_usable.load(std::sync::atomic::Ordering::Relaxed)
+        && shared.store.ping().await.is_ok()
 }
 
 async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str) {

@@ -1,5 +1,5 @@
 //! Kubernetes probes and the other plain GET documents. `/healthz`: the process serves HTTP.
-//! `/readyz`: Redis answers, so this replica can do useful work.
+//! `/readyz`: Redis proved usable at start and answers now, so this replica can do useful work.
 
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -16,18 +16,15 @@ pub(crate) async fn healthz() -> &'static str {
 }
 
 pub(crate) async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
-    if state.shutting_down() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down");
-    }
-    match state.store.ping().await {
+    match state.ready().await {
         Ok(()) => (StatusCode::OK, "ready"),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "redis unavailable"),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
     }
 }
 
 /// `GET /metrics`. Readiness is re-checked on each scrape so `taskgate_gateway_ready` is fresh.
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
-    let ready = !state.shutting_down() && state.store.ping().await.is_ok();
+    let ready = state.ready().await.is_ok();
     METRICS.ready.set(i64::from(ready));
     let mut response = families::render().into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(families::CONTENT_TYPE));

@@ -3,8 +3,8 @@
 //! replicated primary) and to a Redis Cluster.
 //!
 //! **Cluster.** A URL `redis+cluster://[user:pass@]host:port[,host:port…]` (or
-//! `rediss+cluster://`, once TLS is built in) names seed nodes of a Cluster. Every script touches keys of one hash tag,
-//! so commands route by their first key. Pub/sub stays classic (`PUBLISH` is broadcast over the
+//! `rediss+cluster://` for TLS) names seed nodes of a Cluster. Every script touches keys of one
+//! hash tag, so commands route by their first key. Pub/sub stays classic (`PUBLISH` is broadcast over the
 //! cluster bus), so a subscriber on any node hears every channel.
 
 use std::time::Duration;
@@ -17,7 +17,8 @@ use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisFuture, Value};
 
 use tracing::Instrument as _;
 
-use super::{Keys, StoreError, scripts};
+use super::{Endpoint, Keys, StoreError, scripts};
+use crate::backoff::Backoff;
 use crate::telemetry::metrics::REDIS;
 use crate::telemetry::trace;
 
@@ -131,7 +132,7 @@ fn command_label(cmd: &Cmd) -> &'static str {
 /// Where Redis is.
 #[derive(Clone)]
 enum Target {
-    Standalone(Client),
+    Standalone(Box<Client>),
     /// The cluster, and one client per seed node for pub/sub.
     Cluster {
         cluster: Box<ClusterClient>,
@@ -146,37 +147,46 @@ pub struct Store {
     conn: Conn,
     timeout: Duration,
     keys: Keys,
+    /// The URL without credentials, for messages.
+    address: String,
 }
 
 impl Store {
     /// Builds the handle without connecting, so a process can start (and report itself not
     /// ready) while Redis is down. Every command and connection attempt is bounded by
-    /// `timeout`. Must be called inside a Tokio runtime.
-    pub fn connect_lazy(url: &str, namespace: &str, timeout: Duration) -> Result<Self, StoreError> {
-        let (target, conn) = match cluster_seeds(url) {
+    /// `timeout`. Must be called inside a Tokio runtime. Fails only on a configuration that
+    /// cannot work (a bad URL, TLS files beside a plain URL, unreadable PEM).
+    pub fn connect_lazy(endpoint: &Endpoint, namespace: &str, timeout: Duration) -> Result<Self, StoreError> {
+        let (target, conn) = match endpoint.cluster_seeds() {
             Some(seeds) => {
-                let cluster = ClusterClient::builder(seeds.clone())
+                let cluster = endpoint
+                    .cluster_builder(&seeds)?
                     .connection_timeout(timeout)
                     .response_timeout(timeout)
                     .retries(2)
                     .max_retry_wait(500)
                     .build()?;
                 let conn = cluster.get_pending_async_connection_with_config(cluster_config(timeout, timeout));
-                let seeds = seeds.iter().map(|s| Client::open(s.as_str())).collect::<Result<Vec<_>, _>>()?;
+                let seeds = seeds.iter().map(|s| endpoint.client(s)).collect::<Result<Vec<_>, _>>()?;
                 (Target::Cluster { cluster: Box::new(cluster), seeds }, Inner::Cluster(conn))
             }
             None => {
-                let client = Client::open(url)?;
+                let client = endpoint.client(&endpoint.url)?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeout))
                     .set_response_timeout(Some(timeout))
                     .set_number_of_retries(2)
                     .set_max_delay(Duration::from_millis(500));
                 let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
-                (Target::Standalone(client), Inner::Managed(conn))
+                (Target::Standalone(Box::new(client)), Inner::Managed(conn))
             }
         };
-        Ok(Self { target, conn: Conn(conn), timeout, keys: Keys::new(namespace) })
+        Ok(Self { target, conn: Conn(conn), timeout, keys: Keys::new(namespace), address: endpoint.redacted() })
+    }
+
+    /// Where Redis is, without credentials: fit for logs and errors.
+    pub fn address(&self) -> &str {
+        &self.address
     }
 
     /// Whether this store speaks to a Redis Cluster, where one command may not span hash tags.
@@ -215,7 +225,7 @@ impl Store {
     /// pub/sub reaches every node.
     pub async fn pubsub(&self) -> Result<redis::aio::PubSub, StoreError> {
         let clients = match &self.target {
-            Target::Standalone(client) => std::slice::from_ref(client),
+            Target::Standalone(client) => std::slice::from_ref(&**client),
             Target::Cluster { seeds, .. } => seeds.as_slice(),
         };
         let mut last = StoreError::Timeout(self.timeout);
@@ -237,6 +247,52 @@ impl Store {
         match tokio::time::timeout(self.timeout, call).await {
             Ok(reply) => reply.map(drop).map_err(StoreError::from),
             Err(_) => Err(StoreError::Timeout(self.timeout)),
+        }
+    }
+
+    /// Whether this process can do its work on Redis: it answers, the login holds, the scripts
+    /// load, and a script may run on the namespace's keys (an ACL user without `EVALSHA`, or
+    /// with a key pattern that misses the namespace, fails here rather than on a request).
+    pub async fn check_usable(&self) -> Result<(), StoreError> {
+        self.ping().await?;
+        self.load_scripts().await?;
+        let probe = crate::task::TaskId::generate(1);
+        let read = tokio::time::timeout(self.timeout, self.get_task(&probe));
+        match read.await {
+            Ok(reply) => reply.map(drop),
+            Err(_) => Err(StoreError::Timeout(self.timeout)),
+        }
+    }
+
+    /// Retries [`Self::check_usable`], then `also` (a process's own start-up step), until both
+    /// succeed. Each failure is logged with the redacted address, its cause and what to do; the
+    /// waits between attempts grow to 5 s.
+    pub async fn wait_until_usable(&self, also: impl AsyncFn() -> Result<(), StoreError>) {
+        let mut backoff = Backoff::redis();
+        loop {
+            let attempt = async {
+                self.check_usable().await?;
+                also().await
+            };
+            match attempt.await {
+                Ok(()) => {
+                    tracing::info!(redis = %self.address, "redis is usable");
+                    return;
+                }
+                Err(err) => {
+                    let diagnosis = err.diagnosis();
+                    let delay = backoff.next_delay();
+                    tracing::warn!(
+                        redis = %self.address,
+                        cause = diagnosis.cause,
+                        hint = diagnosis.hint,
+                        error = %err,
+                        retry_in = ?delay,
+                        "redis is not usable yet"
+                    );
+                    tokio::time::sleep(delay).await;
+                }
+            }
         }
     }
 
@@ -272,27 +328,6 @@ fn cluster_config(connect: Duration, response: Duration) -> ClusterConfig {
     ClusterConfig::new().set_connection_timeout(connect).set_response_timeout(response)
 }
 
-/// The seed node URLs of a `redis+cluster://` or `rediss+cluster://` URL; `None` for any other.
-fn cluster_seeds(url: &str) -> Option<Vec<String>> {
-    let (scheme, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
-        ("redis", rest)
-    } else {
-        ("rediss", url.strip_prefix("rediss+cluster://")?)
-    };
-    let (userinfo, hosts) = match rest.rsplit_once('@') {
-        Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
-        None => (String::new(), rest),
-    };
-    Some(
-        hosts
-            .split(',')
-            .map(str::trim)
-            .filter(|h| !h.is_empty())
-            .map(|host| format!("{scheme}://{userinfo}{host}"))
-            .collect(),
-    )
-}
-
 /// The Cluster hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).
 fn key_slot(key: &str) -> u16 {
     let bytes = key.as_bytes();
@@ -310,16 +345,6 @@ fn key_slot(key: &str) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cluster_urls_name_their_seed_nodes() {
-        assert_eq!(cluster_seeds("redis://a:1"), None);
-        assert_eq!(
-            cluster_seeds("redis+cluster://u:p@a:1,b:2").unwrap(),
-            vec!["redis://u:p@a:1".to_owned(), "redis://u:p@b:2".to_owned()]
-        );
-        assert_eq!(cluster_seeds("rediss+cluster://a:1").unwrap(), vec!["rediss://a:1".to_owned()]);
-    }
 
     #[test]
     fn key_slots_match_redis() {

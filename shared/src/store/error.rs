@@ -11,6 +11,9 @@ pub enum StoreError {
     UnexpectedReply(String),
     #[error("corrupt task record field {0}")]
     Corrupt(&'static str),
+    /// Where or how to reach Redis cannot work; the text never holds a secret.
+    #[error("redis configuration: {0}")]
+    Config(String),
 }
 
 impl StoreError {

@@ -9,6 +9,8 @@
 
 mod catalogue;
 mod connection;
+mod diagnosis;
+mod endpoint;
 mod error;
 mod keys;
 mod leases;
@@ -19,6 +21,8 @@ mod tasks;
 
 pub use catalogue::Published;
 pub use connection::{Conn, Store};
+pub use diagnosis::Diagnosis;
+pub use endpoint::{Endpoint, TlsPem, redact};
 pub use error::StoreError;
 pub use keys::{CatalogueKeys, Keys, ShardKeys, TaskKeys, TenantKeys, WORKER_GROUP};
 pub use leases::{

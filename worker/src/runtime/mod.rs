@@ -37,11 +37,21 @@ pub(crate) struct Shared {
     /// Fired when the drain grace period is over: release what is still running.
     pub(crate) drain_over: CancellationToken,
     pub(crate) executions: TaskTracker,
+    /// Set once Redis has proved usable and the consumer groups exist: readiness waits for it.
+    pub(crate) redis_usable: std::sync::atomic::AtomicBool,
 }
 
 /// Runs until `shutdown` resolves, then drains.
 pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>) {
-    wait_for_redis(&shared).await;
+    let mut shutdown = std::pin::pin!(shutdown);
+    // A worker that never reaches Redis still stops when asked.
+    tokio::select! {
+        () = wait_for_redis(&shared) => {}
+        () = &mut shutdown => {
+            tracing::info!("worker stopped before redis was usable");
+            return;
+        }
+    }
     if let Err(err) = publish(&shared).await {
         tracing::warn!(error = %err, "could not publish tools; retrying in the background");
     }
@@ -71,22 +81,12 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
     tracing::info!("worker stopped");
 }
 
-/// Creates the consumer groups, retrying until Redis answers.
+/// Waits until Redis is usable and the consumer groups exist, saying why at each failed
+/// attempt; readiness turns on after.
 async fn wait_for_redis(shared: &Shared) {
-    let mut delay = Duration::from_millis(100);
-    loop {
-        match shared.store.ensure_groups(shared.config.redis.queue_shards).await {
-            Ok(()) => break,
-            Err(err) => {
-                tracing::warn!(error = %err, retry_in = ?delay, "redis not ready");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
-            }
-        }
-    }
-    if let Err(err) = shared.store.load_scripts().await {
-        tracing::warn!(error = %err, "could not load scripts at start-up");
-    }
+    let shards = shared.config.redis.queue_shards;
+    shared.store.wait_until_usable(async || shared.store.ensure_groups(shards).await).await;
+    shared.redis_usable.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Publishes this worker's tool specs as a heartbeat, every third of the catalogue TTL, and at
