@@ -22,6 +22,7 @@ mod partition;
 mod pipeline;
 mod polling;
 mod recovery;
+mod redis_tls;
 mod run_local;
 mod state_machine;
 mod upstream;

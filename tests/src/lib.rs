@@ -13,6 +13,7 @@ mod process;
 mod redis_server;
 mod scrape;
 mod stack;
+pub mod tls;
 pub mod upstream;
 
 pub use client::{McpClient, Reply, SseItem, SseStream, ack, meta, meta_without_tasks, standard_headers};

@@ -92,22 +92,23 @@ impl Service {
         service
     }
 
+    /// Starts it without waiting for readiness.
+    pub(crate) async fn spawn_unready(
+        binary: Binary,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        log: PathBuf,
+        url: Option<String>,
+    ) -> Self {
+        let mut service = Self { binary, args, env, child: None, log, url };
+        service.launch();
+        service
+    }
+
     async fn start(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file");
         // Counted before the start, so that a worker quicker than this look is still seen.
         let started = self.log().matches("worker running").count();
-        let child = Command::new(self.binary.path())
-            .args(&self.args)
-            .env("RUST_LOG", "info")
-            .env_remove("TASKGATE_AUTH")
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log handle"))
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("binary starts");
-        self.child = Some(child);
+        self.launch();
         match (&self.url, self.binary) {
             (Some(url), _) => wait_ready(url).await,
             (None, Binary::Worker | Binary::ExampleWorker) => {
@@ -120,6 +121,22 @@ impl Service {
             }
             (None, Binary::Gateway | Binary::Cli) => {}
         }
+    }
+
+    fn launch(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file");
+        let child = Command::new(self.binary.path())
+            .args(&self.args)
+            .env("RUST_LOG", "info")
+            .env_remove("TASKGATE_AUTH")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("binary starts");
+        self.child = Some(child);
     }
 
     pub fn pid(&self) -> u32 {

@@ -11,6 +11,8 @@ use crate::{eventually, free_port};
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
+    /// A TLS port beside the plain one, which the harness keeps for its own checks.
+    tls_port: Option<u16>,
     dir: tempfile::TempDir,
     extra: Vec<String>,
 }
@@ -24,10 +26,47 @@ impl RedisServer {
     /// Starts a server with extra arguments (e.g. `--appendonly yes`).
     pub async fn start_with(extra: &[&str]) -> Self {
         let dir = tempfile::Builder::new().prefix("taskgate-redis-").tempdir().expect("a temp dir");
-        let mut server =
-            Self { child: None, port: free_port(), dir, extra: extra.iter().map(|s| (*s).to_owned()).collect() };
+        let mut server = Self {
+            child: None,
+            port: free_port(),
+            tls_port: None,
+            dir,
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+        };
         server.spawn().await;
         server
+    }
+
+    /// Starts a server that also listens for TLS, with `pki`'s server certificate, and asks
+    /// clients on that port for a certificate of `pki`'s CA (mutual TLS) when `client_certs`.
+    pub async fn start_tls(pki: &crate::tls::Pki, client_certs: bool, extra: &[&str]) -> Self {
+        let tls_port = free_port();
+        let mut args: Vec<String> = vec![
+            "--tls-port".into(),
+            tls_port.to_string(),
+            "--tls-cert-file".into(),
+            pki.server_cert().display().to_string(),
+            "--tls-key-file".into(),
+            pki.server_key().display().to_string(),
+            "--tls-ca-cert-file".into(),
+            pki.ca().display().to_string(),
+            "--tls-auth-clients".into(),
+            if client_certs { "yes" } else { "no" }.into(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let dir = tempfile::Builder::new().prefix("taskgate-redis-").tempdir().expect("a temp dir");
+        let mut server = Self { child: None, port: free_port(), tls_port: Some(tls_port), dir, extra: args };
+        server.spawn().await;
+        server
+    }
+
+    /// `rediss://127.0.0.1:<tls port>` of a server started with [`Self::start_tls`].
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}", self.tls_port.expect("a TLS server"))
+    }
+
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
     }
 
     /// Starts a replica of `primary` and waits until the primary reports it in sync (`online`).

@@ -13,10 +13,19 @@ pub struct StackBuilder {
     redis_args: Vec<String>,
     auth_args: Vec<String>,
     cluster_masters: usize,
+    tls: bool,
     env: Vec<(String, String)>,
 }
 
 impl StackBuilder {
+    /// Redis speaks TLS with mutual authentication: the binaries get a `rediss://` URL and the
+    /// CA and client certificate of a PKI made for the stack ([`Stack::pki`]); the harness's own
+    /// checks use the server's plain port.
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
+
     /// Sets an environment variable for every gateway and worker.
     pub fn env(mut self, name: &str, value: &str) -> Self {
         self.env.push((name.to_owned(), value.to_owned()));
@@ -71,17 +80,24 @@ impl StackBuilder {
 
     pub async fn spawn(self) -> Stack {
         let redis_args: Vec<&str> = self.redis_args.iter().map(String::as_str).collect();
+        let pki = self.tls.then(crate::tls::Pki::generate);
         let (redis, redis_url, cluster) = if self.cluster_masters > 0 {
             let cluster = RedisCluster::start(self.cluster_masters).await;
             let url = cluster.url();
             let mut nodes = cluster.nodes;
             let first = nodes.remove(0);
             (first, url, nodes)
+        } else if self.tls {
+            let pki = pki.as_ref().expect("made above");
+            let redis = RedisServer::start_tls(pki, true, &redis_args).await;
+            let url = redis.tls_url();
+            (redis, url, Vec::new())
         } else {
             let redis = RedisServer::start_with(&redis_args).await;
             let url = redis.url();
             (redis, url, Vec::new())
         };
+        let redis_client_args = pki.as_ref().map(crate::tls::Pki::client_args).unwrap_or_default();
         let logs = tempfile::Builder::new().prefix("taskgate-logs-").tempdir().expect("a temp dir");
         let mut stack = Stack {
             redis,
@@ -92,9 +108,11 @@ impl StackBuilder {
             workers: Vec::new(),
             gateway_args: self.gateway_args,
             worker_args: self.worker_args,
+            redis_client_args,
             auth_args: self.auth_args,
             env: self.env,
             logs,
+            pki,
         };
         for _ in 0..self.gateways {
             stack.add_gateway(&[]).await;
@@ -122,6 +140,11 @@ pub struct Stack {
     auth_args: Vec<String>,
     env: Vec<(String, String)>,
     logs: tempfile::TempDir,
+    /// The certificates of a [`StackBuilder::tls`] stack.
+    pub pki: Option<crate::tls::Pki>,
+    /// What every binary gets besides `--redis-url` to reach Redis (a TLS stack's CA and
+    /// client certificate).
+    redis_client_args: Vec<String>,
 }
 
 impl Stack {
@@ -135,6 +158,7 @@ impl Stack {
             redis_args: Vec::new(),
             auth_args: vec!["--auth".into(), "none".into()],
             cluster_masters: 0,
+            tls: false,
             env: Vec::new(),
         }
     }
@@ -150,7 +174,30 @@ impl Stack {
         self.spawn_gateway(auth.iter().map(|s| (*s).to_owned()).collect(), &[]).await
     }
 
+    /// Starts a gateway on `redis_url` with only `extra` for the rest of its Redis settings,
+    /// without waiting for it to be ready (one that cannot be, say). Returns its index.
+    pub async fn add_gateway_unready(&mut self, redis_url: &str, extra: &[&str]) -> usize {
+        let auth = self.auth_args.clone();
+        let (args, log, url) = self.gateway_command(auth, redis_url, &[], extra);
+        self.gateways.push(Service::spawn_unready(Binary::Gateway, args, self.env.clone(), log, url).await);
+        self.gateways.len() - 1
+    }
+
     async fn spawn_gateway(&mut self, auth: Vec<String>, extra: &[&str]) -> usize {
+        let (args, log, url) = self.gateway_command(auth, &self.redis_url, &self.redis_client_args, extra);
+        let service = Service::spawn(Binary::Gateway, args, self.env.clone(), log, url).await;
+        self.gateways.push(service);
+        self.gateways.len() - 1
+    }
+
+    /// A new gateway's arguments, log file and base URL.
+    fn gateway_command(
+        &self,
+        auth: Vec<String>,
+        redis_url: &str,
+        redis_client_args: &[String],
+        extra: &[&str],
+    ) -> (Vec<String>, std::path::PathBuf, Option<String>) {
         let i = self.gateways.len();
         let port = free_port();
         let mut args = auth;
@@ -158,19 +205,17 @@ impl Stack {
             "--listen".into(),
             format!("127.0.0.1:{port}"),
             "--redis-url".into(),
-            self.redis_url.clone(),
+            redis_url.to_owned(),
             "--namespace".into(),
             self.namespace.clone(),
             "--log-format".into(),
             "json".into(),
         ]);
+        args.extend(redis_client_args.iter().cloned());
         args.extend(self.gateway_args.iter().cloned());
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let log = self.logs.path().join(format!("gateway-{i}.log"));
-        let url = Some(format!("http://127.0.0.1:{port}"));
-        let service = Service::spawn(Binary::Gateway, args, self.env.clone(), log, url).await;
-        self.gateways.push(service);
-        i
+        (args, log, Some(format!("http://127.0.0.1:{port}")))
     }
 
     /// Starts another worker. Returns its index.
@@ -199,6 +244,10 @@ impl Stack {
             "--log-format".into(),
             "json".into(),
         ];
+        // Through a fault proxy (a plain URL), the stack's TLS settings do not apply.
+        if redis_url == self.redis_url {
+            args.extend(self.redis_client_args.iter().cloned());
+        }
         args.extend(self.worker_args.iter().cloned());
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let log = self.logs.path().join(format!("worker-{i}.log"));

@@ -62,6 +62,17 @@ fn classify(code: &str, text: &str) -> Diagnosis {
             hint: "taskgate needs Redis 7 or Valkey 7 with Lua scripting and streams; docs/redis.md lists \
                    the services that lack them",
         }
+    } else if has("certificaterequired") {
+        Diagnosis {
+            cause: "TLS handshake failed: the server asks for a client certificate",
+            hint: "give --redis-client-cert and --redis-client-key (mutual TLS)",
+        }
+    } else if has("fatal alert") {
+        Diagnosis {
+            cause: "TLS handshake failed: the server refused it",
+            hint: "check the TLS port, the TLS versions the server allows, and for mutual TLS \
+                   --redis-client-cert and --redis-client-key",
+        }
     } else if has("certificate") || has("unknownissuer") || has("notvalidforname") {
         Diagnosis {
             cause: "TLS: the server's certificate is not trusted",
@@ -114,5 +125,7 @@ mod tests {
         assert!(classify("", "connection reset by peer (os error 104)").hint.contains("rediss://"));
         assert!(classify("ERR", "err unknown command 'xautoclaim'").cause.contains("does not offer"));
         assert_eq!(classify("", "connection refused (os error 111)").cause, "nothing listens at this address");
+        let required = classify("", "received fatal alert: certificaterequired");
+        assert!(required.cause.contains("client certificate") && required.hint.contains("--redis-client-cert"));
     }
 }
