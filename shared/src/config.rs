@@ -38,6 +38,12 @@ pub struct RedisArgs {
     #[arg(long, env = "TASKGATE_REDIS_CLIENT_KEY", requires = "redis_client_cert")]
     pub redis_client_key: Option<PathBuf>,
 
+    /// Keep every command within one Cluster slot on a single endpoint, for a proxy in front of
+    /// a cluster that refuses commands across slots (Azure Managed Redis with the Enterprise
+    /// clustering policy): workers read each shard on its own, as on a Cluster.
+    #[arg(long, env = "TASKGATE_REDIS_SINGLE_SLOT")]
+    pub redis_single_slot: bool,
+
     /// Prefix of every Redis key and channel, so deployments and test runs can share a Redis.
     /// Gateways and workers of one deployment must use the same one.
     #[arg(long, env = "TASKGATE_NAMESPACE", default_value = "taskgate")]
@@ -96,6 +102,7 @@ impl RedisArgs {
             username: self.redis_username.clone().filter(|u| !u.is_empty()),
             password,
             tls: TlsPem { ca: ca.map(String::into_bytes), client },
+            single_slot: self.redis_single_slot,
         };
         Ok(RedisSettings {
             endpoint,

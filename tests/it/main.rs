@@ -24,6 +24,7 @@ mod polling;
 mod recovery;
 mod redis_tls;
 mod run_local;
+mod single_slot;
 mod state_machine;
 mod upstream;
 mod upstream_servers;

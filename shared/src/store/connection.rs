@@ -149,6 +149,7 @@ pub struct Store {
     keys: Keys,
     /// The URL without credentials, for messages.
     address: String,
+    single_slot: bool,
 }
 
 impl Store {
@@ -181,7 +182,14 @@ impl Store {
                 (Target::Standalone(Box::new(client)), Inner::Managed(conn))
             }
         };
-        Ok(Self { target, conn: Conn(conn), timeout, keys: Keys::new(namespace), address: endpoint.redacted() })
+        Ok(Self {
+            target,
+            conn: Conn(conn),
+            timeout,
+            keys: Keys::new(namespace),
+            address: endpoint.redacted(),
+            single_slot: endpoint.single_slot,
+        })
     }
 
     /// Where Redis is, without credentials: fit for logs and errors.
@@ -189,9 +197,10 @@ impl Store {
         &self.address
     }
 
-    /// Whether this store speaks to a Redis Cluster, where one command may not span hash tags.
-    pub fn is_cluster(&self) -> bool {
-        matches!(self.target, Target::Cluster { .. })
+    /// Whether every command must stay within one hash tag: on a Redis Cluster, and behind a
+    /// single-endpoint proxy that refuses commands across slots ([`Endpoint::single_slot`]).
+    pub fn one_slot_per_command(&self) -> bool {
+        self.single_slot || matches!(self.target, Target::Cluster { .. })
     }
 
     /// A connection for one operation. Clones share the underlying socket.

@@ -23,6 +23,9 @@ pub struct Endpoint {
     pub password: Option<String>,
     /// TLS material beyond the system's roots.
     pub tls: TlsPem,
+    /// A single endpoint that refuses commands across slots (a proxy in front of a cluster):
+    /// every command stays within one hash tag, as on a Cluster.
+    pub single_slot: bool,
 }
 
 /// PEM contents (not paths) of a private CA and of a client certificate for mutual TLS.
@@ -58,6 +61,7 @@ impl std::fmt::Debug for Endpoint {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("ca", &self.tls.ca.is_some())
             .field("client_cert", &self.tls.client.is_some())
+            .field("single_slot", &self.single_slot)
             .finish()
     }
 }

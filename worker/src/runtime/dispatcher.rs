@@ -2,8 +2,8 @@
 //!
 //! A reader holds the slots it reads for while it blocks, so it never takes work this worker
 //! cannot start at once. On a standalone Redis one reader blocks on every shard stream with one
-//! `XREADGROUP`, holding every free slot. A Cluster refuses a read across hash tags, so there each
-//! shard gets a reader of its own that holds one slot and blocks briefly ([`CLUSTER_BLOCK`]); the
+//! `XREADGROUP`, holding every free slot. A Cluster (and a single-endpoint proxy in front of one,
+//! `--redis-single-slot`) refuses a read across hash tags, so there each shard gets a reader of its own that holds one slot and blocks briefly ([`CLUSTER_BLOCK`]); the
 //! semaphore is fair, so with fewer free slots than shards the readers take turns, and a task on
 //! any shard waits at most about `shards / free slots × CLUSTER_BLOCK` for a reader.
 //!
@@ -34,7 +34,7 @@ const CLUSTER_BLOCK: Duration = Duration::from_millis(200);
 
 pub(super) async fn run(shared: Arc<Shared>) {
     let shards: Vec<u8> = (0..shared.config.redis.queue_shards.min(256)).map(|s| s as u8).collect();
-    if !shared.store.is_cluster() {
+    if !shared.store.one_slot_per_command() {
         return read(shared, shards, Reader { greedy: true, block: BLOCK }).await;
     }
     let reader = Reader { greedy: false, block: CLUSTER_BLOCK };
