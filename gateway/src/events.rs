@@ -1,5 +1,6 @@
-//! One Redis pub/sub connection per gateway process, fanned out in process to whoever watches a
-//! task: inline calls waiting for their result now, listen streams later.
+//! One Redis pub/sub subscription per gateway process (on a Cluster, a sharded one per shard),
+//! fanned out in process to whoever watches a task: inline calls waiting for their result, and
+//! listen streams.
 //!
 //! Messages are wake-ups only (invariant 1, docs/architecture.md): a watcher re-reads the
 //! record. Channels are bounded and a full one drops the wake-up, which is harmless because the
@@ -12,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt as _;
 use serde_json::Value;
 use taskgate_shared::backoff::Backoff;
-use taskgate_shared::store::Store;
+use taskgate_shared::store::{ShardEvent, Store};
 use tokio::sync::mpsc;
 
 /// What a watcher is told.
@@ -85,30 +86,52 @@ impl EventHub {
         }
     }
 
-    /// Subscribes and dispatches until the process ends, reconnecting with backoff.
-    pub(crate) async fn run(self: Arc<Self>, store: Store) {
+    /// A task changed (`"<taskId> <version> <status>"`): tell its watchers and the poll pacer.
+    fn on_event(&self, payload: &str) {
+        if let Some(task) = payload.split(' ').next() {
+            if let Some(polls) = &self.polls {
+                polls.changed(task);
+            }
+            self.dispatch(task, &Wake::Changed(task.to_owned()));
+        }
+    }
+
+    /// Anything may have been missed (a new or renewed subscription): every watcher re-reads,
+    /// and held polls are answered.
+    fn resubscribed(&self) {
+        if let Some(polls) = &self.polls {
+            polls.forget_all();
+        }
+        self.resync_all();
+    }
+
+    /// Subscribes and dispatches until the process ends, reconnecting with backoff. On a
+    /// Cluster, task events come over sharded pub/sub (one `SSUBSCRIBE` per shard, on the node
+    /// that owns it) and only the tools' notices over the classic channel.
+    pub(crate) async fn run(self: Arc<Self>, store: Store, shards: u16) {
+        if store.sharded_events() {
+            tokio::join!(self.clone().run_classic(store.clone(), false), self.run_sharded(store, shards));
+        } else {
+            self.run_classic(store, true).await;
+        }
+    }
+
+    async fn run_classic(self: Arc<Self>, store: Store, with_events: bool) {
         let events = store.keys().events_channel();
         let notices = store.keys().notify_channel();
+        let channels: Vec<&str> = if with_events { vec![&events, &notices] } else { vec![&notices] };
         let mut backoff = Backoff::redis();
         loop {
             match store.pubsub().await {
-                Ok(mut pubsub) => match pubsub.subscribe(&[&events, &notices]).await {
+                Ok(mut pubsub) => match pubsub.subscribe(&channels).await {
                     Ok(()) => {
                         backoff.reset();
-                        if let Some(polls) = &self.polls {
-                            polls.forget_all();
-                        }
-                        self.resync_all();
+                        self.resubscribed();
                         let mut messages = pubsub.on_message();
                         while let Some(msg) = messages.next().await {
                             let Ok(payload) = msg.get_payload::<String>() else { continue };
                             if msg.get_channel_name() == events {
-                                if let Some(task) = payload.split(' ').next() {
-                                    if let Some(polls) = &self.polls {
-                                        polls.changed(task);
-                                    }
-                                    self.dispatch(task, &Wake::Changed(task.to_owned()));
-                                }
+                                self.on_event(&payload);
                             } else if let Ok(notice) = serde_json::from_str::<Value>(&payload)
                                 && let Some(task) = notice.get("taskId").and_then(Value::as_str)
                             {
@@ -120,6 +143,41 @@ impl EventHub {
                     Err(err) => tracing::warn!(error = %err, "cannot subscribe to task events"),
                 },
                 Err(err) => tracing::warn!(error = %err, "cannot open the event connection"),
+            }
+            backoff.wait().await;
+        }
+    }
+
+    async fn run_sharded(self: Arc<Self>, store: Store, shards: u16) {
+        let mut backoff = Backoff::redis();
+        loop {
+            match store.shard_subscription(shards).await {
+                Ok(Some(mut subscription)) => {
+                    backoff.reset();
+                    self.resubscribed();
+                    // The confirmations of the first subscriptions may still be queued; any
+                    // beyond them come from a resubscription by the client library.
+                    let mut confirmations = 0u32;
+                    while let Some(event) = subscription.next().await {
+                        match event {
+                            ShardEvent::Message(payload) => self.on_event(&payload),
+                            ShardEvent::Subscribed => {
+                                confirmations += 1;
+                                if confirmations > u32::from(shards) {
+                                    tracing::info!("sharded event subscription renewed; re-reading watched tasks");
+                                    self.resubscribed();
+                                }
+                            }
+                            ShardEvent::Lost => self.resubscribed(),
+                        }
+                    }
+                    tracing::warn!("sharded event subscription closed; resubscribing");
+                }
+                Ok(None) => return,
+                Err(err) => {
+                    let diagnosis = err.diagnosis();
+                    tracing::warn!(error = %err, cause = diagnosis.cause, "cannot subscribe to the shards' task events");
+                }
             }
             backoff.wait().await;
         }

@@ -51,7 +51,7 @@ pub async fn run(
         store.wait_until_usable(async || Ok(())).await;
         usable.store(true, std::sync::atomic::Ordering::Relaxed);
     });
-    let hub = tokio::spawn(state.events.clone().run(state.store.clone()));
+    let hub = tokio::spawn(state.events.clone().run(state.store.clone(), state.config.redis.queue_shards));
     let refresher = tokio::spawn(state.catalogue.clone().refresh_forever(state.config.catalogue_refresh));
     let streams = state.shutdown.clone();
     let draining = state.draining.clone();

@@ -1,6 +1,7 @@
 //! The whole lifecycle and listen against a local 3-master Redis Cluster: every script
-//! stays inside one hash tag, deliveries are read shard by shard, and pub/sub reaches every
-//! process whichever node it is connected to.
+//! stays inside one hash tag, deliveries are read shard by shard, task events go by sharded
+//! pub/sub to the shard's node only, and signals reach every process whichever node it is
+//! connected to.
 
 use std::time::Duration;
 
@@ -118,4 +119,58 @@ async fn a_killed_worker_task_is_reclaimed_on_a_cluster() {
     stack.workers[index].kill().await;
     let done = client.wait_for_status(&task_id, "completed", PATIENCE).await;
     assert_eq!(done["result"]["structuredContent"]["fencingToken"], 2, "the second claim finished it");
+}
+
+/// The cluster bus's count of classic pub/sub messages sent, summed over every node.
+async fn bus_publishes(stack: &Stack) -> u64 {
+    let mut sent = 0;
+    for node in std::iter::once(&stack.redis).chain(&stack.cluster_nodes) {
+        let mut conn = node.connection().await;
+        let info: String = redis::cmd("CLUSTER").arg("INFO").query_async(&mut conn).await.unwrap();
+        sent += info
+            .lines()
+            .filter_map(|l| l.strip_prefix("cluster_stats_messages_publish_sent:"))
+            .map(|v| v.trim().parse::<u64>().unwrap())
+            .sum::<u64>();
+    }
+    sent
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_events_stay_on_their_shards_node() {
+    let stack = Stack::builder().cluster(3).gateways(2).workers(1).spawn().await;
+    let (a, b) = (stack.client(0), stack.client(1));
+
+    // Every gateway subscribes to every shard's channel, on the node that owns it.
+    for shard in 0..16u8 {
+        let channel = format!("{}:{{s{shard:02x}}}:events", stack.namespace);
+        let mut subscribers = 0;
+        for node in std::iter::once(&stack.redis).chain(&stack.cluster_nodes) {
+            let mut conn = node.connection().await;
+            let reply: (String, i64) =
+                redis::cmd("PUBSUB").arg("SHARDNUMSUB").arg(&channel).query_async(&mut conn).await.unwrap();
+            subscribers += reply.1;
+        }
+        assert_eq!(subscribers, 2, "{channel}: one subscription per gateway");
+    }
+
+    let before = bus_publishes(&stack).await;
+    // A task followed on the other replica: its wake-ups arrive by sharded pub/sub.
+    let task_id = a.create_task("generate_report", json!({"size": "small"})).await;
+    let (_, mut stream) =
+        b.open_stream("subscriptions/listen", json!({"notifications": {"taskIds": [&task_id]}})).await;
+    let mut seen = Vec::new();
+    until_status(&mut stream, "input_required", &mut seen).await;
+    b.update_task(&task_id, json!({"approve_outline": {"action": "accept", "content": {"approved": true}}})).await;
+    until_status(&mut stream, "completed", &mut seen).await;
+    // Tasks on every shard, each waited for inline through the events.
+    for _ in 0..24 {
+        let r = a.call("tools/call", json!({"name": "noop", "arguments": {}, "_meta": meta_without_tasks()})).await;
+        assert_eq!(r.result()["resultType"], "complete", "{}", r.text);
+    }
+    assert_eq!(bus_publishes(&stack).await, before, "no task event crossed the cluster bus");
+    // The count does see a classic PUBLISH, which Redis broadcasts to every node.
+    let mut conn = stack.redis.connection().await;
+    let _: i64 = redis::cmd("PUBLISH").arg("anything").arg("x").query_async(&mut conn).await.unwrap();
+    assert!(bus_publishes(&stack).await > before, "a classic PUBLISH crosses the bus");
 }

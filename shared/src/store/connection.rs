@@ -133,10 +133,13 @@ fn command_label(cmd: &Cmd) -> &'static str {
 #[derive(Clone)]
 enum Target {
     Standalone(Box<Client>),
-    /// The cluster, and one client per seed node for pub/sub.
+    /// The cluster, one client per seed node for classic pub/sub, and what a sharded
+    /// subscription's own client is built from.
     Cluster {
         cluster: Box<ClusterClient>,
         seeds: Vec<Client>,
+        endpoint: Box<Endpoint>,
+        seed_urls: Vec<String>,
     },
 }
 
@@ -168,8 +171,14 @@ impl Store {
                     .max_retry_wait(500)
                     .build()?;
                 let conn = cluster.get_pending_async_connection_with_config(cluster_config(timeout, timeout));
-                let seeds = seeds.iter().map(|s| endpoint.client(s)).collect::<Result<Vec<_>, _>>()?;
-                (Target::Cluster { cluster: Box::new(cluster), seeds }, Inner::Cluster(conn))
+                let clients = seeds.iter().map(|s| endpoint.client(s)).collect::<Result<Vec<_>, _>>()?;
+                let target = Target::Cluster {
+                    cluster: Box::new(cluster),
+                    seeds: clients,
+                    endpoint: Box::new(endpoint.clone()),
+                    seed_urls: seeds,
+                };
+                (target, Inner::Cluster(conn))
             }
             None => {
                 let client = endpoint.client(&endpoint.url)?;
@@ -201,6 +210,17 @@ impl Store {
     /// single-endpoint proxy that refuses commands across slots ([`Endpoint::single_slot`]).
     pub fn one_slot_per_command(&self) -> bool {
         self.single_slot || matches!(self.target, Target::Cluster { .. })
+    }
+
+    /// Whether task events are sharded: on a Cluster each shard's events go to its own channel
+    /// ([`Keys::shard_events_channel`], `SPUBLISH`); elsewhere to the one classic channel.
+    pub fn sharded_events(&self) -> bool {
+        matches!(self.target, Target::Cluster { .. })
+    }
+
+    /// The channel task `id`'s change events are published on.
+    pub fn events_channel(&self, id: &crate::task::TaskId) -> String {
+        if self.sharded_events() { self.keys.shard_events_channel(id.shard()) } else { self.keys.events_channel() }
     }
 
     /// A connection for one operation. Clones share the underlying socket.
@@ -246,6 +266,32 @@ impl Store {
             }
         }
         Err(last)
+    }
+
+    /// On a Cluster, a subscription to every shard's events channel (`SSUBSCRIBE`, each on the
+    /// node that owns its slot), over a RESP3 connection of its own; `None` elsewhere. Messages,
+    /// and the confirmations of every (re)subscription, arrive on the receiver: the client
+    /// library subscribes again after a reconnect, a failover or a slot move, and a later
+    /// confirmation tells the caller that something may have been missed. Keep the connection
+    /// for as long as the subscription is wanted.
+    pub async fn shard_subscription(&self, shards: u16) -> Result<Option<ShardSubscription>, StoreError> {
+        let Target::Cluster { endpoint, seed_urls, .. } = &self.target else { return Ok(None) };
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let client = endpoint
+            .cluster_builder(seed_urls)?
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(tx)
+            .connection_timeout(self.timeout)
+            .response_timeout(self.timeout)
+            .build()?;
+        let connect = client.get_async_connection();
+        let mut conn =
+            tokio::time::timeout(self.timeout, connect).await.map_err(|_| StoreError::Timeout(self.timeout))??;
+        // One channel per command: a command's channels must share a slot.
+        for shard in 0..shards.min(256) {
+            conn.ssubscribe(self.keys.shard_events_channel(shard as u8)).await?;
+        }
+        Ok(Some(ShardSubscription { _conn: conn, pushes: rx }))
     }
 
     /// `PING`, bounded by the command timeout.
@@ -330,6 +376,44 @@ impl Store {
             _ => wait.query_async(&mut self.conn()).await?,
         };
         Ok(acked)
+    }
+}
+
+/// A sharded subscription ([`Store::shard_subscription`]); dropping it ends it.
+pub struct ShardSubscription {
+    _conn: ClusterConnection,
+    pushes: tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+}
+
+/// What a sharded subscription hears.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShardEvent {
+    /// A message on one of the channels.
+    Message(String),
+    /// A channel's subscription was confirmed: at first, and again after every resubscription.
+    Subscribed,
+    /// A connection dropped or a channel was unsubscribed (a slot moved): messages may be lost
+    /// until the resubscription is confirmed.
+    Lost,
+}
+
+impl ShardSubscription {
+    /// The next event; `None` once the subscription is over.
+    pub async fn next(&mut self) -> Option<ShardEvent> {
+        loop {
+            let push = self.pushes.recv().await?;
+            return Some(match push.kind {
+                redis::PushKind::SMessage => {
+                    let Some(Ok(payload)) = push.data.get(1).map(redis::from_redis_value_ref::<String>) else {
+                        continue;
+                    };
+                    ShardEvent::Message(payload)
+                }
+                redis::PushKind::SSubscribe => ShardEvent::Subscribed,
+                redis::PushKind::Disconnection | redis::PushKind::SUnsubscribe => ShardEvent::Lost,
+                _ => continue,
+            });
+        }
     }
 }
 

@@ -125,6 +125,13 @@ impl Keys {
         format!("{}:events", self.ns)
     }
 
+    /// The events channel of one shard, in the shard's hash tag: on a Cluster, a script
+    /// publishes its task's events there with `SPUBLISH`, so they stay on the shard's node
+    /// instead of crossing the cluster bus to every node.
+    pub fn shard_events_channel(&self, shard: u8) -> String {
+        format!("{}:{}:events", self.ns, shard_tag(shard))
+    }
+
     /// Channel of ephemeral notifications from running tools (progress, log), JSON with a
     /// `taskId`. Only inline calls forward them; they are never stored.
     pub fn notify_channel(&self) -> String {

@@ -289,7 +289,7 @@ impl Store {
             .arg(lease.worker)
             .arg(lease.fence)
             .arg(message)
-            .arg(self.keys().events_channel())
+            .arg(self.events_channel(lease.task_id))
             .invoke_async(&mut self.conn())
             .await?;
         Ok(Fenced::try_from(Reply::new(reply))?.written())
@@ -328,7 +328,7 @@ impl Store {
             .arg(lease.worker)
             .arg(lease.fence)
             .arg(message)
-            .arg(self.keys().events_channel())
+            .arg(self.events_channel(lease.task_id))
             .arg(key)
             .arg(request)
             .invoke_async(&mut self.conn())
@@ -361,7 +361,7 @@ impl Store {
             .arg(lease.worker)
             .arg(lease.fence)
             .arg(message)
-            .arg(self.keys().events_channel())
+            .arg(self.events_channel(lease.task_id))
             .invoke_async(&mut self.conn())
             .await?;
         Ok(Withdrawn::try_from(Reply::new(reply))? == Withdrawn::Withdrawn)
@@ -400,7 +400,7 @@ impl Store {
             .arg(lease.worker)
             .arg(lease.fence)
             .arg(message.unwrap_or(""))
-            .arg(self.keys().events_channel())
+            .arg(self.events_channel(lease.task_id))
             .arg(cancelled_message)
             .arg(tool_state.unwrap_or(""));
         for (key, request) in requests {
@@ -428,7 +428,7 @@ impl Store {
             .arg(field)
             .arg(payload)
             .arg(message.unwrap_or(""))
-            .arg(self.keys().events_channel())
+            .arg(self.events_channel(lease.task_id))
             .invoke_async(&mut self.conn())
             .await?;
         Ok(Fenced::try_from(Reply::new(reply))?.written())
@@ -447,7 +447,7 @@ impl Store {
             .arg(lease.worker)
             .arg(lease.fence)
             .arg(cancelled_message)
-            .arg(self.keys().events_channel())
+            .arg(self.events_channel(lease.task_id))
             .arg(HELD_LOST_ERROR.as_str())
             .arg(HELD_LOST)
             .invoke_async(&mut self.conn())
@@ -490,7 +490,7 @@ impl Store {
             .arg(failure_error)
             .arg(failure_message)
             .arg(cancelled_message)
-            .arg(self.keys().events_channel())
+            .arg(self.events_channel(task_id))
             .arg(HELD_LOST_ERROR.as_str())
             .arg(HELD_LOST)
             .invoke_async(&mut self.conn())

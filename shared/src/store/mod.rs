@@ -20,7 +20,7 @@ mod scripts;
 mod tasks;
 
 pub use catalogue::Published;
-pub use connection::{Conn, Store};
+pub use connection::{Conn, ShardEvent, ShardSubscription, Store};
 pub use diagnosis::Diagnosis;
 pub use endpoint::{Endpoint, TlsPem, redact};
 pub use error::StoreError;

@@ -2,7 +2,8 @@
 //! EVAL (then caches) when a server does not know the script yet.
 //!
 //! The table below is the only list: it makes each script's handle, its metric label
-//! (`script:<file>`) and the list loaded at boot.
+//! (`script:<file>`) and the list loaded at boot. Every script starts with `prelude.lua`, the
+//! helpers they share.
 
 use std::sync::LazyLock;
 
@@ -12,7 +13,10 @@ macro_rules! scripts {
     ($($name:ident => $file:literal,)*) => {
         $(
             pub(super) static $name: LazyLock<Script> =
-                LazyLock::new(|| Script::new(include_str!(concat!("scripts/", $file, ".lua"))));
+                LazyLock::new(|| Script::new(concat!(
+                    include_str!("scripts/prelude.lua"),
+                    include_str!(concat!("scripts/", $file, ".lua"))
+                )));
         )*
 
         /// Every script with its label, for loading at boot (so a broken one fails start-up

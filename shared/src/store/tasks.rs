@@ -145,7 +145,7 @@ impl Store {
             .arg(id.as_str())
             .arg(&owner.tenant)
             .arg(&owner.principal)
-            .arg(self.keys().events_channel())
+            .arg(self.events_channel(id))
             .arg(resume_message.unwrap_or(""))
             .arg(self.keys().signal_prefix());
         for (key, answer) in answers {
@@ -175,7 +175,7 @@ impl Store {
             .arg(&owner.tenant)
             .arg(&owner.principal)
             .arg(message)
-            .arg(self.keys().events_channel())
+            .arg(self.events_channel(id))
             .arg(self.keys().signal_prefix())
             .invoke_async(&mut self.conn())
             .await?;
@@ -196,7 +196,7 @@ fn create_invocation<'a>(store: &Store, keys: &'a super::TaskKeys, task: &NewTas
         .arg(task.poll_interval_ms)
         .arg(task.status_message.unwrap_or(""))
         .arg(task.traceparent.unwrap_or(""))
-        .arg(store.keys().events_channel())
+        .arg(store.events_channel(task.id))
         .arg(task.client_capabilities)
         .arg(if task.counted { "1" } else { "0" })
         .arg(task.tool_state.unwrap_or(""));

@@ -45,5 +45,5 @@ if rcall('EXISTS', inputs) == 0 then
 end
 rcall('HSET', record, 'updated', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
-rcall('PUBLISH', ARGV[4], ARGV[1] .. ' ' .. ver .. ' ' .. status)
+publish_event(ARGV[4], ARGV[1] .. ' ' .. ver .. ' ' .. status)
 return {1, ver, resumed, waited}

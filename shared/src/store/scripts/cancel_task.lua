@@ -31,7 +31,7 @@ if f[6] then
 end
 rcall('HSET', record, 'status', 'cancelled', 'msg', ARGV[4], 'updated', now, 'cancel', 1)
 local ver = rcall('HINCRBY', record, 'ver', 1)
-rcall('PUBLISH', ARGV[5], ARGV[1] .. ' ' .. ver .. ' cancelled')
+publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' cancelled')
 local waited = -1
 if status == 'input_required' and f[5] then waited = now - tonumber(f[5]) end
 return {1, ver, status, waited}

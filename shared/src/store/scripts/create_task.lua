@@ -42,5 +42,5 @@ if #ARGV > 13 then
   rcall('PEXPIREAT', answers, now + tonumber(ARGV[6]))
 end
 rcall('XADD', stream, '*', 'id', ARGV[1])
-rcall('PUBLISH', ARGV[10], ARGV[1] .. ' 1 working')
+publish_event(ARGV[10], ARGV[1] .. ' 1 working')
 return {1, now}

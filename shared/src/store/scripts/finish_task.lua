@@ -29,5 +29,5 @@ rcall('HSET', record, 'status', ARGV[4], 'updated', now)
 if ARGV[5] ~= '' then rcall('HSET', record, ARGV[5], ARGV[6]) end
 if ARGV[7] ~= '' then rcall('HSET', record, 'msg', ARGV[7]) end
 local ver = rcall('HINCRBY', record, 'ver', 1)
-rcall('PUBLISH', ARGV[8], ARGV[1] .. ' ' .. ver .. ' ' .. ARGV[4])
+publish_event(ARGV[8], ARGV[1] .. ' ' .. ver .. ' ' .. ARGV[4])
 return {1, ver}

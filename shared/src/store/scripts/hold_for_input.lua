@@ -24,5 +24,5 @@ rcall('PEXPIREAT', issued, expires)
 rcall('PEXPIREAT', inputs, expires)
 rcall('HSET', record, 'status', 'input_required', 'held', 1, 'msg', ARGV[4], 'updated', now, 'parked', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
-rcall('PUBLISH', ARGV[5], ARGV[1] .. ' ' .. ver .. ' input_required')
+publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' input_required')
 return {1, ver}

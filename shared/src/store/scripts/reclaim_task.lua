@@ -48,7 +48,7 @@ else
   return {1}
 end
 local ver = rcall('HINCRBY', record, 'ver', 1)
-rcall('PUBLISH', ARGV[6], ARGV[1] .. ' ' .. ver .. ' ' .. status)
+publish_event(ARGV[6], ARGV[1] .. ' ' .. ver .. ' ' .. status)
 local tenant = (f[7] == '1' and f[6]) or ''
 if status == 'failed' then return {2, ver, tenant} end
 return {3, ver, tenant}

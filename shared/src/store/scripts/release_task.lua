@@ -19,7 +19,7 @@ if held then
   rcall('DEL', KEYS[4])
   rcall('HSET', record, 'status', 'failed', 'error', ARGV[6], 'msg', ARGV[7], 'updated', now)
   local ver = rcall('HINCRBY', record, 'ver', 1)
-  rcall('PUBLISH', ARGV[5], ARGV[1] .. ' ' .. ver .. ' failed')
+  publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' failed')
   return {4, ver}
 end
 if not f[4] then
@@ -30,5 +30,5 @@ local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 rcall('HSET', record, 'status', 'cancelled', 'msg', ARGV[4], 'updated', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
-rcall('PUBLISH', ARGV[5], ARGV[1] .. ' ' .. ver .. ' cancelled')
+publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' cancelled')
 return {3, ver}

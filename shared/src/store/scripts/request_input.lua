@@ -41,6 +41,6 @@ else
   if ARGV[4] ~= '' then rcall('HSET', record, 'msg', ARGV[4]) end
 end
 local ver = rcall('HINCRBY', record, 'ver', 1)
-rcall('PUBLISH', ARGV[5], ARGV[1] .. ' ' .. ver .. ' ' .. status)
+publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' ' .. status)
 if status == 'cancelled' then return {2, ver} end
 return {1, ver}

@@ -12,5 +12,5 @@ local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 rcall('HSET', record, 'msg', ARGV[4], 'updated', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
-rcall('PUBLISH', ARGV[5], ARGV[1] .. ' ' .. ver .. ' working')
+publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' working')
 return {1, ver}

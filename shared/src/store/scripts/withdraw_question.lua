@@ -20,5 +20,5 @@ rcall('DEL', inputs)
 rcall('HDEL', record, 'held')
 rcall('HSET', record, 'status', 'working', 'msg', ARGV[4], 'updated', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
-rcall('PUBLISH', ARGV[5], ARGV[1] .. ' ' .. ver .. ' working')
+publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' working')
 return {1, ver}
