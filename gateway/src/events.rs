@@ -168,10 +168,16 @@ impl EventHub {
                                     self.resubscribed();
                                 }
                             }
-                            ShardEvent::Lost => self.resubscribed(),
+                            // A moved slot unsubscribes its channel and the library does not
+                            // follow it (the connection sends no command to be redirected): a
+                            // new subscription reads the slot map afresh.
+                            ShardEvent::Lost => break,
                         }
                     }
-                    tracing::warn!("sharded event subscription closed; resubscribing");
+                    self.resubscribed();
+                    tracing::warn!(
+                        "sharded event subscription lost (a slot moved or a node went away); subscribing again"
+                    );
                 }
                 Ok(None) => return,
                 Err(err) => {

@@ -174,3 +174,108 @@ async fn task_events_stay_on_their_shards_node() {
     let _: i64 = redis::cmd("PUBLISH").arg("anything").arg("x").query_async(&mut conn).await.unwrap();
     assert!(bus_publishes(&stack).await > before, "a classic PUBLISH crosses the bus");
 }
+
+/// Moves the slot of hash tag `tag`, with its keys, to another node of the stack's cluster.
+/// Returns the port of the node that owns it now.
+async fn move_slot(stack: &Stack, tag: &str) -> u16 {
+    let nodes: Vec<&taskgate_tests::RedisServer> = std::iter::once(&stack.redis).chain(&stack.cluster_nodes).collect();
+    let mut conn = nodes[0].connection().await;
+    let slot: i64 =
+        redis::cmd("CLUSTER").arg("KEYSLOT").arg(format!("{{{tag}}}")).query_async(&mut conn).await.unwrap();
+    let mut ids = Vec::new();
+    let mut owner = None;
+    for (i, node) in nodes.iter().enumerate() {
+        let mut conn = node.connection().await;
+        ids.push(redis::cmd("CLUSTER").arg("MYID").query_async::<String>(&mut conn).await.unwrap());
+        // A node answers COUNTKEYSINSLOT only for its own slots' keys, so ask who serves it.
+        let slots: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn).await.unwrap();
+        if i == 0 {
+            for range in &slots {
+                let (start, end): (i64, i64) =
+                    (redis::from_redis_value_ref(&range[0]).unwrap(), redis::from_redis_value_ref(&range[1]).unwrap());
+                if (start..=end).contains(&slot) {
+                    let master: Vec<redis::Value> = redis::from_redis_value_ref(&range[2]).unwrap();
+                    let port: i64 = redis::from_redis_value_ref(&master[1]).unwrap();
+                    owner = nodes.iter().position(|n| i64::from(n.port()) == port);
+                }
+            }
+        }
+    }
+    let source = owner.expect("the slot's owner");
+    let target = (source + 1) % nodes.len();
+    let (mut from, mut to) = (nodes[source].connection().await, nodes[target].connection().await);
+    let () = redis::cmd("CLUSTER")
+        .arg(&["SETSLOT", &slot.to_string(), "IMPORTING", &ids[source]][..])
+        .query_async(&mut to)
+        .await
+        .unwrap();
+    let () = redis::cmd("CLUSTER")
+        .arg(&["SETSLOT", &slot.to_string(), "MIGRATING", &ids[target]][..])
+        .query_async(&mut from)
+        .await
+        .unwrap();
+    loop {
+        let keys: Vec<String> =
+            redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(100).query_async(&mut from).await.unwrap();
+        if keys.is_empty() {
+            break;
+        }
+        let () = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(nodes[target].port())
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query_async(&mut from)
+            .await
+            .unwrap();
+    }
+    for node in &nodes {
+        let mut conn = node.connection().await;
+        let () = redis::cmd("CLUSTER")
+            .arg(&["SETSLOT", &slot.to_string(), "NODE", &ids[target]][..])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    nodes[target].port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_stream_survives_its_shards_slot_moving() {
+    let mut stack = Stack::builder().cluster(3).gateways(1).workers(0).spawn().await;
+    // Publish the catalogue, then stop the worker so the task waits while its slot moves.
+    let w = stack.add_worker(&[]).await;
+    stack.workers[w].kill().await;
+    let client = stack.client(0);
+    let task_id = client.create_task("generate_report", json!({"size": "small"})).await;
+    let (_, mut stream) =
+        client.open_stream("subscriptions/listen", json!({"notifications": {"taskIds": [&task_id]}})).await;
+    let mut seen = Vec::new();
+    until_status(&mut stream, "working", &mut seen).await;
+
+    let tag = format!("s{:02x}", TaskId::parse(&task_id).unwrap().shard());
+    let channel = format!("{}:{{{tag}}}:events", stack.namespace);
+    let new_owner = move_slot(&stack, &tag).await;
+    // The gateway subscribes again on the node that owns the channel now.
+    let owner = std::iter::once(&stack.redis).chain(&stack.cluster_nodes).find(|n| n.port() == new_owner).unwrap();
+    let conn = owner.connection().await;
+    taskgate_tests::eventually(PATIENCE, "the gateway to resubscribe on the new owner", || {
+        let mut conn = conn.clone();
+        let channel = channel.clone();
+        async move {
+            let (_, n): (String, i64) =
+                redis::cmd("PUBSUB").arg("SHARDNUMSUB").arg(&channel).query_async(&mut conn).await.ok()?;
+            (n == 1).then_some(())
+        }
+    })
+    .await;
+
+    // Changes after the move still reach the open stream.
+    stack.workers[w].restart().await;
+    until_status(&mut stream, "input_required", &mut seen).await;
+    client.update_task(&task_id, json!({"approve_outline": {"action": "accept", "content": {"approved": true}}})).await;
+    until_status(&mut stream, "completed", &mut seen).await;
+}
