@@ -11,6 +11,8 @@
 #   STACK_REDIS_DIR      Redis data directory (default $STACK_DIR/redis)
 #   STACK_REDIS_PORT     Redis port (default: a free one)
 #   STACK_AOF            yes: append-only file on (tasks outlive a restart); default no
+#   STACK_CLUSTER        N > 0: a Redis Cluster of N primaries instead of one server (needs
+#                        redis-cli, which comes with redis-server)
 #   STACK_WORKERS        number of workers (1), each given --metrics-listen on a free port
 #   STACK_WORKER_ARGS    array: arguments of every worker
 #   STACK_GATEWAYS       number of gateways (1)
@@ -165,6 +167,40 @@ stack_tools_listed() {
   ) 2>/dev/null
 }
 
+# stack_cluster_up N: N cluster-enabled servers (own ports, bus ports and directories), joined
+# with redis-cli; sets TASKGATE_REDIS_URL to the redis+cluster:// URL of them all.
+stack_cluster_up() {
+  local n=$1 i port bus seeds=() data
+  command -v redis-cli >/dev/null || stack_die "redis-cli is not on PATH; it comes with Redis: $(stack_redis_install_hint)"
+  for i in $(seq "$n"); do
+    port=$(stack_free_port)
+    bus=$(stack_free_port)
+    data=${STACK_REDIS_DIR:-$STACK_DIR/redis}/$i
+    mkdir -p "$data"
+    stack_start "redis-$i" "$STACK_REDIS_SERVER" --port "$port" --bind 127.0.0.1 --dir "$data" --save '' \
+      --appendonly "${STACK_AOF:-no}" --cluster-enabled yes --cluster-config-file nodes.conf \
+      --cluster-port "$bus" --cluster-node-timeout 5000
+    STACK_REDIS_PORT=$port
+    stack_wait "redis-$i" 15 stack_redis_pong
+    seeds+=("127.0.0.1:$port")
+  done
+  redis-cli --cluster create "${seeds[@]}" --cluster-replicas 0 --cluster-yes >"$STACK_DIR/logs/cluster-create.log" 2>&1 \
+    || { tail -n 20 "$STACK_DIR/logs/cluster-create.log" >&2; stack_die "redis-cli --cluster create failed"; }
+  for i in $(seq "$n"); do
+    port=${seeds[$((i - 1))]#127.0.0.1:}
+    stack_wait "redis-$i" 30 stack_cluster_ok "$port" "$n"
+  done
+  local joined
+  joined=$(IFS=,; echo "${seeds[*]}")
+  export TASKGATE_REDIS_URL="redis+cluster://$joined"
+}
+
+# 0 when the node on PORT says the cluster is ok and is linked to all N primaries.
+stack_cluster_ok() {
+  redis-cli -p "$1" cluster info 2>/dev/null | grep -q '^cluster_state:ok' \
+    && [ "$(redis-cli -p "$1" cluster nodes 2>/dev/null | grep -c ' connected')" -eq "$2" ]
+}
+
 stack_up() {
   : "${STACK_DIR:?STACK_DIR must be set}"
   [ -n "${STACK_WORKER_ARGS+x}" ] || STACK_WORKER_ARGS=()
@@ -180,6 +216,9 @@ stack_up() {
   if [ -n "${STACK_REDIS_URL:-}" ]; then
     # A Redis of the user's: the gateways' readiness below says whether it answers.
     export TASKGATE_REDIS_URL="$STACK_REDIS_URL"
+  elif [ "${STACK_CLUSTER:-0}" -gt 0 ]; then
+    stack_find_redis
+    stack_cluster_up "$STACK_CLUSTER"
   else
     stack_find_redis
     local data=${STACK_REDIS_DIR:-$STACK_DIR/redis}
@@ -227,7 +266,7 @@ stack_ours() {
   cmd=$(tr "\0" " " 2>/dev/null <"/proc/$pid/cmdline") || return 1
   case "$name" in
     nginx) [[ "$cmd" == *nginx* ]] ;;
-    redis) [[ "$cmd" == *redis-server* || "$cmd" == *valkey-server* ]] ;;
+    redis | redis-*) [[ "$cmd" == *redis-server* || "$cmd" == *valkey-server* ]] ;;
     gateway-*) [[ "$cmd" == *taskgate-gateway* ]] ;;
     worker-*) [[ "$cmd" == *taskgate-worker* ]] ;;
     *) return 1 ;;
@@ -255,6 +294,6 @@ stack_stop() {
   stack_stop_group 'nginx'
   stack_stop_group 'gateway-*'
   stack_stop_group 'worker-*'
-  stack_stop_group 'redis'
+  stack_stop_group 'redis*'
   : >"$STACK_DIR/pids"
 }
