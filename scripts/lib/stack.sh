@@ -107,10 +107,14 @@ stack_redis_pong() { [ "$(stack_redis "$STACK_REDIS_PORT" PING)" = "+PONG" ]; }
 
 stack_port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# A free port below the kernel's ephemeral range, so that an outgoing connection cannot take it
+# between this probe and the server's bind.
 stack_free_port() {
-  local port
+  local port low=32768
+  [ -r /proc/sys/net/ipv4/ip_local_port_range ] && read -r low _ </proc/sys/net/ipv4/ip_local_port_range
+  [ "$low" -gt 12000 ] || low=32768
   for _ in $(seq 100); do
-    port=$((20000 + RANDOM % 40000))
+    port=$((10000 + RANDOM % (low - 10000)))
     if stack_port_free "$port"; then
       echo "$port"
       return 0

@@ -1,12 +1,40 @@
-//! `subscriptions/listen` with `notifications/tasks` across replicas.
+//! `subscriptions/listen` with `notifications/tasks` across replicas, on a standalone server and on a
+//! Cluster over mutual TLS (sharded pub/sub).
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use taskgate_shared::task::{Owner, TaskId};
-use taskgate_tests::{McpClient, SseItem, SseStream, Stack, meta_without_tasks};
+use taskgate_tests::{McpClient, SseItem, SseStream, Topology, meta_without_tasks};
 
 const PATIENCE: Duration = Duration::from_secs(15);
+
+
+/// `mod name { standalone, cluster_tls }` around `async fn name(Topology)`: the suite runs on a
+/// standalone server and on a Cluster over mutual TLS, where task events use sharded pub/sub.
+macro_rules! on_each_topology {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn standalone() {
+                super::$name(super::Topology::Standalone).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn cluster_tls() {
+                super::$name(super::Topology::ClusterTls).await
+            }
+        }
+    )*};
+}
+
+on_each_topology!(
+    a_listener_on_another_replica_sees_every_transition,
+    unknown_and_foreign_ids_are_dropped_from_the_acknowledgement,
+    a_late_subscriber_still_gets_the_terminal_snapshot,
+    killing_the_pubsub_connection_loses_no_transition,
+    a_slow_reader_still_gets_the_newest_and_terminal_snapshots,
+    listen_rules_and_limits,
+);
 
 async fn listen(client: &McpClient, ids: &[&str]) -> (Value, SseStream) {
     client.open_stream("subscriptions/listen", json!({"notifications": {"taskIds": ids}})).await
@@ -54,9 +82,8 @@ async fn until_status(stream: &mut SseStream, subscription: &Value, status: &str
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_listener_on_another_replica_sees_every_transition() {
-    let mut stack = Stack::builder().gateways(2).workers(0).spawn().await;
+async fn a_listener_on_another_replica_sees_every_transition(topology: Topology) {
+    let mut stack = topology.builder().gateways(2).workers(0).spawn().await;
     // Publish the catalogue, then let the test pace the worker so every state lasts long
     // enough to be seen.
     let w = stack.add_worker(&[]).await;
@@ -103,9 +130,8 @@ async fn a_listener_on_another_replica_sees_every_transition() {
     assert!(stream.raw_lines.iter().all(|l| !l.starts_with("id:") && !l.starts_with("event:")), "no ids, no replay");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unknown_and_foreign_ids_are_dropped_from_the_acknowledgement() {
-    let stack = Stack::builder().spawn().await;
+async fn unknown_and_foreign_ids_are_dropped_from_the_acknowledgement(topology: Topology) {
+    let stack = topology.builder().spawn().await;
     let client = stack.client(0);
     let mine = client.create_task("generate_report", json!({})).await;
     let owner = Owner { tenant: "acme".into(), principal: "mallory".into() };
@@ -134,9 +160,8 @@ async fn unknown_and_foreign_ids_are_dropped_from_the_acknowledgement() {
     assert_closing_result(&stream.next_message(PATIENCE).await.unwrap(), &request["id"]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_late_subscriber_still_gets_the_terminal_snapshot() {
-    let stack = Stack::builder().spawn().await;
+async fn a_late_subscriber_still_gets_the_terminal_snapshot(topology: Topology) {
+    let stack = topology.builder().spawn().await;
     let client = stack.client(0);
     let task_id = client.create_task("sleep", json!({"ms": 0})).await;
     client.wait_for_status(&task_id, "completed", PATIENCE).await;
@@ -158,9 +183,8 @@ async fn a_late_subscriber_still_gets_the_terminal_snapshot() {
     assert_closing_result(&messages[2], &json!(4242));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_the_pubsub_connection_loses_no_transition() {
-    let stack = Stack::builder().gateways(2).spawn().await;
+async fn killing_the_pubsub_connection_loses_no_transition(topology: Topology) {
+    let stack = topology.builder().gateways(2).spawn().await;
     let (a, b) = (stack.client(0), stack.client(1));
     let task_id = a.create_task("dual_approval", json!({"change": "x"})).await;
     a.wait_for_status(&task_id, "input_required", PATIENCE).await;
@@ -170,8 +194,12 @@ async fn killing_the_pubsub_connection_loses_no_transition() {
     let mut seen = Vec::new();
     until_status(&mut stream, &subscription, "input_required", &mut seen).await;
 
-    let mut conn = stack.redis.connection().await;
-    let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query_async(&mut conn).await.unwrap();
+    let mut killed = 0;
+    for node in std::iter::once(&stack.redis).chain(&stack.cluster_nodes) {
+        let mut conn = node.connection().await;
+        let n: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query_async(&mut conn).await.unwrap();
+        killed += n;
+    }
     assert!(killed >= 2, "both gateways' subscriptions (and the worker's) were killed: {killed}");
     let accept = json!({"action": "accept", "content": {"approved": true}});
     a.update_task(&task_id, json!({"legal_approval": accept, "finance_approval": accept})).await;
@@ -181,9 +209,8 @@ async fn killing_the_pubsub_connection_loses_no_transition() {
     assert_closing_result(&stream.next_message(PATIENCE).await.unwrap(), &subscription);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_reader_still_gets_the_newest_and_terminal_snapshots() {
-    let stack = Stack::builder().spawn().await;
+async fn a_slow_reader_still_gets_the_newest_and_terminal_snapshots(topology: Topology) {
+    let stack = topology.builder().spawn().await;
     let client = stack.client(0);
     let task_id = client.create_task("dual_approval", json!({"change": "y"})).await;
     client.wait_for_status(&task_id, "input_required", PATIENCE).await;
@@ -217,9 +244,8 @@ async fn a_slow_reader_still_gets_the_newest_and_terminal_snapshots() {
     assert_eq!(versions, sorted, "no duplicate or out-of-order snapshots");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn listen_rules_and_limits() {
-    let mut stack = Stack::builder()
+async fn listen_rules_and_limits(topology: Topology) {
+    let mut stack = topology.builder()
         .gateway_args(&[
             "--listen-max-task-ids",
             "2",

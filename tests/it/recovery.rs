@@ -10,21 +10,12 @@ use redis::Value as RedisValue;
 use serde_json::{Value, json};
 use taskgate_shared::store::{Delivery, Finish, Lease, NewTask, Reclaimed, Store, WORKER_GROUP};
 use taskgate_shared::task::{Owner, TaskId};
-use taskgate_tests::{FaultProxy, RedisServer, Stack, StackBuilder, eventually, meta_without_tasks};
+use taskgate_tests::{FaultProxy, RedisServer, Stack, StackBuilder, Topology, eventually, meta_without_tasks};
 
 const PATIENCE: Duration = Duration::from_secs(20);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Topology {
-    Standalone,
-    Cluster,
-}
-
 fn builder(topology: Topology) -> StackBuilder {
-    match topology {
-        Topology::Standalone => Stack::builder(),
-        Topology::Cluster => Stack::builder().cluster(3),
-    }
+    topology.builder()
 }
 
 /// A stack with no worker running, but with the catalogue a worker published (and left

@@ -21,7 +21,7 @@ pub use fault_proxy::{Fault, FaultProxy};
 pub use process::{Binary, Service};
 pub use redis_server::{RedisCluster, RedisServer};
 pub use scrape::Scrape;
-pub use stack::{Stack, StackBuilder};
+pub use stack::{Stack, StackBuilder, Topology};
 
 use std::future::Future;
 use std::time::Duration;

@@ -41,18 +41,7 @@ impl RedisServer {
     /// clients on that port for a certificate of `pki`'s CA (mutual TLS) when `client_certs`.
     pub async fn start_tls(pki: &crate::tls::Pki, client_certs: bool, extra: &[&str]) -> Self {
         let tls_port = free_port();
-        let mut args: Vec<String> = vec![
-            "--tls-port".into(),
-            tls_port.to_string(),
-            "--tls-cert-file".into(),
-            pki.server_cert().display().to_string(),
-            "--tls-key-file".into(),
-            pki.server_key().display().to_string(),
-            "--tls-ca-cert-file".into(),
-            pki.ca().display().to_string(),
-            "--tls-auth-clients".into(),
-            if client_certs { "yes" } else { "no" }.into(),
-        ];
+        let mut args = tls_args(pki, tls_port, client_certs);
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let dir = tempfile::Builder::new().prefix("taskgate-redis-").tempdir().expect("a temp dir");
         let mut server = Self { child: None, port: free_port(), tls_port: Some(tls_port), dir, extra: args };
@@ -162,6 +151,25 @@ impl RedisServer {
     }
 }
 
+/// The server arguments of a TLS port with `pki`'s certificate, also used on the cluster bus
+/// and to replicas.
+fn tls_args(pki: &crate::tls::Pki, tls_port: u16, client_certs: bool) -> Vec<String> {
+    vec![
+        "--tls-port".into(),
+        tls_port.to_string(),
+        "--tls-cert-file".into(),
+        pki.server_cert().display().to_string(),
+        "--tls-key-file".into(),
+        pki.server_key().display().to_string(),
+        "--tls-ca-cert-file".into(),
+        pki.ca().display().to_string(),
+        "--tls-auth-clients".into(),
+        if client_certs { "yes" } else { "no" }.into(),
+        "--tls-replication".into(),
+        "yes".into(),
+    ]
+}
+
 async fn ping(url: &str) -> bool {
     let Ok(client) = redis::Client::open(url) else { return false };
     let Ok(mut conn) = client.get_multiplexed_async_connection().await else { return false };
@@ -180,10 +188,20 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub async fn start(masters: usize) -> Self {
+        Self::start_with(masters, None).await
+    }
+
+    /// A cluster whose nodes also speak mutual TLS with `pki`'s certificates, on the cluster bus
+    /// too; each keeps a plain port for the harness. Redis tells a TLS client the TLS ports.
+    pub async fn start_tls(masters: usize, pki: &crate::tls::Pki) -> Self {
+        Self::start_with(masters, Some(pki)).await
+    }
+
+    async fn start_with(masters: usize, pki: Option<&crate::tls::Pki>) -> Self {
         let mut nodes = Vec::with_capacity(masters);
         for _ in 0..masters {
             let bus = free_port().to_string();
-            let args = [
+            let mut args = vec![
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
@@ -193,7 +211,13 @@ impl RedisCluster {
                 "--cluster-node-timeout",
                 "5000",
             ];
-            nodes.push(RedisServer::start_with(&args).await);
+            nodes.push(match pki {
+                Some(pki) => {
+                    args.extend(["--tls-cluster", "yes"]);
+                    RedisServer::start_tls(pki, true, &args).await
+                }
+                None => RedisServer::start_with(&args).await,
+            });
         }
         let cli =
             which("redis-cli").expect("redis-cli is not on PATH: run the tests with scripts/test, which installs it");
@@ -230,9 +254,12 @@ impl RedisCluster {
         Self { nodes }
     }
 
-    /// The URL taskgate takes for a Cluster: every node as a seed.
+    /// The URL taskgate takes for a Cluster: every node as a seed, on the TLS ports of a TLS
+    /// cluster.
     pub fn url(&self) -> String {
-        let seeds: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())).collect();
-        format!("redis+cluster://{}", seeds.join(","))
+        let seeds: Vec<String> =
+            self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.tls_port().unwrap_or(n.port()))).collect();
+        let scheme = if self.nodes.iter().any(|n| n.tls_port().is_some()) { "rediss" } else { "redis" };
+        format!("{scheme}+cluster://{}", seeds.join(","))
     }
 }

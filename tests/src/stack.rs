@@ -18,9 +18,9 @@ pub struct StackBuilder {
 }
 
 impl StackBuilder {
-    /// Redis speaks TLS with mutual authentication: the binaries get a `rediss://` URL and the
-    /// CA and client certificate of a PKI made for the stack ([`Stack::pki`]); the harness's own
-    /// checks use the server's plain port.
+    /// Redis speaks TLS with mutual authentication (a Cluster's bus too): the binaries get a
+    /// `rediss://` (or `rediss+cluster://`) URL and the CA and client certificate of a PKI made
+    /// for the stack ([`Stack::pki`]); the harness's own checks use the servers' plain ports.
     pub fn tls(mut self) -> Self {
         self.tls = true;
         self
@@ -82,7 +82,10 @@ impl StackBuilder {
         let redis_args: Vec<&str> = self.redis_args.iter().map(String::as_str).collect();
         let pki = self.tls.then(crate::tls::Pki::generate);
         let (redis, redis_url, cluster) = if self.cluster_masters > 0 {
-            let cluster = RedisCluster::start(self.cluster_masters).await;
+            let cluster = match &pki {
+                Some(pki) => RedisCluster::start_tls(self.cluster_masters, pki).await,
+                None => RedisCluster::start(self.cluster_masters).await,
+            };
             let url = cluster.url();
             let mut nodes = cluster.nodes;
             let first = nodes.remove(0);
@@ -121,6 +124,26 @@ impl StackBuilder {
             stack.add_worker(&[]).await;
         }
         stack
+    }
+}
+
+/// Where a suite runs, for suites that run on more than one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    Standalone,
+    /// A 3-primary Redis Cluster.
+    Cluster,
+    /// A 3-primary Redis Cluster over mutual TLS.
+    ClusterTls,
+}
+
+impl Topology {
+    pub fn builder(self) -> StackBuilder {
+        match self {
+            Self::Standalone => Stack::builder(),
+            Self::Cluster => Stack::builder().cluster(3),
+            Self::ClusterTls => Stack::builder().cluster(3).tls(),
+        }
     }
 }
 

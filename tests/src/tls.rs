@@ -20,8 +20,10 @@ impl Pki {
         write(dir.path(), "ca.pem", &ca_pem);
         let (other_pem, _) = authority("some other CA");
         write(dir.path(), "other-ca.pem", &other_pem);
-        leaf(dir.path(), "server", &["127.0.0.1", "localhost"], ExtendedKeyUsagePurpose::ServerAuth, &issuer);
-        leaf(dir.path(), "client", &["taskgate"], ExtendedKeyUsagePurpose::ClientAuth, &issuer);
+        // The server's certificate is also a client's: cluster nodes present it to each other.
+        let both = [ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        leaf(dir.path(), "server", &["127.0.0.1", "localhost"], &both, &issuer);
+        leaf(dir.path(), "client", &["taskgate"], &[ExtendedKeyUsagePurpose::ClientAuth], &issuer);
         Self { dir }
     }
 
@@ -79,13 +81,13 @@ fn authority(name: &str) -> (String, Issuer<'static, KeyPair>) {
     (cert.pem(), Issuer::new(params, key))
 }
 
-fn leaf(dir: &Path, name: &str, names: &[&str], usage: ExtendedKeyUsagePurpose, issuer: &Issuer<'static, KeyPair>) {
+fn leaf(dir: &Path, name: &str, names: &[&str], usage: &[ExtendedKeyUsagePurpose], issuer: &Issuer<'static, KeyPair>) {
     let mut params =
         CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).expect("leaf params");
     params.distinguished_name.push(DnType::CommonName, names[0]);
     params.use_authority_key_identifier_extension = true;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-    params.extended_key_usages = vec![usage];
+    params.extended_key_usages = usage.to_vec();
     let key = KeyPair::generate().expect("a leaf key");
     let cert = params.signed_by(&key, issuer).expect("a leaf certificate");
     write(dir, &format!("{name}.pem"), &cert.pem());
