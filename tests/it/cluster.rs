@@ -138,7 +138,8 @@ async fn bus_publishes(stack: &Stack) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn task_events_stay_on_their_shards_node() {
-    let stack = Stack::builder().cluster(3).gateways(2).workers(1).spawn().await;
+    // Over mutual TLS, on the cluster bus too, as a managed cluster would run.
+    let stack = Stack::builder().cluster(3).tls().gateways(2).workers(1).spawn().await;
     let (a, b) = (stack.client(0), stack.client(1));
 
     // Every gateway subscribes to every shard's channel, on the node that owns it.

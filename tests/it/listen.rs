@@ -9,7 +9,6 @@ use taskgate_tests::{McpClient, SseItem, SseStream, Topology, meta_without_tasks
 
 const PATIENCE: Duration = Duration::from_secs(15);
 
-
 /// `mod name { standalone, cluster_tls }` around `async fn name(Topology)`: the suite runs on a
 /// standalone server and on a Cluster over mutual TLS, where task events use sharded pub/sub.
 macro_rules! on_each_topology {
@@ -245,7 +244,8 @@ async fn a_slow_reader_still_gets_the_newest_and_terminal_snapshots(topology: To
 }
 
 async fn listen_rules_and_limits(topology: Topology) {
-    let mut stack = topology.builder()
+    let mut stack = topology
+        .builder()
         .gateway_args(&[
             "--listen-max-task-ids",
             "2",

@@ -295,8 +295,12 @@ impl Stack {
 
     /// The shared crate's store on this stack's Redis and namespace, for white-box checks.
     pub fn store(&self) -> Store {
-        Store::connect_lazy(&Endpoint::new(self.redis_url.clone()), &self.namespace, std::time::Duration::from_secs(2))
-            .expect("store")
+        // A TLS stack's store speaks TLS too, as the binaries do.
+        let endpoint = match &self.pki {
+            None => Endpoint::new(self.redis_url.clone()),
+            Some(pki) => Endpoint { tls: pki.tls_pem(), ..Endpoint::new(self.redis_url.clone()) },
+        };
+        Store::connect_lazy(&endpoint, &self.namespace, std::time::Duration::from_secs(2)).expect("store")
     }
 
     /// Waits until a worker holds task `id` (it runs, rather than waits in the queue).

@@ -57,6 +57,15 @@ impl Pki {
         self.file("client-key.pem")
     }
 
+    /// The same, as the store takes them.
+    pub fn tls_pem(&self) -> taskgate_shared::store::TlsPem {
+        let read = |path: PathBuf| std::fs::read(path).expect("a PEM file");
+        taskgate_shared::store::TlsPem {
+            ca: Some(read(self.ca())),
+            client: Some((read(self.client_cert()), read(self.client_key()))),
+        }
+    }
+
     /// The client arguments of mutual TLS with this CA: `--redis-ca-file`, `--redis-client-cert`,
     /// `--redis-client-key`.
     pub fn client_args(&self) -> Vec<String> {
