@@ -50,7 +50,10 @@ async fn a_lifecycle_with_input_and_a_listen_stream_runs_over_mutual_tls_as_the_
     let login = login(&stack, PASSWORD);
     stack.add_gateway(&strs(&login)).await;
     stack.add_gateway(&strs(&login)).await;
-    stack.add_worker(&strs(&login)).await;
+    // A short lease, so that the worker's periodic passes (stale deliveries, reaping) run as
+    // the ACL user during the test too.
+    let worker_args = [&login[..], &["--lease-ms".to_owned(), "3000".to_owned()]].concat();
+    stack.add_worker(&strs(&worker_args)).await;
     let (a, b) = (stack.client(0), stack.client(1));
 
     let task_id = a.create_task("generate_report", json!({"size": "small"})).await;
@@ -87,9 +90,27 @@ async fn a_lifecycle_with_input_and_a_listen_stream_runs_over_mutual_tls_as_the_
     assert_eq!(done["status"], "completed");
     assert_eq!(done["result"]["structuredContent"], json!({"approved": true, "size": "small"}));
 
+    // A cancel of a running task goes through the worker's signal channel.
+    let sleeper = a.create_task("sleep", json!({"ms": 60_000})).await;
+    stack.wait_until_held(&sleeper, PATIENCE).await;
+    assert!(b.cancel_task(&sleeper).await.result().is_object());
+    a.wait_for_status(&sleeper, "cancelled", PATIENCE).await;
+
+    // The periodic passes ran, and nothing anywhere was refused for a missing permission.
+    let mut conn = stack.redis.connection().await;
+    taskgate_tests::eventually(PATIENCE, "the worker's stale-delivery pass (XAUTOCLAIM)", || {
+        let mut conn = conn.clone();
+        async move {
+            let stats: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await.ok()?;
+            stats.contains("cmdstat_xautoclaim:").then_some(())
+        }
+    })
+    .await;
+    let errors: String = redis::cmd("INFO").arg("errorstats").query_async(&mut conn).await.expect("INFO errorstats");
+    assert!(!errors.contains("NOPERM"), "the documented rule set is enough: {errors}");
+
     // Every connection of both binaries is the TLS one, as the ACL user: none on the plain port
     // besides the harness's own.
-    let mut conn = stack.redis.connection().await;
     let clients: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut conn).await.expect("CLIENT LIST");
     let ours: Vec<&str> = clients.lines().filter(|l| l.contains("user=taskgate")).collect();
     assert!(ours.len() >= 3, "gateways and worker connect as the ACL user: {clients}");
