@@ -4,8 +4,9 @@
 //!
 //! **Cluster.** A URL `redis+cluster://[user:pass@]host:port[,host:port…]` (or
 //! `rediss+cluster://` for TLS) names seed nodes of a Cluster. Every script touches keys of one
-//! hash tag, so commands route by their first key. Pub/sub stays classic (`PUBLISH` is broadcast over the
-//! cluster bus), so a subscriber on any node hears every channel.
+//! hash tag, so commands route by their first key. Task events use sharded pub/sub there
+//! ([`Store::shard_subscription`]); the other channels stay classic (`PUBLISH` is broadcast over
+//! the cluster bus), so a subscriber on any node hears them.
 
 use std::time::Duration;
 
@@ -270,10 +271,11 @@ impl Store {
 
     /// On a Cluster, a subscription to every shard's events channel (`SSUBSCRIBE`, each on the
     /// node that owns its slot), over a RESP3 connection of its own; `None` elsewhere. Messages,
-    /// and the confirmations of every (re)subscription, arrive on the receiver: the client
-    /// library subscribes again after a reconnect, a failover or a slot move, and a later
-    /// confirmation tells the caller that something may have been missed. Keep the connection
-    /// for as long as the subscription is wanted.
+    /// and the confirmations of every (re)subscription, arrive as [`ShardEvent`]s: the client
+    /// library subscribes again after a reconnect, and a confirmation beyond the first round
+    /// tells the caller that something may have been missed. A moved slot unsubscribes its
+    /// channel ([`ShardEvent::Lost`]), which the library does not follow: the caller builds a
+    /// new subscription. Dropping it ends it.
     pub async fn shard_subscription(&self, shards: u16) -> Result<Option<ShardSubscription>, StoreError> {
         let Target::Cluster { endpoint, seed_urls, .. } = &self.target else { return Ok(None) };
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
