@@ -138,6 +138,8 @@ impl EventHub {
                                 self.dispatch(task, &Wake::Notice(notice.clone()));
                             }
                         }
+                        drop(messages);
+                        pubsub.discard();
                         tracing::warn!("event subscription closed; resubscribing");
                     }
                     Err(err) => tracing::warn!(error = %err, "cannot subscribe to task events"),
@@ -174,6 +176,7 @@ impl EventHub {
                             ShardEvent::Lost => break,
                         }
                     }
+                    subscription.discard();
                     self.resubscribed();
                     tracing::warn!(
                         "sharded event subscription lost (a slot moved or a node went away); subscribing again"

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use taskgate_shared::task::TaskId;
-use taskgate_tests::{Stack, meta_without_tasks};
+use taskgate_tests::{Scrape, Stack, meta_without_tasks};
 
 const PATIENCE: Duration = Duration::from_secs(20);
 
@@ -154,6 +154,10 @@ async fn task_events_stay_on_their_shards_node() {
         }
         assert_eq!(subscribers, 2, "{channel}: one subscription per gateway");
     }
+    // Each held as one connection lent by the gateway's pool of sharded subscriptions.
+    let metrics = Scrape::of(&format!("{}/metrics", stack.gateways[0].url.as_deref().unwrap())).await;
+    let held = [("pool", "shard_pubsub"), ("state", "in_use")];
+    assert_eq!(metrics.present("taskgate_redis_pool_connections", &held), 1.0);
 
     let before = bus_publishes(&stack).await;
     // A task followed on the other replica: its wake-ups arrive by sharded pub/sub.

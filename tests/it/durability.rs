@@ -74,6 +74,39 @@ async fn with_a_replica_an_acknowledged_create_survives_losing_the_primary() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_waiting_for_replicas_holds_up_no_other_request() {
+    let mut stack = Stack::builder().workers(0).gateways(0).spawn().await;
+    let replica = RedisServer::start_replica_of(&stack.redis).await;
+    let g = stack
+        .add_gateway(&["--durability-replicas", "1", "--durability-timeout-ms", "10000", "--redis-timeout-ms", "15000"])
+        .await;
+    let w = stack.add_worker(&[]).await;
+    stack.workers[w].kill().await;
+    let client = stack.client(g);
+    let existing = client.create_task("sleep", json!({"ms": 0})).await;
+
+    // The replica stops acknowledging: the next create's WAIT blocks in Redis.
+    replica.signal("STOP");
+    let creator = stack.client(g);
+    let waiting =
+        tokio::spawn(async move { creator.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 0}})).await });
+    let conn = stack.redis.connection().await;
+    eventually(PATIENCE, "the create's WAIT to block", || async {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut conn.clone()).await.unwrap();
+        list.lines().any(|l| l.contains(" cmd=wait") && l.contains(" flags=b")).then_some(())
+    })
+    .await;
+    // Meanwhile the gateway reads on its shared connection, which the WAIT does not hold.
+    let read = client.get_task(&existing).await;
+    assert_eq!(read.result()["taskId"], existing.as_str(), "{}", read.text);
+    assert!(!waiting.is_finished(), "the read was answered while the create still waited");
+
+    replica.signal("CONT");
+    let created = waiting.await.unwrap();
+    assert_eq!(created.result()["resultType"], "task", "acknowledged once the replica caught up: {}", created.text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_redis_is_down_answers_are_bounded_and_recovery_is_automatic() {
     let mut stack = Stack::builder().gateway_args(&["--redis-timeout-ms", "500"]).spawn().await;
     let client = stack.client(0);

@@ -21,6 +21,7 @@ mod offerings;
 mod partition;
 mod pipeline;
 mod polling;
+mod pools;
 mod recovery;
 mod redis_tls;
 mod run_local;

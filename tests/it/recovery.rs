@@ -198,7 +198,7 @@ async fn script_replays_answer_what_the_first_run_did(topology: Topology) {
     // claim: the same worker and entry get the same claim.
     let keys = store.keys().task(&id);
     ensure_group(&store, &keys.stream).await;
-    let mut reader = store.blocking_connection(Duration::from_millis(100)).await.unwrap();
+    let mut reader = store.blocking_connection().await.unwrap();
     let shard = id.shard();
     let deliveries =
         store.read_deliveries(&mut reader, &[shard], "w-replay", 10, Duration::from_millis(100)).await.unwrap();

@@ -8,16 +8,18 @@
 //! ([`Store::shard_subscription`]); the other channels stay classic (`PUBLISH` is broadcast over
 //! the cluster bus), so a subscriber on any node hears them.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisFuture, Value};
+use redis::{Client, Cmd, Pipeline, RedisFuture, Value};
 
 use tracing::Instrument as _;
 
+use super::dedicated::{Dedicated, Exclusive, Held, MAX_BLOCK, ShardSubscriber, Subscriber};
 use super::{Endpoint, Keys, StoreError, scripts};
 use crate::backoff::Backoff;
 use crate::telemetry::metrics::REDIS;
@@ -26,6 +28,16 @@ use crate::telemetry::trace;
 /// A connection of either kind. Cheap to clone; clones share sockets.
 #[derive(Clone)]
 pub struct Conn(Inner);
+
+impl Conn {
+    pub(super) fn direct(conn: MultiplexedConnection) -> Self {
+        Self(Inner::Direct(conn))
+    }
+
+    pub(super) fn cluster(conn: ClusterConnection) -> Self {
+        Self(Inner::Cluster(conn))
+    }
+}
 
 #[derive(Clone)]
 enum Inner {
@@ -132,7 +144,7 @@ fn command_label(cmd: &Cmd) -> &'static str {
 
 /// Where Redis is.
 #[derive(Clone)]
-enum Target {
+pub(super) enum Target {
     Standalone(Box<Client>),
     /// The cluster, one client per seed node for classic pub/sub, and what a sharded
     /// subscription's own client is built from.
@@ -144,11 +156,23 @@ enum Target {
     },
 }
 
-/// A handle on Redis and the namespace's key names. Cheap to clone.
+/// Durable creates in flight at once per process; more wait for a connection. Each holds its
+/// connection for about one replica acknowledgement.
+const DURABLE_CONNECTIONS: usize = 64;
+
+/// How recently a durable create's connection must have worked to be lent again unchecked.
+const TRUSTED_FOR: Duration = Duration::from_secs(1);
+
+/// A handle on Redis and the namespace's key names. Cheap to clone; clones share the
+/// connection and the pools.
 #[derive(Clone)]
 pub struct Store {
     target: Target,
     conn: Conn,
+    blocking: Dedicated<Exclusive>,
+    durable: Dedicated<Exclusive>,
+    subscribers: Dedicated<Subscriber>,
+    shard_subscribers: Arc<OnceLock<Dedicated<ShardSubscriber>>>,
     timeout: Duration,
     keys: Keys,
     /// The URL without credentials, for messages.
@@ -192,11 +216,24 @@ impl Store {
                 (Target::Standalone(Box::new(client)), Inner::Managed(conn))
             }
         };
+        let keys = Keys::new(namespace);
+        let exclusive =
+            |pool, blocks, trusted_for| Exclusive { target: target.clone(), timeout, blocks, trusted_for, pool };
         Ok(Self {
+            blocking: Dedicated::new("blocking", exclusive("blocking", MAX_BLOCK, Duration::ZERO), 1, timeout),
+            durable: Dedicated::new(
+                "durable",
+                exclusive("durable", Duration::ZERO, TRUSTED_FOR),
+                DURABLE_CONNECTIONS,
+                timeout,
+            ),
+            // Two, so that a new subscription need not wait for a broken one to be noticed.
+            subscribers: Dedicated::new("pubsub", Subscriber { target: target.clone(), timeout }, 2, timeout),
+            shard_subscribers: Arc::default(),
             target,
             conn: Conn(conn),
             timeout,
-            keys: Keys::new(namespace),
+            keys,
             address: endpoint.redacted(),
             single_slot: endpoint.single_slot,
         })
@@ -233,40 +270,28 @@ impl Store {
         &self.keys
     }
 
-    /// A dedicated connection for blocking commands (`XREADGROUP BLOCK`), which would stall
-    /// every other caller of a shared multiplexed connection. Its response timeout covers
-    /// `block` plus the usual command timeout.
-    pub async fn blocking_connection(&self, block: Duration) -> Result<Conn, StoreError> {
-        let inner = match &self.target {
-            Target::Standalone(client) => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(Some(block + self.timeout));
-                Inner::Direct(client.get_multiplexed_async_connection_with_config(&config).await?)
-            }
-            Target::Cluster { cluster, .. } => Inner::Cluster(
-                cluster.get_async_connection_with_config(cluster_config(self.timeout, block + self.timeout)).await?,
-            ),
-        };
-        Ok(Conn(inner))
+    /// Room for `readers` blocking connections at once: one per delivery reader.
+    pub fn reserve_blocking(&self, readers: usize) {
+        self.blocking.resize(readers.max(1));
     }
 
-    /// A pub/sub connection of its own. On a Cluster, the first seed node that answers: classic
-    /// pub/sub reaches every node.
-    pub async fn pubsub(&self) -> Result<redis::aio::PubSub, StoreError> {
-        let clients = match &self.target {
-            Target::Standalone(client) => std::slice::from_ref(&**client),
-            Target::Cluster { seeds, .. } => seeds.as_slice(),
-        };
-        let mut last = StoreError::Timeout(self.timeout);
-        for client in clients {
-            match tokio::time::timeout(self.timeout, client.get_async_pubsub()).await {
-                Ok(Ok(pubsub)) => return Ok(pubsub),
-                Ok(Err(err)) => last = err.into(),
-                Err(_) => last = StoreError::Timeout(self.timeout),
-            }
-        }
-        Err(last)
+    /// A dedicated connection for blocking reads (`XREADGROUP BLOCK`, at most [`MAX_BLOCK`]),
+    /// which would stall every other caller of a shared multiplexed connection. Dropping it
+    /// hands it back to its pool, which checks it before lending it again.
+    pub async fn blocking_connection(&self) -> Result<Held<Exclusive>, StoreError> {
+        self.blocking.get().await
+    }
+
+    /// A connection for a durable create: its script and `WAIT` go out together on it, so
+    /// `WAIT` counts the replicas that have that create, and it holds up nobody else while they
+    /// answer. Discard it when the pair failed.
+    pub(super) async fn durable_connection(&self) -> Result<Held<Exclusive>, StoreError> {
+        self.durable.get().await
+    }
+
+    /// A classic pub/sub connection of its own. Discard it ([`Held::discard`]) once subscribed.
+    pub async fn pubsub(&self) -> Result<Held<Subscriber>, StoreError> {
+        self.subscribers.get().await
     }
 
     /// On a Cluster, a subscription to every shard's events channel (`SSUBSCRIBE`, each on the
@@ -274,26 +299,18 @@ impl Store {
     /// and the confirmations of every (re)subscription, arrive as [`ShardEvent`]s: the client
     /// library subscribes again after a reconnect, and a confirmation beyond the first round
     /// tells the caller that something may have been missed. A moved slot unsubscribes its
-    /// channel ([`ShardEvent::Lost`]), which the library does not follow: the caller builds a
-    /// new subscription. Dropping it ends it.
-    pub async fn shard_subscription(&self, shards: u16) -> Result<Option<ShardSubscription>, StoreError> {
-        let Target::Cluster { endpoint, seed_urls, .. } = &self.target else { return Ok(None) };
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let client = endpoint
-            .cluster_builder(seed_urls)?
-            .use_protocol(redis::ProtocolVersion::RESP3)
-            .push_sender(tx)
-            .connection_timeout(self.timeout)
-            .response_timeout(self.timeout)
-            .build()?;
-        let connect = client.get_async_connection();
-        let mut conn =
-            tokio::time::timeout(self.timeout, connect).await.map_err(|_| StoreError::Timeout(self.timeout))??;
-        // One channel per command: a command's channels must share a slot.
-        for shard in 0..shards.min(256) {
-            conn.ssubscribe(self.keys.shard_events_channel(shard as u8)).await?;
+    /// channel ([`ShardEvent::Lost`]), which the library does not follow: the caller discards
+    /// this one and asks for a new subscription.
+    pub async fn shard_subscription(&self, shards: u16) -> Result<Option<Held<ShardSubscriber>>, StoreError> {
+        if !self.sharded_events() {
+            return Ok(None);
         }
-        Ok(Some(ShardSubscription { _conn: conn, pushes: rx }))
+        let pool = self.shard_subscribers.get_or_init(|| {
+            let manager =
+                ShardSubscriber { target: self.target.clone(), timeout: self.timeout, keys: self.keys.clone(), shards };
+            Dedicated::new("shard_pubsub", manager, 1, self.timeout)
+        });
+        pool.get().await.map(Some)
     }
 
     /// `PING`, bounded by the command timeout.
@@ -387,6 +404,12 @@ pub struct ShardSubscription {
     pushes: tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
 }
 
+impl ShardSubscription {
+    pub(super) fn new(conn: ClusterConnection, pushes: tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>) -> Self {
+        Self { _conn: conn, pushes }
+    }
+}
+
 /// What a sharded subscription hears.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ShardEvent {
@@ -419,7 +442,7 @@ impl ShardSubscription {
     }
 }
 
-fn cluster_config(connect: Duration, response: Duration) -> ClusterConfig {
+pub(super) fn cluster_config(connect: Duration, response: Duration) -> ClusterConfig {
     ClusterConfig::new().set_connection_timeout(connect).set_response_timeout(response)
 }
 

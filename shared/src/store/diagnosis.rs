@@ -18,6 +18,7 @@ impl StoreError {
             Self::Redis(err) => (err.code().unwrap_or_default().to_owned(), err.to_string().to_ascii_lowercase()),
             Self::Timeout(_) => return TIMEOUT,
             Self::Config(_) => return CONFIG,
+            Self::PoolExhausted { .. } => return EXHAUSTED,
             Self::UnexpectedReply(_) | Self::Corrupt(_) => return UNEXPECTED,
         };
         classify(&code, &text)
@@ -28,6 +29,10 @@ const TIMEOUT: Diagnosis = Diagnosis {
     cause: "no answer in time",
     hint: "check that the host is reachable from here (network policy, security group, firewall); \
            --redis-timeout-ms bounds each attempt",
+};
+const EXHAUSTED: Diagnosis = Diagnosis {
+    cause: "more callers wanted a dedicated connection than the process reserved",
+    hint: "a bug in taskgate's sizing of its connection pools; the caller retries (report it)",
 };
 const CONFIG: Diagnosis = Diagnosis {
     cause: "the Redis settings cannot work",

@@ -11,6 +11,9 @@ pub enum StoreError {
     UnexpectedReply(String),
     #[error("corrupt task record field {0}")]
     Corrupt(&'static str),
+    /// Every connection of a bounded pool stayed lent for the whole wait.
+    #[error("every {pool} connection is in use (at most {max})")]
+    PoolExhausted { pool: &'static str, max: usize },
     /// Where or how to reach Redis cannot work; the text never holds a secret.
     #[error("redis configuration: {0}")]
     Config(String),

@@ -8,7 +8,7 @@ use redis::Value;
 use redis::streams::StreamReadReply;
 
 use super::reply::{Fenced, Reply, Withdrawn};
-use super::{Conn, Store, StoreError, WORKER_GROUP, scripts};
+use super::{Conn, MAX_BLOCK, Store, StoreError, WORKER_GROUP, scripts};
 use crate::task::{TaskId, TaskStatus};
 
 /// A stream entry naming a task to claim.
@@ -174,8 +174,8 @@ impl Store {
         Ok(())
     }
 
-    /// Blocks up to `block` for at most `count` new deliveries on the given shards. Runs on a
-    /// dedicated connection (see [`Store::blocking_connection`]).
+    /// Blocks up to `block` (at most [`MAX_BLOCK`]) for at most `count` new deliveries on the
+    /// given shards. Runs on a dedicated connection (see [`Store::blocking_connection`]).
     pub async fn read_deliveries(
         &self,
         conn: &mut Conn,
@@ -191,7 +191,7 @@ impl Store {
             .arg("COUNT")
             .arg(count)
             .arg("BLOCK")
-            .arg(u64::try_from(block.as_millis()).unwrap_or(u64::MAX))
+            .arg(u64::try_from(block.min(MAX_BLOCK).as_millis()).unwrap_or(u64::MAX))
             .arg("STREAMS");
         for shard in shards {
             cmd.arg(self.keys().shard(*shard).stream);

@@ -9,6 +9,7 @@
 
 mod catalogue;
 mod connection;
+mod dedicated;
 mod diagnosis;
 mod endpoint;
 mod error;
@@ -21,6 +22,7 @@ mod tasks;
 
 pub use catalogue::Published;
 pub use connection::{Conn, ShardEvent, ShardSubscription, Store};
+pub use dedicated::{Exclusive, Held, MAX_BLOCK, ShardSubscriber, Subscriber};
 pub use diagnosis::Diagnosis;
 pub use endpoint::{Endpoint, TlsPem, redact};
 pub use error::StoreError;

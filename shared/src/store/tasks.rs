@@ -78,7 +78,8 @@ impl Store {
     /// [`Store::create_task`], then `WAIT replicas timeout` on the same connection, in the same
     /// pipeline: `WAIT` counts the replicas that acknowledged the writes of the connection it
     /// is sent on, so after a reconnect between the two it would count nothing and return at
-    /// once. `Ok((createdAt, acknowledged))`.
+    /// once. The connection is a pooled one of its own ([`Store::durable_connection`]), so
+    /// the wait for replicas holds up no other request. `Ok((createdAt, acknowledged))`.
     pub async fn create_task_durable(
         &self,
         task: NewTask<'_>,
@@ -92,15 +93,25 @@ impl Store {
             .cmd("WAIT")
             .arg(replicas)
             .arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
-        let mut conn = self.conn();
-        let reply: Result<(Vec<Value>, u32), _> = pipe.query_async(&mut conn).await;
-        let (created, acked) = match reply {
+        let mut conn = self.durable_connection().await?;
+        let reply: Result<(Vec<Value>, u32), _> = pipe.query_async(&mut *conn).await;
+        let reply = match reply {
             // This node has not seen the script: nothing ran; load it and send the pair again.
             Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                invocation.load_async(&mut conn).await?;
-                pipe.query_async(&mut conn).await?
+                match invocation.load_async(&mut *conn).await {
+                    Ok(_) => pipe.query_async(&mut *conn).await,
+                    Err(err) => Err(err),
+                }
             }
-            other => other?,
+            other => other,
+        };
+        let (created, acked) = match reply {
+            Ok(reply) => reply,
+            Err(err) => {
+                // It may be broken: the next create gets another.
+                conn.discard();
+                return Err(err.into());
+            }
         };
         Ok((Reply::new(created).created_at()?, acked))
     }

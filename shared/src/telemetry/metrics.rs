@@ -7,7 +7,9 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use prometheus::{Encoder as _, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, TextEncoder};
+use prometheus::{
+    Encoder as _, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, TextEncoder,
+};
 
 /// Buckets for request and command latencies (seconds).
 pub const LATENCY_BUCKETS: &[f64] =
@@ -34,6 +36,12 @@ pub fn gauge(name: &str, help: &str) -> IntGauge {
     let gauge = IntGauge::new(name, help).expect("a valid gauge definition");
     prometheus::register(Box::new(gauge.clone())).expect("each family registers once");
     gauge
+}
+
+pub fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let family = IntGaugeVec::new(Opts::new(name, help), labels).expect("a valid gauge definition");
+    prometheus::register(Box::new(family.clone())).expect("each family registers once");
+    family
 }
 
 pub fn histogram_vec(name: &str, help: &str, labels: &[&str], buckets: &[f64]) -> HistogramVec {
@@ -102,11 +110,72 @@ impl RedisMetrics {
     }
 }
 
+/// The pools of dedicated Redis connections (blocking reads, subscriptions), by pool.
+pub struct PoolMetrics {
+    max: IntGaugeVec,
+    connections: IntGaugeVec,
+    checkout_seconds: HistogramVec,
+    waits: IntCounterVec,
+    errors: IntCounterVec,
+}
+
+pub static POOLS: LazyLock<PoolMetrics> = LazyLock::new(|| PoolMetrics {
+    max: gauge_vec("taskgate_redis_pool_max_connections", "The most connections a pool may hold.", &["pool"]),
+    connections: gauge_vec(
+        "taskgate_redis_pool_connections",
+        "Connections a pool holds, lent (in_use) or waiting to be lent (idle).",
+        &["pool", "state"],
+    ),
+    checkout_seconds: histogram_vec(
+        "taskgate_redis_pool_checkout_duration_seconds",
+        "Time to get a connection from a pool, including opening it or waiting for one.",
+        &["pool"],
+        LATENCY_BUCKETS,
+    ),
+    waits: counter_vec(
+        "taskgate_redis_pool_waits_total",
+        "Checkouts that found every connection of the pool lent and had to wait.",
+        &["pool"],
+    ),
+    errors: counter_vec(
+        "taskgate_redis_pool_errors_total",
+        "Pool failures: open (a connection could not be opened), recycle (one handed back failed \
+         its health check and was closed), exhausted (no connection was handed back in time), timeout.",
+        &["pool", "kind"],
+    ),
+});
+
+impl PoolMetrics {
+    pub fn status(&self, pool: &str, max: usize, size: usize, idle: usize) {
+        let gauge = |value: usize| i64::try_from(value).unwrap_or(i64::MAX);
+        self.max.with_label_values(&[pool]).set(gauge(max));
+        self.connections.with_label_values(&[pool, "in_use"]).set(gauge(size.saturating_sub(idle)));
+        self.connections.with_label_values(&[pool, "idle"]).set(gauge(idle));
+    }
+
+    pub fn checkout(&self, pool: &str, spent: Duration, waited: bool) {
+        self.checkout_seconds.with_label_values(&[pool]).observe(spent.as_secs_f64());
+        if waited {
+            self.waits.with_label_values(&[pool]).inc();
+        }
+    }
+
+    pub fn error(&self, pool: &str, kind: &str) {
+        self.errors.with_label_values(&[pool, kind]).inc();
+    }
+}
+
 /// Registers the shared families (their first use would otherwise).
 pub fn init() {
     LazyLock::force(&TASKS);
     // A family with no series is not exposed at all; this one should be visible at zero.
     REDIS.errors.with_label_values(&["PING"]);
+    for pool in ["blocking", "pubsub"] {
+        POOLS.waits.with_label_values(&[pool]);
+        for kind in ["open", "recycle", "exhausted"] {
+            POOLS.errors.with_label_values(&[pool, kind]);
+        }
+    }
 }
 
 /// The default registry in the Prometheus text format.

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use taskgate_shared::backoff::Backoff;
-use taskgate_shared::store::{Delivery, entry_ms};
+use taskgate_shared::store::{Delivery, MAX_BLOCK, entry_ms};
 use taskgate_shared::telemetry::metrics::TASKS;
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -27,7 +27,7 @@ use super::{Shared, execution};
 use crate::metrics::METRICS;
 
 /// How long one `XREADGROUP` over every shard blocks; also how quickly a drain is noticed.
-const BLOCK: Duration = Duration::from_millis(1_000);
+const BLOCK: Duration = MAX_BLOCK;
 
 /// How long a Cluster shard reader blocks before it lets another reader have its slot.
 const CLUSTER_BLOCK: Duration = Duration::from_millis(200);
@@ -35,9 +35,11 @@ const CLUSTER_BLOCK: Duration = Duration::from_millis(200);
 pub(super) async fn run(shared: Arc<Shared>) {
     let shards: Vec<u8> = (0..shared.config.redis.queue_shards.min(256)).map(|s| s as u8).collect();
     if !shared.store.one_slot_per_command() {
+        shared.store.reserve_blocking(1);
         return read(shared, shards, Reader { greedy: true, block: BLOCK }).await;
     }
     let reader = Reader { greedy: false, block: CLUSTER_BLOCK };
+    shared.store.reserve_blocking(shards.len());
     let readers: Vec<_> =
         shards.into_iter().map(|shard| tokio::spawn(read(shared.clone(), vec![shard], reader))).collect();
     for reader in readers {
@@ -76,10 +78,10 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
             }
         }
         if conn.is_none() {
-            match shared.store.blocking_connection(reader.block).await {
+            match shared.store.blocking_connection().await {
                 Ok(c) => conn = Some(c),
                 Err(err) => {
-                    tracing::warn!(error = %err, "cannot open the delivery connection");
+                    tracing::warn!(error = %err, "cannot get a delivery connection");
                     backoff.wait().await;
                     continue;
                 }
@@ -120,6 +122,8 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
                     }
                     let _ = super::publish(&shared).await;
                 }
+                // Handed back, the connection is checked before it is lent again: a broken
+                // one is replaced, a sound one (the error was Redis's answer) kept.
                 conn = None;
                 backoff.wait().await;
             }

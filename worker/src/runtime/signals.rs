@@ -37,6 +37,8 @@ pub(super) async fn run(shared: Arc<Shared>) {
                             }
                         }
                     }
+                    drop(messages);
+                    pubsub.discard();
                     tracing::warn!("signal channel closed; resubscribing");
                 }
             }
