@@ -90,6 +90,12 @@ pub struct Config {
     #[arg(long)]
     pub compare_redis: bool,
 
+    /// A process whose CPU time per operation is reported, as ROLE=PID (`gateway=1234`);
+    /// repeat it, and pids under one role are summed. Redis is added on its own when it runs on
+    /// this machine, and the load tester always is.
+    #[arg(long = "cpu-pid", value_parser = crate::cpu::parse_watched)]
+    pub cpu_pids: Vec<crate::cpu::Watched>,
+
     /// Write the report as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,

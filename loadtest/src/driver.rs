@@ -92,8 +92,14 @@ pub fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
 }
 
-/// Runs `op` for the warm-up and the measured duration; returns the measured wall time.
-pub async fn run(config: &Config, op: Op, recorder: Arc<Recorder>) -> Duration {
+/// Runs `op` for the warm-up and the measured duration, calling `measuring` as the measured
+/// window opens; returns the measured wall time.
+pub async fn run(
+    config: &Config,
+    op: Op,
+    recorder: Arc<Recorder>,
+    measuring: impl FnOnce() + Send + 'static,
+) -> Duration {
     let start = Instant::now();
     let measure_from = start + config.warmup();
     let end = measure_from + config.duration();
@@ -103,6 +109,7 @@ pub async fn run(config: &Config, op: Op, recorder: Arc<Recorder>) -> Duration {
         tokio::spawn(async move {
             tokio::time::sleep_until(measure_from).await;
             recorder.start_measuring();
+            measuring();
         });
     }
     match config.rate {

@@ -3,10 +3,12 @@
 //! - [`driver`]: closed and open loops (open loops count latency from the intended start);
 //! - [`scenarios`]: what each scenario sends;
 //! - [`redis_stats`]: `INFO commandstats` deltas and `redis-benchmark` in the same run;
+//! - [`cpu`]: CPU time per operation of every process involved;
 //! - [`report`]: the table and the JSON.
 
 pub mod client;
 pub mod config;
+pub mod cpu;
 pub mod driver;
 pub mod redis_stats;
 pub mod report;
@@ -20,6 +22,15 @@ use crate::report::{Percentiles, Report};
 
 /// Runs the configured scenario and reports it.
 pub async fn run(config: Config) -> anyhow::Result<Report> {
+    let mut watched = config.cpu_pids.clone();
+    if let Some(url) = &config.redis_url
+        && !watched.iter().any(|w| w.role == "redis")
+        && let Some(pid) = redis_stats::local_pid(url).await?
+    {
+        watched.push(cpu::Watched { role: "redis".into(), pid });
+    }
+    // Fail before the run on a pid that is not there.
+    cpu::Snapshot::take(&watched)?;
     // Listen runs hold one connection per stream; spread them over several clients.
     let connections = if config.scenario == config::Scenario::Listen { 64 } else { 1 };
     let client = client::Client::new(config.urls.clone(), config.token.clone(), connections);
@@ -30,7 +41,14 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         Some(url) => Some(redis_stats::command_calls(url).await?),
         None => None,
     };
-    let measured = driver::run(&config, op, recorder.clone()).await;
+    let opened = Arc::new(std::sync::Mutex::new(None));
+    let measuring = {
+        let (opened, watched) = (opened.clone(), watched.clone());
+        move || *opened.lock().expect("lock poisoned: a holder panicked") = Some(cpu::Snapshot::take(&watched))
+    };
+    let measured = driver::run(&config, op, recorder.clone(), measuring).await;
+    // Every operation of the window has been recorded: the loops are done.
+    let closed = cpu::Snapshot::take(&watched)?;
     if lags.is_some() {
         // Let the last notifications arrive.
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
@@ -42,6 +60,9 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
 
     let ok = recorder.ok.load(std::sync::atomic::Ordering::Relaxed);
     let throughput = ok as f64 / measured.as_secs_f64();
+    let opened = opened.lock().expect("lock poisoned: a holder panicked").take().transpose()?;
+    // The window runs from its opening to the end of the last operation counted.
+    let (cpu_us_per_op, cpu_cores) = opened.map(|opened| closed.since(&opened, ok)).unwrap_or_default();
     let mut report = Report {
         scenario: format!("{:?}", config.scenario).to_lowercase(),
         mode: if config.rate.is_some() { "open".into() } else { "closed".into() },
@@ -60,6 +81,8 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         redis_commands_per_op: (!commands.is_empty() && ok > 0)
             .then(|| commands.values().sum::<u64>() as f64 / ok as f64),
         redis_commands: commands,
+        cpu_us_per_op,
+        cpu_cores,
         redis_benchmark: Default::default(),
         ratios: Default::default(),
     };

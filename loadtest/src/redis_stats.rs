@@ -18,6 +18,19 @@ pub async fn command_calls(url: &str) -> anyhow::Result<BTreeMap<String, u64>> {
         .collect())
 }
 
+/// The pid of the Redis server, when it runs on this machine (its `process_id` names a local
+/// process called redis-server or valkey-server).
+pub async fn local_pid(url: &str) -> anyhow::Result<Option<u32>> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO").arg("server").query_async(&mut conn).await?;
+    let pid = info.lines().find_map(|line| line.strip_prefix("process_id:")?.trim().parse::<u32>().ok());
+    Ok(pid.filter(|pid| {
+        crate::cpu::command_name(*pid)
+            .is_some_and(|name| name.starts_with("redis-server") || name.starts_with("valkey"))
+    }))
+}
+
 /// The difference of two snapshots, leaving out the load tester's own `info`.
 pub fn delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
     after

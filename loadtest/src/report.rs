@@ -48,6 +48,11 @@ pub struct Report {
     /// Redis commands executed per successful operation (top-level and inside scripts).
     pub redis_commands_per_op: Option<f64>,
     pub redis_commands: BTreeMap<String, u64>,
+    /// CPU microseconds per successful operation, by process role (`gateway`, `worker`,
+    /// `redis`, `loadtest`…), over the measured window.
+    pub cpu_us_per_op: BTreeMap<String, f64>,
+    /// Cores each role kept busy over the measured window.
+    pub cpu_cores: BTreeMap<String, f64>,
     /// `redis-benchmark` requests per second, same server, same run.
     pub redis_benchmark: BTreeMap<String, f64>,
     /// This run's throughput over each `redis-benchmark` figure.
@@ -87,6 +92,14 @@ impl Report {
         if let Some(per_op) = self.redis_commands_per_op {
             let top: Vec<String> = self.redis_commands.iter().map(|(c, n)| format!("{c}={n}")).collect();
             println!("redis commands/op   {per_op:.2}  ({})", top.join(" "));
+        }
+        if !self.cpu_us_per_op.is_empty() {
+            let roles: Vec<String> = self
+                .cpu_us_per_op
+                .iter()
+                .map(|(role, us)| format!("{role} {us:.1} ({:.2} cores)", self.cpu_cores.get(role).unwrap_or(&0.0)))
+                .collect();
+            println!("cpu µs/op           {}", roles.join("  "));
         }
         for (test, rps) in &self.redis_benchmark {
             println!("redis-benchmark     {test}: {rps:.0} req/s");

@@ -16,6 +16,7 @@ mod interop;
 mod lifecycle;
 mod limits;
 mod listen;
+mod loadtest;
 mod observability;
 mod offerings;
 mod partition;

@@ -15,6 +15,8 @@ pub enum Binary {
     ExampleWorker,
     /// The `taskgate` command-line client (run with `crate::cli`, not as a service).
     Cli,
+    /// `taskgate-loadtest`, run to its end by a test.
+    Loadtest,
 }
 
 impl Binary {
@@ -24,6 +26,7 @@ impl Binary {
             Self::Worker => "taskgate-worker",
             Self::ExampleWorker => "custom-worker",
             Self::Cli => "taskgate",
+            Self::Loadtest => "taskgate-loadtest",
         }
     }
 
@@ -61,6 +64,8 @@ fn build_binaries() {
             "taskgate-example-worker",
             "-p",
             "taskgate-cli",
+            "-p",
+            "taskgate-loadtest",
         ])
         .current_dir(workspace)
         .status()
@@ -119,7 +124,7 @@ impl Service {
                 })
                 .await;
             }
-            (None, Binary::Gateway | Binary::Cli) => {}
+            (None, Binary::Gateway | Binary::Cli | Binary::Loadtest) => {}
         }
     }
 
