@@ -160,9 +160,6 @@ pub(super) enum Target {
 /// connection for about one replica acknowledgement.
 const DURABLE_CONNECTIONS: usize = 64;
 
-/// How recently a durable create's connection must have worked to be lent again unchecked.
-const TRUSTED_FOR: Duration = Duration::from_secs(1);
-
 /// A handle on Redis and the namespace's key names. Cheap to clone; clones share the
 /// connection and the pools.
 #[derive(Clone)]
@@ -217,16 +214,10 @@ impl Store {
             }
         };
         let keys = Keys::new(namespace);
-        let exclusive =
-            |pool, blocks, trusted_for| Exclusive { target: target.clone(), timeout, blocks, trusted_for, pool };
+        let exclusive = |pool, blocks| Exclusive { target: target.clone(), timeout, blocks, pool };
         Ok(Self {
-            blocking: Dedicated::new("blocking", exclusive("blocking", MAX_BLOCK, Duration::ZERO), 1, timeout),
-            durable: Dedicated::new(
-                "durable",
-                exclusive("durable", Duration::ZERO, TRUSTED_FOR),
-                DURABLE_CONNECTIONS,
-                timeout,
-            ),
+            blocking: Dedicated::new("blocking", exclusive("blocking", MAX_BLOCK), 1, timeout),
+            durable: Dedicated::new("durable", exclusive("durable", Duration::ZERO), DURABLE_CONNECTIONS, timeout),
             // Two, so that a new subscription need not wait for a broken one to be noticed.
             subscribers: Dedicated::new("pubsub", Subscriber { target: target.clone(), timeout }, 2, timeout),
             shard_subscribers: Arc::default(),

@@ -151,10 +151,6 @@ pub struct Exclusive {
     pub(super) timeout: Duration,
     /// Added to the command timeout for each reply: how long a command may block.
     pub(super) blocks: Duration,
-    /// A connection used more recently than this is lent again without a `PING`: one per
-    /// operation would double the round trips of a busy pool, and a connection that broke
-    /// meanwhile fails at once and is discarded by its caller.
-    pub(super) trusted_for: Duration,
     pub(super) pool: &'static str,
 }
 
@@ -177,10 +173,9 @@ impl Manager for Exclusive {
         }
     }
 
-    async fn recycle(&self, conn: &mut Conn, metrics: &Metrics) -> RecycleResult<StoreError> {
-        if metrics.last_used() < self.trusted_for {
-            return Ok(());
-        }
+    /// Always checked, as `deadpool-redis` does: a broken connection lent unchecked would fail a
+    /// durable create that a fresh one would have made.
+    async fn recycle(&self, conn: &mut Conn, _: &Metrics) -> RecycleResult<StoreError> {
         ping(redis::cmd("PING").query_async::<String>(conn), self.pool).await
     }
 }

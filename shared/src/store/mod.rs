@@ -1,7 +1,8 @@
 //! The Redis layer: connections, key names, and one Lua script per task state transition.
 //!
 //! Round trips per operation (the hot paths):
-//! - create: 1 script (`create_task`), plus `WAIT` when durability replicas are asked for;
+//! - create: 1 script (`create_task`); with durability replicas, the script and `WAIT` in one
+//!   pipeline on a pooled connection, after the pool's `PING` of it;
 //! - get: 1 pipeline (`HMGET` record + `HGETALL` outstanding inputs);
 //! - update, cancel: 1 script each;
 //! - claim: 1 script per delivered task (the blocking `XREADGROUP` that delivers is the wait);
