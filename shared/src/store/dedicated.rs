@@ -1,13 +1,14 @@
 //! Connections that one caller holds for itself, as opposed to the shared multiplexed handle of
-//! the request path: the workers' blocking delivery reads, the classic pub/sub subscriptions
-//! of both processes, and the gateway's sharded subscription on a Cluster.
+//! the request path: the workers' blocking delivery reads, the gateways' durable creates (a
+//! script and its `WAIT`), the classic pub/sub subscriptions of both processes, and the
+//! gateway's sharded subscription on a Cluster.
 //!
 //! Each kind comes from a bounded `deadpool` pool: the bound is what the process needs (one per
-//! delivery reader, two subscriptions), checkouts wait at most the command timeout, and a
-//! connection handed back is checked with a `PING` before it is lent again, so a reader whose
-//! connection broke gets a fresh one on its next checkout. Subscribed connections are never
-//! handed back: their channels would follow them ([`Held::discard`]). The pools' size, waits
-//! and errors are exported as `taskgate_redis_pool_*`.
+//! delivery reader, two subscriptions, 64 durable creates in flight), checkouts wait at most
+//! the command timeout, and a connection handed back is checked with a `PING` before it is lent
+//! again, so a reader whose connection broke gets a fresh one on its next checkout. Subscribed
+//! connections are never handed back: their channels would follow them ([`Held::discard`]).
+//! The pools' size, waits and errors are exported as `taskgate_redis_pool_*`.
 //!
 //! The managers are ours rather than `deadpool-redis`'s: the connections must carry the same
 //! TLS certificates, ACL login and response timeouts as the rest of the store, on a Cluster as
