@@ -43,17 +43,31 @@ async fn with_aof_always_every_acknowledged_create_survives_kill_9() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_a_replica_an_acknowledged_create_survives_losing_the_primary() {
+/// A primary with one replica, and one gateway whose creates wait for it. The catalogue is
+/// published and no worker runs, so every task stays as created.
+async fn with_a_replica(durability_timeout_ms: &str, redis_timeout_ms: &str) -> (Stack, RedisServer) {
     let mut stack = Stack::builder().workers(0).gateways(0).spawn().await;
     let replica = RedisServer::start_replica_of(&stack.redis).await;
-    let mut conn = replica.connection().await;
-    let g = stack
-        .add_gateway(&["--durability-replicas", "1", "--durability-timeout-ms", "2000", "--redis-timeout-ms", "3000"])
+    stack
+        .add_gateway(&[
+            "--durability-replicas",
+            "1",
+            "--durability-timeout-ms",
+            durability_timeout_ms,
+            "--redis-timeout-ms",
+            redis_timeout_ms,
+        ])
         .await;
     let w = stack.add_worker(&[]).await;
     stack.workers[w].kill().await;
-    let client = stack.client(g);
+    (stack, replica)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_replica_an_acknowledged_create_survives_losing_the_primary() {
+    let (mut stack, replica) = with_a_replica("2000", "3000").await;
+    let mut conn = replica.connection().await;
+    let client = stack.client(0);
     let mut ids = Vec::new();
     for _ in 0..20 {
         ids.push(client.create_task("sleep", json!({"ms": 0})).await);
@@ -75,19 +89,13 @@ async fn with_a_replica_an_acknowledged_create_survives_losing_the_primary() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_waiting_for_replicas_holds_up_no_other_request() {
-    let mut stack = Stack::builder().workers(0).gateways(0).spawn().await;
-    let replica = RedisServer::start_replica_of(&stack.redis).await;
-    let g = stack
-        .add_gateway(&["--durability-replicas", "1", "--durability-timeout-ms", "10000", "--redis-timeout-ms", "15000"])
-        .await;
-    let w = stack.add_worker(&[]).await;
-    stack.workers[w].kill().await;
-    let client = stack.client(g);
+    let (stack, replica) = with_a_replica("10000", "15000").await;
+    let client = stack.client(0);
     let existing = client.create_task("sleep", json!({"ms": 0})).await;
 
     // The replica stops acknowledging: the next create's WAIT blocks in Redis.
     replica.signal("STOP");
-    let creator = stack.client(g);
+    let creator = stack.client(0);
     let waiting =
         tokio::spawn(async move { creator.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 0}})).await });
     let conn = stack.redis.connection().await;

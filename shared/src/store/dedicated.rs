@@ -92,9 +92,13 @@ impl<M: Manager<Error = StoreError>> Dedicated<M> {
     }
 
     fn report(&self) {
-        let status = self.pool.status();
-        POOLS.status(self.name, status.max_size, status.size, status.available);
+        report(self.name, &self.pool);
     }
+}
+
+fn report<M: Manager>(name: &str, pool: &Pool<M>) {
+    let status = pool.status();
+    POOLS.status(name, status.max_size, status.size, status.available);
 }
 
 /// A connection lent by a pool. Dropping it hands it back; [`Held::discard`] closes it.
@@ -106,27 +110,26 @@ pub struct Held<M: Manager> {
 impl<M: Manager> Held<M> {
     /// Closes the connection instead of handing it back: for one that is subscribed, or broken.
     pub fn discard(mut self) {
-        if let Some(object) = self.object.take() {
-            let pool = Object::pool(&object);
+        self.release(true);
+    }
+
+    fn release(&mut self, close: bool) {
+        let Some(object) = self.object.take() else { return };
+        let pool = Object::pool(&object);
+        if close {
             drop(Object::take(object));
-            if let Some(pool) = pool {
-                let status = pool.status();
-                POOLS.status(self.name, status.max_size, status.size, status.available);
-            }
+        } else {
+            drop(object);
+        }
+        if let Some(pool) = pool {
+            report(self.name, &pool);
         }
     }
 }
 
 impl<M: Manager> Drop for Held<M> {
     fn drop(&mut self) {
-        if let Some(object) = self.object.take() {
-            let pool = Object::pool(&object);
-            drop(object);
-            if let Some(pool) = pool {
-                let status = pool.status();
-                POOLS.status(self.name, status.max_size, status.size, status.available);
-            }
-        }
+        self.release(false);
     }
 }
 
