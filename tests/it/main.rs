@@ -23,6 +23,7 @@ mod partition;
 mod pipeline;
 mod polling;
 mod pools;
+mod record_size;
 mod recovery;
 mod redis_tls;
 mod run_local;

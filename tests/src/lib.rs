@@ -83,6 +83,7 @@ pub fn sleep_task<'a>(
         status_message: None,
         traceparent: None,
         client_capabilities: "{}",
+        declares_tasks: false,
         answers: &[],
         tool_state: None,
         counted: false,

@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use taskgate_shared::protocol::{ErrorKind, RpcError, result};
+use taskgate_shared::protocol::{ErrorKind, RpcError};
 use taskgate_shared::store::{Claim, HeldAnswer, Hold, Lease, Started, Store};
 use taskgate_shared::task::TaskId;
 use taskgate_shared::tools::ToolSpec;
@@ -92,7 +92,9 @@ impl ToolOutput {
         self
     }
 
-    /// The result as stored: the nested `resultType` and serverInfo `_meta` are always set.
+    /// The result as stored: without `resultType` and `_meta`, which the gateway sets when it
+    /// answers (the same for every result; `protocol::result::tool_result`). A tool's own
+    /// `_meta` is dropped: the gateway's serverInfo takes its place.
     pub(crate) fn into_stored(self) -> (Value, Option<String>) {
         let mut result = match self.result {
             Value::Object(map) => map,
@@ -101,8 +103,8 @@ impl ToolOutput {
                 json!([{ "type": "text", "text": other.to_string() }]),
             )]),
         };
-        result.insert("resultType".into(), result::COMPLETE.into());
-        result.insert("_meta".into(), result::server_meta());
+        result.remove("resultType");
+        result.remove("_meta");
         (Value::Object(result), self.status_message)
     }
 }

@@ -120,7 +120,9 @@ impl InlineRun {
         };
         let done = match snapshot.status {
             TaskStatus::Working => return Ok(None),
-            TaskStatus::Completed => Done::Result(snapshot.result.unwrap_or(Value::Null)),
+            TaskStatus::Completed => {
+                Done::Result(snapshot.result.map_or(Value::Null, taskgate_shared::protocol::result::tool_result))
+            }
             TaskStatus::Failed => Done::Error(stored_error(snapshot.error).into()),
             TaskStatus::Cancelled => Done::Result(json!({
                 "resultType": "complete",

@@ -133,7 +133,7 @@ pub(crate) async fn write_task(
     let state = call.state;
     let arguments = arguments.to_string();
     let answers: Vec<(String, String)> = gathered.answers.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
-    let capabilities = Value::Object(call.meta.capabilities.clone()).to_string();
+    let (capabilities, declares_tasks) = taskgate_shared::store::stored_capabilities(&call.meta.capabilities);
     // The worker's span joins the trace as a child of this request's span when traces are
     // exported; otherwise the client's own context is passed on.
     let traceparent = trace::traceparent_of(&tracing::Span::current()).or_else(|| client_traceparent(call));
@@ -148,6 +148,7 @@ pub(crate) async fn write_task(
         status_message: shape.status_message,
         traceparent: traceparent.as_deref(),
         client_capabilities: &capabilities,
+        declares_tasks,
         answers: &answers,
         tool_state: gathered.resume.as_deref(),
         counted: counts_active(state),

@@ -32,6 +32,16 @@ pub fn complete(fields: Map<String, Value>) -> Value {
     with_type(COMPLETE, fields)
 }
 
+/// A tool's result as the wire carries it, from its stored form. The stored form leaves out
+/// `resultType` and the serverInfo `_meta`: they are the same for every result, and without them
+/// a small result keeps its task's Redis hash in the compact encoding (docs/performance.md).
+pub fn tool_result(stored: Value) -> Value {
+    match stored {
+        Value::Object(fields) => complete(fields),
+        other => other,
+    }
+}
+
 /// The empty acknowledgement `{"resultType":"complete","_meta":{serverInfo}}`.
 pub fn ack() -> Value {
     complete(Map::new())

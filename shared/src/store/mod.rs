@@ -9,6 +9,7 @@
 //! - renew, status, park, finish, release: 1 script each.
 
 mod catalogue;
+mod compact;
 mod connection;
 mod dedicated;
 mod diagnosis;
@@ -22,6 +23,7 @@ mod scripts;
 mod tasks;
 
 pub use catalogue::Published;
+pub use compact::stored_capabilities;
 pub use connection::{Conn, ShardEvent, ShardSubscription, Store};
 pub use dedicated::{Exclusive, Held, MAX_BLOCK, ShardSubscriber, Subscriber};
 pub use diagnosis::Diagnosis;

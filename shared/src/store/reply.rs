@@ -300,7 +300,10 @@ impl Reply {
                     traceparent: (!traceparent.is_empty()).then_some(traceparent),
                     cancel_requested: self.int(5)? == 1,
                     answers: self.pairs(6)?,
-                    client_capabilities: self.string(7)?,
+                    client_capabilities: super::compact::restored_capabilities(
+                        self.string(7)?,
+                        self.string(10)? == "1",
+                    ),
                     tenant: self.counted_tenant(8)?,
                     tool_state: self.string(9).ok().filter(|s| !s.is_empty()),
                 }))

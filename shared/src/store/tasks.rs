@@ -19,9 +19,13 @@ pub struct NewTask<'a> {
     pub poll_interval_ms: u64,
     pub status_message: Option<&'a str>,
     pub traceparent: Option<&'a str>,
-    /// The creating request's `clientCapabilities`, as JSON text: tools may only ask for
-    /// input the caller declared.
+    /// The creating request's `clientCapabilities`, as JSON text in the form
+    /// [`stored_capabilities`](super::stored_capabilities) gives: tools may only ask for input
+    /// the caller declared.
     pub client_capabilities: &'a str,
+    /// Whether the Tasks extension's declaration was left out of `client_capabilities` (the
+    /// claim puts it back).
+    pub declares_tasks: bool,
     /// Answers gathered before the task existed (key, answer JSON).
     pub answers: &'a [(String, String)],
     /// The tool's saved state to start from (what [`Store::tool_state`] read from an earlier
@@ -210,7 +214,8 @@ fn create_invocation<'a>(store: &Store, keys: &'a super::TaskKeys, task: &NewTas
         .arg(store.events_channel(task.id))
         .arg(task.client_capabilities)
         .arg(if task.counted { "1" } else { "0" })
-        .arg(task.tool_state.unwrap_or(""));
+        .arg(task.tool_state.unwrap_or(""))
+        .arg(if task.declares_tasks { "1" } else { "0" });
     for (key, answer) in task.answers {
         call.arg(key).arg(answer);
     }

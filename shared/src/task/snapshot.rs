@@ -5,6 +5,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::protocol::result;
+
 use super::{Owner, TaskStatus, iso8601_ms};
 
 /// A task as read from the store, ready to render.
@@ -56,7 +58,7 @@ impl Snapshot {
                 m.insert("inputRequests".into(), Value::Object(self.input_requests.clone()));
             }
             TaskStatus::Completed => {
-                m.insert("result".into(), self.result.clone().unwrap_or(Value::Null));
+                m.insert("result".into(), self.result.clone().map_or(Value::Null, result::tool_result));
             }
             TaskStatus::Failed => {
                 m.insert("error".into(), self.error.clone().unwrap_or(Value::Null));

@@ -10,14 +10,15 @@
 -- ARGV[5] consumer group
 -- Returns {1, fence, tool, args, traceparent|'', cancelRequested 0|1, answers (flat k,v list),
 --          the creator's clientCapabilities JSON, tenant if counted as active else '',
---          the state the last park saved else ''}
+--          the state the last park saved else '', '1' if the clientCapabilities JSON left out
+--          the Tasks extension's declaration else '0'}
 --       | {0} not claimable (gone, terminal, parked or held).
 local rcall = redis.call
 local record, stream, leases, answers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 rcall('XACK', stream, ARGV[5], ARGV[1])
 rcall('XDEL', stream, ARGV[1])
 local f = rcall('HMGET', record, 'status', 'holder', 'tool', 'args', 'tp', 'cancel', 'caps', 'tenant', 'counted',
-  'entry', 'fence', 'tstate')
+  'entry', 'fence', 'tstate', 'capx')
 if f[1] ~= 'working' then return {0} end
 local fence
 if f[2] then
@@ -31,4 +32,4 @@ else
   rcall('HSET', record, 'holder', ARGV[3], 'lease', lease_until, 'entry', ARGV[1])
   rcall('ZADD', leases, lease_until, ARGV[2])
 end
-return {1, fence, f[3], f[4], f[5] or '', f[6] and 1 or 0, rcall('HGETALL', answers), f[7] or '{}', (f[9] == '1' and f[8]) or '', f[12] or ''}
+return {1, fence, f[3], f[4], f[5] or '', f[6] and 1 or 0, rcall('HGETALL', answers), f[7] or '{}', (f[9] == '1' and f[8]) or '', f[12] or '', f[13] or '0'}

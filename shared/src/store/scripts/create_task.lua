@@ -9,7 +9,8 @@
 -- ARGV[12] '1' when the task counts against its tenant's active-task cap, else '0' 
 -- ARGV[13] the tool's saved state to start from ('' = none): an inline call resumed by an MRTR
 --   retry carries the state its earlier run parked with
--- ARGV[14..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
+-- ARGV[14] '1' when the Tasks extension's declaration was left out of ARGV[11] (store/compact.rs)
+-- ARGV[15..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
 -- Returns {1, createdAtMs} | {-6} the id exists for another owner or tool.
 -- Idempotent: the same owner repeating the same id for the same tool (a create re-sent after
 -- its reply was lost) gets the task it made, unchanged, instead of an error it would retry
@@ -36,9 +37,10 @@ rcall('HSET', record, 'tenant', ARGV[2], 'principal', ARGV[3], 'tool', ARGV[4], 
 if ARGV[8] ~= '' then rcall('HSET', record, 'msg', ARGV[8]) end
 if ARGV[9] ~= '' then rcall('HSET', record, 'tp', ARGV[9]) end
 if ARGV[13] ~= '' then rcall('HSET', record, 'tstate', ARGV[13]) end
+if ARGV[14] == '1' then rcall('HSET', record, 'capx', 1) end
 rcall('PEXPIREAT', record, now + tonumber(ARGV[6]))
-if #ARGV > 13 then
-  for i = 14, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
+if #ARGV > 14 then
+  for i = 15, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
   rcall('PEXPIREAT', answers, now + tonumber(ARGV[6]))
 end
 rcall('XADD', stream, '*', 'id', ARGV[1])

@@ -1,0 +1,73 @@
+//! The stored form of a task: what a completed task costs Redis, and that what it leaves out of
+//! its record comes back unchanged to every reader (the client's `tasks/get`, the worker's claim).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use taskgate_shared::task::TaskId;
+use taskgate_tests::Stack;
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// The record is a hash; Redis keeps it in the compact listpack encoding only while every value
+/// fits `hash-max-listpack-value` (64 bytes by default, as here).
+async fn encoding_and_bytes(stack: &Stack, id: &TaskId) -> (String, u64) {
+    let key = stack.store().keys().task(id).record;
+    let mut conn = stack.redis.connection().await;
+    let encoding: String = redis::cmd("OBJECT").arg("ENCODING").arg(&key).query_async(&mut conn).await.unwrap();
+    let bytes: u64 = redis::cmd("MEMORY").arg("USAGE").arg(&key).query_async(&mut conn).await.unwrap();
+    (encoding, bytes)
+}
+
+#[tokio::test]
+async fn a_completed_small_task_keeps_the_compact_encoding_and_its_full_result() {
+    let stack = Stack::builder().spawn().await;
+    let client = stack.client(0);
+    let task = client.create_task("noop", json!({})).await;
+    let done = client.wait_for_status(&task, "completed", PATIENCE).await;
+
+    // The wire form is whole: the parts every result shares are put back when it is read.
+    let result = &done["result"];
+    assert_eq!(result["resultType"], "complete", "{done}");
+    assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "taskgate", "{done}");
+    assert_eq!(result["content"][0]["text"], "ok", "{done}");
+
+    let id = TaskId::parse(&task).unwrap();
+    let (encoding, bytes) = encoding_and_bytes(&stack, &id).await;
+    assert_eq!(encoding, "listpack", "a value over 64 bytes converted the record");
+    assert!(bytes <= 600, "a completed no-op task's record takes {bytes} bytes");
+}
+
+#[tokio::test]
+async fn a_worker_claims_the_capabilities_its_creator_declared() {
+    let mut stack = Stack::builder().workers(0).spawn().await;
+    // Publish the catalogue, then create with no worker running: the test claims the task.
+    let w = stack.add_worker(&[]).await;
+    stack.workers[w].kill().await;
+    let store = stack.store();
+    let client = stack.client(0);
+    let declared = json!({
+        "elicitation": {"form": {}},
+        "extensions": {"io.modelcontextprotocol/tasks": {}, "x.example/other": {"on": true}}
+    });
+    let mut meta = taskgate_tests::meta();
+    meta["io.modelcontextprotocol/clientCapabilities"] = declared.clone();
+    let reply = client.call("tools/call", json!({ "name": "sleep", "arguments": {"ms": 1}, "_meta": meta })).await;
+    let task = reply.result()["taskId"].as_str().unwrap_or_else(|| panic!("a task: {}", reply.text)).to_owned();
+    let id = TaskId::parse(&task).unwrap();
+
+    store.ensure_groups(id.shard() as u16 + 1).await.unwrap();
+    let mut reader = store.blocking_connection().await.unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let delivery = loop {
+        let deliveries =
+            store.read_deliveries(&mut reader, &[id.shard()], "w-test", 10, Duration::from_millis(100)).await.unwrap();
+        if let Some(delivery) = deliveries.into_iter().find(|d| d.task_id == id) {
+            break delivery;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the task was not delivered");
+    };
+    let claim = store.claim(&delivery, "w-test", Duration::from_secs(30)).await.unwrap().expect("claimed");
+    let claimed: Value = serde_json::from_str(&claim.client_capabilities).unwrap();
+    assert_eq!(claimed, declared);
+}
