@@ -53,21 +53,34 @@ struct Inner {
     next: AtomicUsize,
     ids: AtomicU64,
     token: Option<String>,
+    /// `clientCapabilities` of task-creating requests.
+    capabilities: Value,
 }
 
 impl Client {
-    pub fn new(urls: Vec<String>, token: Option<String>, connections: usize) -> Self {
+    pub fn new(config: &crate::config::Config, connections: usize) -> Self {
         let http = (0..connections.max(1))
             .map(|_| {
-                reqwest::Client::builder()
-                    .no_proxy()
-                    .pool_max_idle_per_host(4096)
-                    .timeout(Duration::from_secs(120))
-                    .build()
-                    .expect("an HTTP client")
+                let builder =
+                    reqwest::Client::builder().no_proxy().pool_max_idle_per_host(4096).timeout(Duration::from_secs(120));
+                let builder = if config.http2 { builder.http2_prior_knowledge() } else { builder.http1_only() };
+                builder.build().expect("an HTTP client")
             })
             .collect();
-        Self { inner: Arc::new(Inner { http, urls, next: AtomicUsize::new(0), ids: AtomicU64::new(1), token }) }
+        let capabilities = config
+            .client_capabilities
+            .clone()
+            .unwrap_or_else(|| json!({"extensions": {"io.modelcontextprotocol/tasks": {}}, "elicitation": {}}));
+        Self {
+            inner: Arc::new(Inner {
+                http,
+                urls: config.urls.clone(),
+                next: AtomicUsize::new(0),
+                ids: AtomicU64::new(1),
+                token: config.token.clone(),
+                capabilities,
+            }),
+        }
     }
 
     fn pick(&self) -> (&reqwest::Client, &str) {
@@ -76,11 +89,7 @@ impl Client {
     }
 
     fn request(&self, method: &str, mut params: Value, tasks: bool) -> reqwest::RequestBuilder {
-        let capabilities = if tasks {
-            json!({"extensions": {"io.modelcontextprotocol/tasks": {}}, "elicitation": {}})
-        } else {
-            json!({})
-        };
+        let capabilities = if tasks { self.inner.capabilities.clone() } else { json!({}) };
         params["_meta"] = json!({
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": capabilities,

@@ -66,6 +66,26 @@ pub struct Config {
     #[arg(long, default_value = "noop")]
     pub tool: String,
 
+    /// The arguments of every tool call, as a JSON object (`{"bytes": 1024}` sizes `noop`'s
+    /// result).
+    #[arg(long, default_value = "{}", value_parser = json_object)]
+    pub arguments: serde_json::Value,
+
+    /// `clientCapabilities` of the requests that create tasks, as a JSON object. Default: the
+    /// Tasks extension and elicitation.
+    #[arg(long, value_parser = json_object)]
+    pub client_capabilities: Option<serde_json::Value>,
+
+    /// HTTP/2 over cleartext with prior knowledge (h2c), as proxies in front of a gateway speak
+    /// it, instead of HTTP/1.1: each HTTP client multiplexes its requests on one connection.
+    #[arg(long)]
+    pub http2: bool,
+
+    /// HTTP clients, used round-robin (with `--http2`, one connection each). Default: 64 for
+    /// `listen`, else 1 (with HTTP/1.1 a client opens a connection per concurrent request).
+    #[arg(long)]
+    pub connections: Option<usize>,
+
     /// How a lifecycle waits for its task.
     #[arg(long, value_enum, default_value = "listen")]
     pub wait: Wait,
@@ -103,6 +123,14 @@ pub struct Config {
     /// Exit non-zero if any operation failed (for CI smoke runs).
     #[arg(long)]
     pub fail_on_error: bool,
+}
+
+fn json_object(text: &str) -> Result<serde_json::Value, String> {
+    match serde_json::from_str(text) {
+        Ok(value @ serde_json::Value::Object(_)) => Ok(value),
+        Ok(_) => Err("not a JSON object".into()),
+        Err(err) => Err(err.to_string()),
+    }
 }
 
 impl Config {

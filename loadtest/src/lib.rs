@@ -32,8 +32,9 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     // Fail before the run on a pid that is not there.
     cpu::Snapshot::take(&watched)?;
     // Listen runs hold one connection per stream; spread them over several clients.
-    let connections = if config.scenario == config::Scenario::Listen { 64 } else { 1 };
-    let client = client::Client::new(config.urls.clone(), config.token.clone(), connections);
+    let connections =
+        config.connections.unwrap_or(if config.scenario == config::Scenario::Listen { 64 } else { 1 });
+    let client = client::Client::new(&config, connections);
     let recorder = Arc::new(Recorder::default());
     let (op, lags) = scenarios::prepare(&config, client, recorder.clone()).await?;
 
@@ -66,6 +67,8 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     let mut report = Report {
         scenario: format!("{:?}", config.scenario).to_lowercase(),
         mode: if config.rate.is_some() { "open".into() } else { "closed".into() },
+        http: if config.http2 { "HTTP/2".into() } else { "HTTP/1.1".into() },
+        connections,
         concurrency: config.concurrency,
         rate: config.rate,
         duration_s: measured.as_secs_f64(),

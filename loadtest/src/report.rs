@@ -36,6 +36,10 @@ impl Percentiles {
 pub struct Report {
     pub scenario: String,
     pub mode: String,
+    /// `HTTP/1.1`, or `HTTP/2` (cleartext, prior knowledge).
+    pub http: String,
+    /// HTTP clients the load was spread over.
+    pub connections: usize,
     pub concurrency: usize,
     pub rate: Option<f64>,
     pub duration_s: f64,
@@ -62,9 +66,11 @@ pub struct Report {
 impl Report {
     pub fn print(&self) {
         println!(
-            "scenario            {} ({}, concurrency {}{})",
+            "scenario            {} ({}, {} over {} client(s), concurrency {}{})",
             self.scenario,
             self.mode,
+            self.http,
+            self.connections,
             self.concurrency,
             self.rate.map(|r| format!(", {r}/s")).unwrap_or_default()
         );

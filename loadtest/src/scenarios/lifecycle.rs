@@ -16,11 +16,12 @@ const TERMINAL: [&str; 3] = ["completed", "failed", "cancelled"];
 
 pub(super) fn op(config: &Config, client: Client) -> Op {
     let (tool, wait, cancel_ratio) = (config.tool.clone(), config.wait, config.cancel_ratio);
+    let arguments = config.arguments.clone();
     Arc::new(move || {
-        let (client, tool) = (client.clone(), tool.clone());
+        let (client, tool, arguments) = (client.clone(), tool.clone(), arguments.clone());
         Box::pin(async move {
             let t0 = Instant::now();
-            let id = create(&client, &tool, json!({})).await?;
+            let id = create(&client, &tool, arguments).await?;
             if rand::random::<f64>() < cancel_ratio {
                 client.call("tasks/cancel", json!({"taskId": id}), true).await?;
             }

@@ -19,8 +19,8 @@ pub async fn prepare(config: &Config, client: Client, recorder: Arc<Recorder>) -
     let tool = config.tool.clone();
     Ok(match config.scenario {
         Scenario::Get => (get::prepare(config, client).await?, None),
-        Scenario::Create => (call_op(client, tool, true, "task"), None),
-        Scenario::Sync => (call_op(client, tool, false, "complete"), None),
+        Scenario::Create => (call_op(client, tool, config.arguments.clone(), true, "task"), None),
+        Scenario::Sync => (call_op(client, tool, config.arguments.clone(), false, "complete"), None),
         Scenario::Lifecycle => (lifecycle::op(config, client), None),
         Scenario::Listen => {
             let (op, lags) = listen::prepare(config, client, recorder).await?;
@@ -30,11 +30,11 @@ pub async fn prepare(config: &Config, client: Client, recorder: Arc<Recorder>) -
 }
 
 /// `tools/call` expecting this `resultType`.
-fn call_op(client: Client, tool: String, tasks: bool, expect: &'static str) -> Op {
+fn call_op(client: Client, tool: String, arguments: Value, tasks: bool, expect: &'static str) -> Op {
     Arc::new(move || {
-        let (client, tool) = (client.clone(), tool.clone());
+        let (client, tool, arguments) = (client.clone(), tool.clone(), arguments.clone());
         Box::pin(async move {
-            let result = client.call_light("tools/call", json!({"name": tool, "arguments": {}}), tasks).await?;
+            let result = client.call_light("tools/call", json!({"name": tool, "arguments": arguments}), tasks).await?;
             if result.result_type != expect {
                 return Err(LoadError::Unexpected("wrong resultType"));
             }

@@ -172,15 +172,16 @@ impl Tool for Faulty {
 }
 
 /// Does nothing and returns at once: a task with the least work, for measuring taskgate itself.
-/// A task when the request declares the Tasks extension, else inline.
+/// A task when the request declares the Tasks extension, else inline. `bytes` makes its text
+/// that long, to measure what results of a size cost.
 struct Noop;
 
 impl Tool for Noop {
     fn spec(&self) -> ToolSpec {
         let mut spec = spec(
             "noop",
-            "Returns at once (for load tests).",
-            json!({"type": "object", "properties": {}}),
+            "Returns at once (for load tests); bytes sets the length of its text (default: \"ok\").",
+            json!({"type": "object", "properties": {"bytes": {"type": "integer", "minimum": 0, "maximum": 1_048_576}}}),
             300_000,
             20,
             None,
@@ -189,8 +190,12 @@ impl Tool for Noop {
         spec
     }
 
-    fn call<'a>(&'a self, _arguments: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async { Ok(ToolOutput::text("ok")) })
+    fn call<'a>(&'a self, arguments: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        let text = match arguments.get("bytes").and_then(Value::as_u64) {
+            Some(bytes) => "x".repeat(usize::try_from(bytes).unwrap_or(0)),
+            None => "ok".to_owned(),
+        };
+        Box::pin(async move { Ok(ToolOutput::text(text)) })
     }
 }
 
