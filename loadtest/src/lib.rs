@@ -32,8 +32,7 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     // Fail before the run on a pid that is not there.
     cpu::Snapshot::take(&watched)?;
     // Listen runs hold one connection per stream; spread them over several clients.
-    let connections =
-        config.connections.unwrap_or(if config.scenario == config::Scenario::Listen { 64 } else { 1 });
+    let connections = config.connections.unwrap_or(if config.scenario == config::Scenario::Listen { 64 } else { 1 });
     let client = client::Client::new(&config, connections);
     let recorder = Arc::new(Recorder::default());
     let (op, lags) = scenarios::prepare(&config, client, recorder.clone()).await?;

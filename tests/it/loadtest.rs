@@ -9,6 +9,14 @@ use serde_json::Value;
 use taskgate_loadtest::cpu::cpu_time;
 use taskgate_tests::{Binary, Stack};
 
+/// A stack with the fleet limits off, as the benchmark scripts run it: these tests are about the
+/// load tester, and at the defaults a fast machine meets the tenant's creation rate within the
+/// run (a refusal fails `--fail-on-error`).
+async fn stack() -> Stack {
+    let limits_off = ["--tenant-rps", "0", "--tenant-create-rps", "0", "--tenant-max-active-tasks", "0"];
+    Stack::builder().gateway_args(&limits_off).spawn().await
+}
+
 async fn loadtest(stack: &Stack, extra: &[&str]) -> std::process::Output {
     let url = format!("{}/mcp", stack.gateways[0].url.as_deref().expect("a gateway"));
     let mut args = vec![
@@ -32,7 +40,7 @@ async fn loadtest(stack: &Stack, extra: &[&str]) -> std::process::Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn it_reports_cpu_per_operation_for_every_process() {
-    let stack = Stack::builder().spawn().await;
+    let stack = stack().await;
     let (gateway, worker) = (stack.gateways[0].pid(), stack.workers[0].pid());
     let report_file = stack.scratch_dir().join("report.json");
     let gateway_before = cpu_time(Some(gateway)).unwrap();
@@ -72,10 +80,27 @@ async fn it_reports_cpu_per_operation_for_every_process() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pid_that_is_not_running_is_refused_before_any_traffic() {
-    let stack = Stack::builder().spawn().await;
+    let stack = stack().await;
     let out = loadtest(&stack, &["--cpu-pid", "gateway=999999999"]).await;
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("gateway (pid 999999999)"), "{stderr}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("throughput"), "no run was made");
+}
+
+/// HTTP/2 over cleartext with prior knowledge, as a proxy in front of the gateway speaks it, on
+/// the same listener as HTTP/1.1: every request and stream of a lifecycle (create, listen,
+/// terminal) multiplexed on two connections. A server that answered in HTTP/1.1 would fail the
+/// load tester's handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycles_run_over_http2_with_prior_knowledge() {
+    let stack = stack().await;
+    let report_file = stack.scratch_dir().join("report.json");
+    let args = ["--http2", "--connections", "2", "--arguments", r#"{"bytes": 300}"#, "--json"];
+    let out = loadtest(&stack, &[&args[..], &[report_file.to_str().unwrap()]].concat()).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&report_file).unwrap()).unwrap();
+    assert_eq!((report["http"].as_str(), report["connections"].as_u64()), (Some("HTTP/2"), Some(2)), "{report}");
+    assert!(report["ok"].as_u64().unwrap() > 0, "{report}");
 }

@@ -14,7 +14,9 @@ pub(super) async fn prepare(config: &Config, client: Client) -> anyhow::Result<O
     let mut ids = Vec::with_capacity(config.tasks);
     for _ in 0..config.tasks.max(1) {
         ids.push(
-            create_for_setup(&client, &config.tool, config.arguments.clone()).await.map_err(|e| anyhow::anyhow!("creating: {e}"))?,
+            create_for_setup(&client, &config.tool, config.arguments.clone())
+                .await
+                .map_err(|e| anyhow::anyhow!("creating: {e}"))?,
         );
     }
     // Let them settle, so every read is of a finished task.
