@@ -9,9 +9,22 @@ use crate::config::Config;
 use crate::origin::OriginPolicy;
 use crate::{StartError, auth, catalogue, events, metrics, mrtr, polls, stream_slots};
 
-/// Shared by every request.
+/// Shared by every request. One `Arc`: the router hands each request a clone, which is then a
+/// single reference count rather than one per part (and a cancellation token's clone takes a
+/// lock).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What [`AppState`] holds.
+pub struct Shared {
     pub(crate) config: Arc<Config>,
     pub(crate) store: Store,
     pub(crate) catalogue: Arc<catalogue::CatalogueCache>,
@@ -52,7 +65,7 @@ impl AppState {
             config.listen.ip().is_loopback(),
         );
         let polls = Arc::new(polls::PollPacer::new(config.max_held_polls, config.max_held_polls_per_principal));
-        Ok(Self {
+        Ok(Self(Arc::new(Shared {
             config: Arc::new(config),
             store,
             catalogue,
@@ -66,7 +79,7 @@ impl AppState {
             listen_streams: Arc::default(),
             polls,
             redis_usable: Arc::default(),
-        })
+        })))
     }
 
     pub(crate) fn shutting_down(&self) -> bool {
