@@ -31,13 +31,18 @@ if existing[1] then
 end
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-rcall('HSET', record, 'tenant', ARGV[2], 'principal', ARGV[3], 'tool', ARGV[4], 'args', ARGV[5],
+-- One HSET with the optional fields folded in: each command inside a script costs Redis a call.
+local fields = {'tenant', ARGV[2], 'principal', ARGV[3], 'tool', ARGV[4], 'args', ARGV[5],
   'status', 'working', 'created', now, 'updated', now, 'ttl', ARGV[6], 'poll', ARGV[7],
-  'ver', 1, 'fence', 0, 'reclaims', 0, 'caps', ARGV[11], 'counted', ARGV[12])
-if ARGV[8] ~= '' then rcall('HSET', record, 'msg', ARGV[8]) end
-if ARGV[9] ~= '' then rcall('HSET', record, 'tp', ARGV[9]) end
-if ARGV[13] ~= '' then rcall('HSET', record, 'tstate', ARGV[13]) end
-if ARGV[14] == '1' then rcall('HSET', record, 'capx', 1) end
+  'ver', 1, 'fence', 0, 'reclaims', 0, 'caps', ARGV[11], 'counted', ARGV[12]}
+local function optional(field, value)
+  if value ~= '' then fields[#fields + 1] = field; fields[#fields + 1] = value end
+end
+optional('msg', ARGV[8])
+optional('tp', ARGV[9])
+optional('tstate', ARGV[13])
+if ARGV[14] == '1' then optional('capx', '1') end
+rcall('HSET', record, unpack(fields))
 rcall('PEXPIREAT', record, now + tonumber(ARGV[6]))
 if #ARGV > 14 then
   for i = 15, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
