@@ -57,7 +57,7 @@ fn op() -> impl Strategy<Value = Op> {
 struct Seen {
     fence: u64,
     holder: Option<String>,
-    terminal: Option<(TaskStatus, Option<serde_json::Value>, Option<serde_json::Value>)>,
+    terminal: Option<(TaskStatus, serde_json::Value, Option<serde_json::Value>)>,
 }
 
 async fn field(conn: &mut redis::aio::MultiplexedConnection, key: &str, name: &str) -> Option<String> {
@@ -179,11 +179,11 @@ async fn run(store: &Store, conn: &mut redis::aio::MultiplexedConnection, ops: V
         prop_assert!(fence >= seen.fence, "fence shrank after {op:?}");
         if let Some((status, result, error)) = &seen.terminal {
             prop_assert_eq!(after.status, *status, "terminal state changed after {:?}", op);
-            prop_assert_eq!(&after.result, result);
+            prop_assert_eq!(&after.parsed_result(), result);
             prop_assert_eq!(&after.error, error);
             prop_assert_eq!(after.version, before.version, "a terminal task was written after {:?}", op);
         } else if after.status.is_terminal() {
-            seen.terminal = Some((after.status, after.result.clone(), after.error.clone()));
+            seen.terminal = Some((after.status, after.parsed_result(), after.error.clone()));
         }
         let stale = matches!(
             op,

@@ -22,6 +22,7 @@ use crate::metrics::{METRICS, Outcome};
 pub(crate) fn render(challenge: Option<&Challenge>, id: &RequestId, outcome: Result<Reply, GatewayError>) -> Response {
     match outcome {
         Ok(Reply::Result(result)) => json(StatusCode::OK, &envelope::success(id, result)),
+        Ok(Reply::Encoded(result)) => json_bytes(StatusCode::OK, envelope::encode_success(id, &result)),
         Ok(Reply::Stream(stream)) => sse(stream),
         Ok(Reply::Accepted) => StatusCode::ACCEPTED.into_response(),
         Err(err) => {
@@ -76,7 +77,10 @@ pub(crate) fn count(method: &str, response: &Response, spent: Duration) {
 /// A JSON document (probes and metadata use it too).
 pub(crate) fn json(status: StatusCode, body: &Value) -> Response {
     // Serialising a `Value` cannot fail: every map key is a string.
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    json_bytes(status, serde_json::to_vec(body).unwrap_or_default())
+}
+
+fn json_bytes(status: StatusCode, bytes: Vec<u8>) -> Response {
     let mut response = (status, bytes).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
@@ -85,7 +89,7 @@ pub(crate) fn json(status: StatusCode, body: &Value) -> Response {
 /// A request-scoped SSE stream: one `data:` line per message, no `id:` lines (nothing is
 /// replayed), keep-alive comments, and no buffering by proxies on the way.
 fn sse(stream: Stream) -> Response {
-    let events = stream.messages.map(|message| Ok::<_, Infallible>(Event::default().data(message.to_string())));
+    let events = stream.messages.map(|message| Ok::<_, Infallible>(Event::default().data(message)));
     let mut response = Sse::new(events).keep_alive(KeepAlive::new().interval(stream.keep_alive)).into_response();
     let headers = response.headers_mut();
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));

@@ -120,9 +120,7 @@ impl InlineRun {
         };
         let done = match snapshot.status {
             TaskStatus::Working => return Ok(None),
-            TaskStatus::Completed => {
-                Done::Result(snapshot.result.map_or(Value::Null, taskgate_shared::protocol::result::tool_result))
-            }
+            TaskStatus::Completed => Done::Result(snapshot.parsed_result()),
             TaskStatus::Failed => Done::Error(stored_error(snapshot.error).into()),
             TaskStatus::Cancelled => Done::Result(json!({
                 "resultType": "complete",
@@ -260,7 +258,7 @@ pub(crate) async fn drive(
             }
         }
     });
-    Err(Stream { messages: ReceiverStream::new(rx).boxed(), keep_alive })
+    Err(Stream { messages: ReceiverStream::new(rx).map(|message| message.to_string()).boxed(), keep_alive })
 }
 
 /// The JSON-RPC error a failed task stored.

@@ -130,11 +130,16 @@ impl Listen {
         )
     }
 
-    /// The DetailedTask, as `tasks/get` would return it, minus `resultType`.
-    fn notification(&self, snapshot: &Snapshot) -> Value {
-        let mut params: Map<String, Value> = snapshot.detailed_fields();
-        params.insert("_meta".into(), self.meta());
-        envelope::notification("notifications/tasks", Value::Object(params))
+    /// The DetailedTask, as `tasks/get` would return it, minus `resultType`: written straight
+    /// into one buffer, the stored result spliced in.
+    fn notification(&self, snapshot: &Snapshot) -> String {
+        let size_hint = 384 + snapshot.result.as_ref().map_or(0, |r| r.get().len());
+        envelope::encode_notification("notifications/tasks", size_hint, |out| {
+            snapshot.write_detailed(out);
+            out.extend_from_slice(br#","_meta":"#);
+            // Into a Vec, of a Value: writing cannot fail.
+            let _ = serde_json::to_writer(out, &self.meta());
+        })
     }
 
     fn closing_result(&self) -> Value {
@@ -155,13 +160,13 @@ impl Listen {
     }
 
     /// The next message to send, or `None` when the stream is over.
-    async fn next_message(&mut self) -> Option<Value> {
+    async fn next_message(&mut self) -> Option<String> {
         loop {
             match self.phase {
                 Phase::Finished => return None,
                 Phase::Ack => {
                     self.phase = Phase::Live;
-                    return Some(self.acknowledgement());
+                    return Some(self.acknowledgement().to_string());
                 }
                 Phase::Live => {}
             }
@@ -202,7 +207,7 @@ impl Listen {
                             () = self.retry.wait() => {}
                             () = self.shutdown.cancelled() => {
                                 self.phase = Phase::Finished;
-                                return Some(self.closing_result());
+                                return Some(self.closing_result().to_string());
                             }
                         }
                     }
@@ -211,7 +216,7 @@ impl Listen {
             }
             if self.tasks.iter().all(|t| t.done) {
                 self.phase = Phase::Finished;
-                return Some(self.closing_result());
+                return Some(self.closing_result().to_string());
             }
             tokio::select! {
                 wake = self.watch.recv() => match wake {
@@ -221,7 +226,7 @@ impl Listen {
                 _ = self.backstop.tick() => self.mark(Wake::Resync),
                 () = self.shutdown.cancelled() => {
                     self.phase = Phase::Finished;
-                    return Some(self.closing_result());
+                    return Some(self.closing_result().to_string());
                 }
             }
         }

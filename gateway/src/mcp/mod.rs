@@ -60,7 +60,7 @@ pub(crate) async fn handle(state: &AppState, headers: &HeaderMap, message: &Inco
         Method::Discover => Ok(Reply::Result(methods::discover::run(&call))),
         Method::ToolsList => methods::tools_list::run(&call).await.map(Reply::Result),
         Method::ToolsCall => methods::tools_call::run(&call).await,
-        Method::TasksGet => methods::tasks_get::run(&call).await.map(Reply::Result),
+        Method::TasksGet => methods::tasks_get::run(&call).await.map(Reply::Encoded),
         Method::TasksUpdate => methods::tasks_update::run(&call).await.map(Reply::Result),
         Method::TasksCancel => methods::tasks_cancel::run(&call).await.map(Reply::Result),
         Method::SubscriptionsListen => methods::subscriptions_listen::run(&call).await.map(Reply::Stream),

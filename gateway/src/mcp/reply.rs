@@ -9,6 +9,8 @@ use serde_json::Value;
 pub(crate) enum Reply {
     /// The JSON-RPC `result` of the request, sent as one JSON body.
     Result(Value),
+    /// The same, already encoded as JSON (a method that writes its result straight into bytes).
+    Encoded(Vec<u8>),
     /// Whole JSON-RPC messages (notifications, then the response) sent as a request-scoped SSE
     /// stream, with keep-alive comments while it is quiet.
     Stream(Stream),
@@ -16,8 +18,8 @@ pub(crate) enum Reply {
     Accepted,
 }
 
-/// The messages of an SSE reply.
+/// The messages of an SSE reply, each a whole JSON-RPC message as JSON text.
 pub(crate) struct Stream {
-    pub(crate) messages: BoxStream<'static, Value>,
+    pub(crate) messages: BoxStream<'static, String>,
     pub(crate) keep_alive: Duration,
 }

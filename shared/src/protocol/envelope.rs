@@ -85,6 +85,19 @@ pub fn success(id: &RequestId, result: Value) -> Value {
     Value::Object(obj)
 }
 
+/// [`success`] as bytes, written into one buffer sized up front, with a result that is
+/// already encoded (`result` must be one JSON value).
+pub fn encode_success(id: &RequestId, result: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(result.len() + 64);
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    // Into a Vec, of a Value: writing cannot fail.
+    let _ = serde_json::to_writer(&mut out, id);
+    out.extend_from_slice(br#","result":"#);
+    out.extend_from_slice(result);
+    out.push(b'}');
+    out
+}
+
 /// `{"jsonrpc":"2.0","id":…,"error":{…}}`
 pub fn failure(id: &RequestId, error: &RpcError) -> Value {
     let mut obj = Map::with_capacity(3);
@@ -92,6 +105,21 @@ pub fn failure(id: &RequestId, error: &RpcError) -> Value {
     obj.insert("id".into(), id.clone());
     obj.insert("error".into(), error.to_value());
     Value::Object(obj)
+}
+
+/// [`notification`] as JSON text, written into one buffer: `write_params` writes the members of
+/// `params` (without braces); `size_hint` is their expected length.
+pub fn encode_notification(method: &str, size_hint: usize, write_params: impl FnOnce(&mut Vec<u8>)) -> String {
+    let mut out = Vec::with_capacity(size_hint + method.len() + 48);
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","method":"#);
+    // Into a Vec: writing cannot fail.
+    let _ = serde_json::to_writer(&mut out, method);
+    out.extend_from_slice(br#","params":{"#);
+    write_params(&mut out);
+    out.extend_from_slice(b"}}");
+    // What serde_json writes is UTF-8; a writer that broke that gets an empty message, which
+    // the client refuses, rather than a panic.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// A server-to-client notification (no id).

@@ -1,5 +1,6 @@
 //! Result objects: every result carries `resultType` and the server's identity in `_meta`.
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::meta_keys;
@@ -42,7 +43,101 @@ pub fn tool_result(stored: Value) -> Value {
     }
 }
 
+/// `{"io.modelcontextprotocol/serverInfo": {...}}` as JSON text, for responses written
+/// straight into bytes.
+pub const SERVER_META_JSON: &str = concat!(
+    r#"{"io.modelcontextprotocol/serverInfo":{"name":"taskgate","version":""#,
+    env!("CARGO_PKG_VERSION"),
+    r#""}}"#
+);
+
+/// A complete result written straight into bytes: `{`, the members `write_members` writes
+/// (without braces), then `resultType` and the serverInfo `_meta`, `}`. `size_hint` is the
+/// members' expected length, so that the buffer is allocated once.
+pub fn encode_complete(size_hint: usize, write_members: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut out = Vec::with_capacity(size_hint + 48 + SERVER_META_JSON.len());
+    out.push(b'{');
+    write_members(&mut out);
+    out.extend_from_slice(br#","resultType":"complete","_meta":"#);
+    out.extend_from_slice(SERVER_META_JSON.as_bytes());
+    out.push(b'}');
+    out
+}
+
+/// A stored result as read from Redis, checked to be JSON but not parsed into a tree: it is
+/// spliced into responses as it is ([`write_tool_result`]). A record written before results
+/// were stored without `resultType` and `_meta` (they were the same values) has them taken
+/// out here, so that they are never written twice.
+pub fn stored_result(text: String) -> Result<Box<RawValue>, serde_json::Error> {
+    if !(text.contains("\"resultType\"") || text.contains("\"_meta\"")) {
+        return RawValue::from_string(text);
+    }
+    let value = match serde_json::from_str::<Value>(&text)? {
+        Value::Object(mut fields) => {
+            fields.remove("resultType");
+            fields.remove("_meta");
+            Value::Object(fields)
+        }
+        other => other,
+    };
+    RawValue::from_string(value.to_string())
+}
+
+/// Writes a stored result (from [`stored_result`]) as the wire carries it: [`tool_result`]
+/// without parsing it, the shared members first and the stored ones spliced after them.
+pub fn write_tool_result(stored: &RawValue, out: &mut Vec<u8>) {
+    let text = stored.get().trim();
+    let Some(members) = text.strip_prefix('{').and_then(|t| t.strip_suffix('}')) else {
+        out.extend_from_slice(text.as_bytes());
+        return;
+    };
+    out.extend_from_slice(br#"{"resultType":"complete","_meta":"#);
+    out.extend_from_slice(SERVER_META_JSON.as_bytes());
+    let members = members.trim();
+    if !members.is_empty() {
+        out.push(b',');
+        out.extend_from_slice(members.as_bytes());
+    }
+    out.push(b'}');
+}
+
 /// The empty acknowledgement `{"resultType":"complete","_meta":{serverInfo}}`.
 pub fn ack() -> Value {
     complete(Map::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn spliced(stored: &str) -> Value {
+        let raw = stored_result(stored.to_owned()).unwrap();
+        let mut out = Vec::new();
+        write_tool_result(&raw, &mut out);
+        serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)))
+    }
+
+    #[test]
+    fn a_spliced_result_is_the_parsed_one() {
+        for stored in [
+            json!({"content": [{"type": "text", "text": "ok"}], "isError": false}),
+            json!({}),
+            json!({"structuredContent": {"a": [1, 2, {"b": null}]}, "content": []}),
+            // Written before results were stored without them: never written twice.
+            json!({"content": [], "resultType": "complete", "_meta": {"x": 1}}),
+            json!("not an object"),
+        ] {
+            assert_eq!(spliced(&stored.to_string()), tool_result(stored.clone()), "{stored}");
+        }
+        assert_eq!(spliced(" { } "), ack());
+        assert_eq!(serde_json::from_str::<Value>(SERVER_META_JSON).unwrap(), server_meta());
+    }
+
+    #[test]
+    fn a_stored_result_must_be_json() {
+        assert!(stored_result("{\"content\": [".into()).is_err());
+        assert!(stored_result("{} {}".into()).is_err());
+    }
 }

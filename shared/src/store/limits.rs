@@ -62,7 +62,7 @@ pub struct TaskAdmission<'a> {
 }
 
 /// The outcome of a client's `tasks/get`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Polled {
     /// Unknown, expired or not the caller's.
     NotFound,

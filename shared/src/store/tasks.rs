@@ -256,7 +256,11 @@ pub(super) fn snapshot_from(
         ttl_ms: int(6, "ttl")? as u64,
         poll_interval_ms: int(7, "poll")? as u64,
         input_requests,
-        result: json(8, "result")?,
+        result: f[8]
+            .clone()
+            .map(crate::protocol::result::stored_result)
+            .transpose()
+            .map_err(|_| SnapshotError { field: "result" })?,
         error: json(9, "error")?,
         version: int(10, "ver")? as u64,
     })

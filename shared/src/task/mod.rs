@@ -6,7 +6,7 @@ mod timestamp;
 
 pub use id::TaskId;
 pub use snapshot::{Snapshot, SnapshotError};
-pub use timestamp::{iso8601_ms, now_ms, parse_iso8601_ms};
+pub use timestamp::{iso8601_ms, now_ms, parse_iso8601_ms, write_iso8601_ms};
 
 /// A task's status. `completed`, `failed` and `cancelled` are terminal and never change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,5 +1,7 @@
 //! ISO 8601 timestamps for the wire.
 
+use std::io::Write as _;
+
 use time::OffsetDateTime;
 
 /// Unix time in milliseconds by this host's clock (a hint: task timestamps come from Redis).
@@ -9,9 +11,19 @@ pub fn now_ms() -> u64 {
 
 /// `2026-08-21T10:30:00.123Z` from Unix milliseconds (Redis `TIME`, so every replica agrees).
 pub fn iso8601_ms(unix_ms: i64) -> String {
+    let mut out = Vec::with_capacity(24);
+    write_iso8601_ms(&mut out, unix_ms);
+    // Digits, dashes, colons and letters: ASCII.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// [`iso8601_ms`] written straight into `out`, without a string of its own.
+pub fn write_iso8601_ms(out: &mut Vec<u8>, unix_ms: i64) {
     let t = OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ms) * 1_000_000)
         .unwrap_or(OffsetDateTime::UNIX_EPOCH);
-    format!(
+    // Into a Vec: writing cannot fail.
+    let _ = write!(
+        out,
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
         t.year(),
         u8::from(t.month()),
@@ -20,7 +32,7 @@ pub fn iso8601_ms(unix_ms: i64) -> String {
         t.minute(),
         t.second(),
         t.millisecond()
-    )
+    );
 }
 
 /// Unix milliseconds of an RFC 3339 timestamp, such as [`iso8601_ms`] writes

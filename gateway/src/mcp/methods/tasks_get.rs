@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
 use taskgate_shared::protocol::result;
 use taskgate_shared::store::{Limit, Polled};
 use taskgate_shared::task::{Owner, Snapshot, TaskId};
@@ -25,7 +24,8 @@ use crate::metrics::METRICS;
 /// (other replicas answering the same principal meanwhile could otherwise keep it waiting).
 const MAX_HOLDS: usize = 3;
 
-pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
+/// The GetTaskResult, encoded: written straight from the snapshot, its stored result spliced in.
+pub(crate) async fn run(call: &Call<'_>) -> Result<Vec<u8>, GatewayError> {
     let id = task_id(call.params);
     let owner = call.principal.owner();
     let config = &call.state.config;
@@ -47,7 +47,8 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
         },
         (PollLimit::Hold, Ok(id)) => held(call, &id, &owner).await?,
     };
-    Ok(result::complete(snapshot.detailed_fields()))
+    let size_hint = 256 + snapshot.result.as_ref().map_or(0, |r| r.get().len());
+    Ok(result::encode_complete(size_hint, |out| snapshot.write_detailed(out)))
 }
 
 /// The poll-rate-checked read, admitted against the tenant's request rate alongside.
