@@ -1,10 +1,11 @@
 //! The gateway's Prometheus families, next to the shared task and Redis families. A leaf: the
 //! `/metrics` endpoint is served by `http::probes`.
 
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge};
+use taskgate_shared::protocol::Method;
 use taskgate_shared::telemetry::metrics::{self, LATENCY_BUCKETS};
 
 pub(crate) struct GatewayMetrics {
@@ -79,8 +80,8 @@ pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMe
 /// from the start.
 pub(crate) fn init() {
     metrics::init();
-    for class in ["2xx", "4xx", "5xx"] {
-        METRICS.responses.with_label_values(&[class]);
+    for class in [0, 2, 3] {
+        METRICS.status_class(class);
     }
     METRICS.sse_streams.set(0);
     for reason in ["overloaded", "timeout", "panic"] {
@@ -117,20 +118,55 @@ impl Outcome {
     }
 }
 
+const OUTCOMES: [Outcome; 3] = [Outcome::Ok, Outcome::ClientError, Outcome::ServerError];
+const STATUS_CLASSES: [&str; 4] = ["2xx", "3xx", "4xx", "5xx"];
+const OTHER_LABELS: [&str; 2] = ["other", "invalid"];
+const METHOD_LABELS: usize = Method::ALL.len() + OTHER_LABELS.len();
+
+type Series = (IntCounter, Histogram);
+
+/// The series every request touches, each looked up once, when first used: `with_label_values`
+/// hashes its labels, takes a read lock and clones a handle, which on every request is a lock
+/// on the hot path. A series appears on `/metrics` once used, as before.
+static REQUEST_SERIES: [[OnceLock<Series>; 3]; METHOD_LABELS] =
+    [const { [const { OnceLock::new() }; 3] }; METHOD_LABELS];
+static RESPONSE_SERIES: [OnceLock<IntCounter>; 4] = [const { OnceLock::new() }; 4];
+
+/// Where a method label's series are kept: every method's name, `other` and `invalid`.
+fn method_slot(label: &str) -> Option<usize> {
+    Method::ALL
+        .iter()
+        .position(|m| m.name() == label)
+        .or_else(|| OTHER_LABELS.iter().position(|o| *o == label).map(|i| Method::ALL.len() + i))
+}
+
 impl GatewayMetrics {
     pub(crate) fn request(&self, method: &str, outcome: Outcome, spent: Duration) {
         let labels = [method, outcome.as_str()];
-        self.requests.with_label_values(&labels).inc();
-        self.request_seconds.with_label_values(&labels).observe(spent.as_secs_f64());
+        let series = |labels: [&str; 2]| {
+            (self.requests.with_label_values(&labels), self.request_seconds.with_label_values(&labels))
+        };
+        let outcome_slot = OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(0);
+        let (count, seconds) = match method_slot(method) {
+            Some(slot) => REQUEST_SERIES[slot][outcome_slot].get_or_init(|| series(labels)),
+            // Every label the gateway passes has a slot; anything else is still counted.
+            None => &series(labels),
+        };
+        count.inc();
+        seconds.observe(spent.as_secs_f64());
+    }
+
+    fn status_class(&self, class: usize) -> &IntCounter {
+        RESPONSE_SERIES[class].get_or_init(|| self.responses.with_label_values(&[STATUS_CLASSES[class]]))
     }
 
     pub(crate) fn response(&self, status: u16) {
         let class = match status {
-            200..=299 => "2xx",
-            300..=399 => "3xx",
-            400..=499 => "4xx",
-            _ => "5xx",
+            200..=299 => 0,
+            300..=399 => 1,
+            400..=499 => 2,
+            _ => 3,
         };
-        self.responses.with_label_values(&[class]).inc();
+        self.status_class(class).inc();
     }
 }
