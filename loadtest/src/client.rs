@@ -60,11 +60,13 @@ struct Inner {
 impl Client {
     pub fn new(config: &crate::config::Config, connections: usize) -> Self {
         let http = (0..connections.max(1))
-            .map(|_| {
+            .map(|i| {
+                let source = (!config.source_ips.is_empty()).then(|| config.source_ips[i % config.source_ips.len()]);
                 let builder = reqwest::Client::builder()
                     .no_proxy()
                     .pool_max_idle_per_host(4096)
-                    .timeout(Duration::from_secs(120));
+                    .timeout(Duration::from_secs(120))
+                    .local_address(source);
                 let builder = if config.http2 { builder.http2_prior_knowledge() } else { builder.http1_only() };
                 builder.build().expect("an HTTP client")
             })

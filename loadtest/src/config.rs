@@ -86,6 +86,12 @@ pub struct Config {
     #[arg(long)]
     pub connections: Option<usize>,
 
+    /// Local addresses the HTTP clients connect from, round-robin over the clients (on
+    /// loopback: 127.0.0.2,127.0.0.3,…). Each address has its own range of ephemeral ports, about
+    /// 28,000 connections to one gateway address; more concurrent streams need more addresses.
+    #[arg(long, value_delimiter = ',')]
+    pub source_ips: Vec<std::net::IpAddr>,
+
     /// How a lifecycle waits for its task.
     #[arg(long, value_enum, default_value = "listen")]
     pub wait: Wait,

@@ -22,6 +22,14 @@ use crate::report::{Percentiles, Report};
 
 /// Runs the configured scenario and reports it.
 pub async fn run(config: Config) -> anyhow::Result<Report> {
+    // One open file per connection: a listen run holds one per stream.
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) if config.scenario == config::Scenario::Listen && limit < config.subscriptions as u64 + 256 => {
+            eprintln!("warning: {limit} open files at most (the hard limit), fewer than the streams asked for");
+        }
+        Ok(_) => {}
+        Err(err) => eprintln!("warning: the open-file limit could not be raised: {err}"),
+    }
     let mut watched = config.cpu_pids.clone();
     if let Some(url) = &config.redis_url
         && !watched.iter().any(|w| w.role == "redis")

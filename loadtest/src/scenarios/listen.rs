@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::{StreamExt as _, TryStreamExt as _};
 use hdrhistogram::Histogram;
 use serde_json::json;
 use taskgate_shared::task::now_ms;
@@ -20,14 +21,13 @@ pub type Lags = Arc<Mutex<Histogram<u64>>>;
 
 pub(super) async fn prepare(config: &Config, client: Client, recorder: Arc<Recorder>) -> anyhow::Result<(Op, Lags)> {
     let k = config.subscriptions.max(1);
-    let mut ids = Vec::with_capacity(k);
-    for _ in 0..k {
-        ids.push(
-            create_for_setup(&client, "generate_report", json!({}))
-                .await
-                .map_err(|e| anyhow::anyhow!("creating: {e}"))?,
-        );
-    }
+    // Created 64 at a time: one at a time, 100,000 tasks would take minutes to set up.
+    let ids: Vec<String> = futures::stream::iter(0..k)
+        .map(|_| create_for_setup(&client, "generate_report", json!({})))
+        .buffered(64)
+        .try_collect()
+        .await
+        .map_err(|e| anyhow::anyhow!("creating: {e}"))?;
     let lags: Lags = Arc::new(Mutex::new(histogram()));
     let opened = Arc::new(AtomicUsize::new(0));
     for id in &ids {
