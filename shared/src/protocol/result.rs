@@ -67,9 +67,10 @@ pub fn encode_complete(size_hint: usize, write_members: impl FnOnce(&mut Vec<u8>
 /// A stored result as read from Redis, checked to be JSON but not parsed into a tree: it is
 /// spliced into responses as it is ([`write_tool_result`]). A record written before results
 /// were stored without `resultType` and `_meta` (they were the same values) has them taken
-/// out here, so that they are never written twice.
+/// out here, so that they are never written twice; so does text that spells a key with escapes
+/// (serde_json never does), which could otherwise hide one.
 pub fn stored_result(text: String) -> Result<Box<RawValue>, serde_json::Error> {
-    if !(text.contains("\"resultType\"") || text.contains("\"_meta\"")) {
+    if !(text.contains("\"resultType\"") || text.contains("\"_meta\"") || text.contains("\\u")) {
         return RawValue::from_string(text);
     }
     let value = match serde_json::from_str::<Value>(&text)? {
@@ -127,11 +128,15 @@ mod tests {
             json!({"structuredContent": {"a": [1, 2, {"b": null}]}, "content": []}),
             // Written before results were stored without them: never written twice.
             json!({"content": [], "resultType": "complete", "_meta": {"x": 1}}),
+            json!({"content": [{"type": "text", "text": "caf\u{e9} \u{1F600}"}]}),
             json!("not an object"),
         ] {
             assert_eq!(spliced(&stored.to_string()), tool_result(stored.clone()), "{stored}");
         }
         assert_eq!(spliced(" { } "), ack());
+        // A key spelled with escapes is still the key: it must not follow ours and win.
+        assert_eq!(spliced(r#"{"\u005fmeta":{"x":1}}"#), ack());
+        assert_eq!(spliced(r#"{"resultTyp\u0065":"task"}"#), ack());
         assert_eq!(serde_json::from_str::<Value>(SERVER_META_JSON).unwrap(), server_meta());
     }
 
