@@ -2,11 +2,18 @@ use anyhow::Context as _;
 use taskgate_gateway::config::Auth;
 use taskgate_gateway::{AppState, Config};
 
+#[cfg(not(feature = "dhat-heap"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+#[cfg(feature = "dhat-heap")]
+#[global_allocator]
+static GLOBAL: dhat::Alloc = dhat::Alloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    #[cfg(feature = "dhat-heap")]
+    let _profiler = dhat::Profiler::new_heap();
     let config = match Config::from_env() {
         Ok(config) => config,
         Err(errors) => {
