@@ -10,10 +10,12 @@ use std::hint::black_box;
 
 use axum::http::{HeaderMap, HeaderValue};
 use criterion::{Criterion, criterion_group, criterion_main};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use taskgate_gateway::fuzzing;
 use taskgate_shared::protocol::{envelope, result};
-use taskgate_shared::task::{Owner, Snapshot, TaskStatus};
+
+mod fixtures;
+use fixtures::completed;
 
 fn headers(method: &str, name: Option<&str>) -> HeaderMap {
     let mut headers = HeaderMap::new();
@@ -36,25 +38,6 @@ fn request(method: &str, params: Value) -> Vec<u8> {
     json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}).to_string().into_bytes()
 }
 
-/// A completed task whose result text is `text_bytes` long.
-fn completed(text_bytes: usize) -> Snapshot {
-    let stored = json!({"content": [{"type": "text", "text": "x".repeat(text_bytes)}], "isError": false});
-    Snapshot {
-        task_id: "tsk_0e7eecd6a0e8045b8043444f120d48e683".into(),
-        owner: Owner { tenant: "acme".into(), principal: "alice".into() },
-        status: TaskStatus::Completed,
-        status_message: None,
-        created_at_ms: 1_796_211_601_060,
-        updated_at_ms: 1_796_211_601_061,
-        ttl_ms: 300_000,
-        poll_interval_ms: 20,
-        input_requests: Map::new(),
-        result: Some(result::stored_result(stored.to_string()).unwrap()),
-        error: None,
-        version: 2,
-    }
-}
-
 fn request_parsing(c: &mut Criterion) {
     let mut group = c.benchmark_group("request parsing");
     let get = request("tasks/get", json!({"taskId": "tsk_0e7eecd6a0e8045b8043444f120d48e683"}));
@@ -73,7 +56,7 @@ fn snapshot_encoding(c: &mut Criterion) {
         let snapshot = completed(text_bytes);
         group.bench_function(format!("{label}, written"), |b| {
             b.iter(|| {
-                let hint = 256 + snapshot.result.as_ref().map_or(0, |r| r.get().len());
+                let hint = snapshot.encoded_len_hint();
                 let body = result::encode_complete(hint, |out| black_box(&snapshot).write_detailed(out));
                 envelope::encode_success(&id, &body)
             })

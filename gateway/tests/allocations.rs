@@ -3,31 +3,15 @@
 //! test. The micro-benchmarks (`benches/hot_path.rs`) time the same operations.
 
 use axum::http::{HeaderMap, HeaderValue};
-use serde_json::{Map, json};
+use serde_json::json;
 use taskgate_gateway::fuzzing;
 use taskgate_shared::protocol::{envelope, result};
-use taskgate_shared::task::{Owner, Snapshot, TaskStatus};
+
+#[path = "../benches/fixtures/mod.rs"]
+mod fixtures;
 
 #[global_allocator]
 static ALLOCATOR: dhat::Alloc = dhat::Alloc;
-
-fn completed() -> Snapshot {
-    let stored = json!({"content": [{"type": "text", "text": "ok"}], "isError": false});
-    Snapshot {
-        task_id: "tsk_0e7eecd6a0e8045b8043444f120d48e683".into(),
-        owner: Owner { tenant: "acme".into(), principal: "alice".into() },
-        status: TaskStatus::Completed,
-        status_message: Some("Done.".into()),
-        created_at_ms: 1_796_211_601_060,
-        updated_at_ms: 1_796_211_601_061,
-        ttl_ms: 300_000,
-        poll_interval_ms: 20,
-        input_requests: Map::new(),
-        result: Some(result::stored_result(stored.to_string()).unwrap()),
-        error: None,
-        version: 2,
-    }
-}
 
 /// Blocks allocated while `operation` runs (what it returns is dropped inside).
 fn allocations<T>(operation: impl Fn() -> T) -> u64 {
@@ -41,7 +25,7 @@ fn allocations<T>(operation: impl Fn() -> T) -> u64 {
 #[test]
 fn hot_paths_allocate_within_their_budgets() {
     let _profiler = dhat::Profiler::builder().testing().build();
-    let snapshot = completed();
+    let snapshot = fixtures::completed(2);
     let id = json!(7);
     let meta = json!({"io.modelcontextprotocol/subscriptionId": 7});
 

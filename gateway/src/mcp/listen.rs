@@ -133,7 +133,8 @@ impl Listen {
     /// The DetailedTask, as `tasks/get` would return it, minus `resultType`: written straight
     /// into one buffer, the stored result spliced in.
     fn notification(&self, snapshot: &Snapshot) -> String {
-        let size_hint = 384 + snapshot.result.as_ref().map_or(0, |r| r.get().len());
+        // Room for the `_meta` with the subscription id too.
+        let size_hint = snapshot.encoded_len_hint() + 128;
         envelope::encode_notification("notifications/tasks", size_hint, |out| {
             snapshot.write_detailed(out);
             out.extend_from_slice(br#","_meta":"#);

@@ -14,21 +14,29 @@ use crate::protocol::TASKS_EXTENSION;
 /// (`"extensions": {"io.modelcontextprotocol/tasks": {}}`) was left out of it. A declaration
 /// with settings is kept as it is.
 pub fn stored_capabilities(capabilities: &Map<String, Value>) -> (String, bool) {
-    let Some(extensions) = capabilities.get("extensions").and_then(Value::as_object) else {
-        return (Value::Object(capabilities.clone()).to_string(), false);
-    };
-    if extensions.get(TASKS_EXTENSION).and_then(Value::as_object).is_none_or(|settings| !settings.is_empty()) {
-        return (Value::Object(capabilities.clone()).to_string(), false);
+    let plain_declaration = capabilities
+        .get("extensions")
+        .and_then(Value::as_object)
+        .and_then(|extensions| extensions.get(TASKS_EXTENSION))
+        .and_then(Value::as_object)
+        .is_some_and(Map::is_empty);
+    if !plain_declaration {
+        return (json_text(capabilities), false);
     }
     let mut stored = capabilities.clone();
-    let mut others = extensions.clone();
-    others.remove(TASKS_EXTENSION);
-    if others.is_empty() {
+    let Some(Value::Object(extensions)) = stored.get_mut("extensions") else {
+        return (json_text(capabilities), false);
+    };
+    extensions.remove(TASKS_EXTENSION);
+    if extensions.is_empty() {
         stored.remove("extensions");
-    } else {
-        stored.insert("extensions".into(), Value::Object(others));
     }
-    (Value::Object(stored).to_string(), true)
+    (json_text(&stored), true)
+}
+
+/// A map as JSON text, serialised in place (it cannot fail: every key is a string).
+fn json_text(map: &Map<String, Value>) -> String {
+    serde_json::to_string(map).unwrap_or_default()
 }
 
 /// The stored `clientCapabilities` read back, with the declaration put back when it was left

@@ -73,6 +73,12 @@ impl Snapshot {
         m
     }
 
+    /// A buffer size that holds [`Self::write_detailed`]'s output with the result spliced in,
+    /// so that a response is allocated once.
+    pub fn encoded_len_hint(&self) -> usize {
+        256 + self.result.as_ref().map_or(0, |r| r.get().len())
+    }
+
     /// The result as the wire carries it, parsed (`null` when there is none).
     pub fn parsed_result(&self) -> Value {
         let stored = self.result.as_deref().and_then(|raw| serde_json::from_str(raw.get()).ok());

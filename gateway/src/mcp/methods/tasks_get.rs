@@ -47,8 +47,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Vec<u8>, GatewayError> {
         },
         (PollLimit::Hold, Ok(id)) => held(call, &id, &owner).await?,
     };
-    let size_hint = 256 + snapshot.result.as_ref().map_or(0, |r| r.get().len());
-    Ok(result::encode_complete(size_hint, |out| snapshot.write_detailed(out)))
+    Ok(result::encode_complete(snapshot.encoded_len_hint(), |out| snapshot.write_detailed(out)))
 }
 
 /// The poll-rate-checked read, admitted against the tenant's request rate alongside.
