@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use http_body_util::BodyExt;
 use serde_json::Value;
-use taskgate_shared::protocol::{Incoming, Method, envelope};
+use taskgate_shared::protocol::{Incoming, Method, envelope, meta};
 use taskgate_shared::telemetry::trace;
 use tower_http::request_id::RequestId;
 use tracing::Instrument as _;
@@ -28,10 +28,13 @@ pub(crate) async fn handle(State(state): State<AppState>, request: Request) -> R
 
 /// The request's `traceparent`: `_meta.traceparent` first, else the HTTP header; only if well
 /// formed.
-fn traceparent(headers: &HeaderMap, message: &Incoming) -> Option<String> {
-    let from_meta = message.params.as_ref().and_then(|p| p.get("_meta")).and_then(|m| m.get("traceparent"));
+fn traceparent(headers: &HeaderMap, message: &Incoming<'_>) -> Option<String> {
+    // Only a body that names a traceparent is read for it; `params` is read again, fully, once
+    // the method is known.
+    let params = message.params.filter(|raw| raw.get().contains("\"traceparent\""));
+    let from_meta = params.and_then(|_| message.params().ok()).and_then(|p| meta::traceparent(p.meta));
     from_meta
-        .and_then(Value::as_str)
+        .as_deref()
         .or_else(|| headers.get("traceparent").and_then(|v| v.to_str().ok()))
         .and_then(trace::parse_traceparent)
 }
@@ -83,25 +86,26 @@ async fn respond(state: &AppState, request: Request) -> (&'static str, Response)
 /// `Content-Type` must be JSON (415) and `Accept` must list both JSON and SSE (406).
 pub(crate) fn negotiate(headers: &HeaderMap) -> Result<(), Framing> {
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(media_type);
-    if content_type.as_deref() != Some("application/json") {
+    if !content_type.is_some_and(|t| t.eq_ignore_ascii_case("application/json")) {
         return Err(Framing::UnsupportedMediaType);
     }
-    let accepts: Vec<String> = headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(media_type)
-        .collect();
-    if !["application/json", "text/event-stream"].iter().all(|m| accepts.iter().any(|a| a == m)) {
+    let accepts = || {
+        headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(media_type)
+    };
+    if !["application/json", "text/event-stream"].iter().all(|m| accepts().any(|a| a.eq_ignore_ascii_case(m))) {
         return Err(Framing::NotAcceptable);
     }
     Ok(())
 }
 
-/// The media type of a header value, without parameters, lowercased.
-fn media_type(value: &str) -> String {
-    value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase()
+/// The media type of a header value, without parameters (compared ignoring case).
+fn media_type(value: &str) -> &str {
+    value.split(';').next().unwrap_or_default().trim()
 }
 
 /// Reads the body within `--body-timeout-ms`. Its size is bounded by the pipeline's body-limit

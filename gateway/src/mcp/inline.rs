@@ -66,7 +66,7 @@ impl InlineRun {
         call: &Call<'_>,
         id: TaskId,
         tool: &str,
-        arguments: &Value,
+        arguments: &str,
         poll_interval_ms: u64,
         gathered: &crate::mrtr::Gathered,
     ) -> Result<Self, GatewayError> {

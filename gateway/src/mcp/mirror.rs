@@ -2,10 +2,12 @@
 //! body (SEP-2243). Any missing (where required), duplicated, undecodable or mismatched value
 //! is `-32020`.
 
+use std::borrow::Cow;
+
 use axum::http::HeaderMap;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use taskgate_shared::protocol::method::NameHeader;
-use taskgate_shared::protocol::{Method, RpcError, header_value};
+use taskgate_shared::protocol::{Method, Params, RpcError, header_value, params};
 
 const PROTOCOL_VERSION: &str = "MCP-Protocol-Version";
 const METHOD: &str = "Mcp-Method";
@@ -20,7 +22,7 @@ pub(crate) fn check(
     headers: &HeaderMap,
     body_version: &str,
     method: Method,
-    params: &Map<String, Value>,
+    sent: &Params<'_>,
     strict: bool,
 ) -> Result<(), RpcError> {
     let version = single(headers, PROTOCOL_VERSION)?.ok_or_else(|| missing(PROTOCOL_VERSION))?;
@@ -40,7 +42,7 @@ pub(crate) fn check(
         None if required => Err(missing(NAME)),
         None => Ok(()),
         // A body value of the wrong type is reported by the method as -32602.
-        Some(name) => match params.get(field).and_then(Value::as_str) {
+        Some(name) => match params::text(sent.named(field)) {
             Some(body) if body != name => {
                 Err(RpcError::header_mismatch(NAME, format!("does not match params.{field}")))
             }
@@ -104,7 +106,7 @@ fn missing(header: &'static str) -> RpcError {
 }
 
 /// The decoded value of a header that may appear at most once.
-fn single(headers: &HeaderMap, name: &'static str) -> Result<Option<String>, RpcError> {
+fn single<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<Option<Cow<'h, str>>, RpcError> {
     let mut values = headers.get_all(name).iter();
     let Some(value) = values.next() else {
         return Ok(None);
@@ -118,7 +120,7 @@ fn single(headers: &HeaderMap, name: &'static str) -> Result<Option<String>, Rpc
 #[cfg(test)]
 mod tests {
     use axum::http::{HeaderMap, HeaderValue};
-    use serde_json::{Map, Value, json};
+    use serde_json::json;
     use taskgate_shared::protocol::Method;
 
     use super::*;
@@ -131,8 +133,8 @@ mod tests {
         map
     }
 
-    fn params(value: Value) -> Map<String, Value> {
-        value.as_object().cloned().unwrap()
+    fn params(text: &str) -> Params<'_> {
+        Params::parse(Some(serde_json::from_str(text).unwrap())).unwrap()
     }
 
     fn reason(result: Result<(), RpcError>) -> String {
@@ -145,7 +147,8 @@ mod tests {
 
     #[test]
     fn mcp_name_must_match_the_body_on_tools_call() {
-        let body = params(json!({"name": "echo"}));
+        let text = json!({"name": "echo"}).to_string();
+        let body = params(&text);
         let ok = headers(&[BASE[0], BASE[1], (NAME, "echo")]);
         assert_eq!(check(&ok, "2026-07-28", Method::ToolsCall, &body, false), Ok(()));
         let missing = headers(&BASE);
@@ -158,7 +161,8 @@ mod tests {
 
     #[test]
     fn encoded_names_are_compared_decoded() {
-        let body = params(json!({"name": "héllo"}));
+        let text = json!({"name": "héllo"}).to_string();
+        let body = params(&text);
         let encoded = header_value::encode("héllo");
         let sent = headers(&[BASE[0], BASE[1], (NAME, encoded.as_str())]);
         assert_eq!(check(&sent, "2026-07-28", Method::ToolsCall, &body, false), Ok(()));
@@ -166,7 +170,8 @@ mod tests {
 
     #[test]
     fn task_methods_need_mcp_name_only_when_strict() {
-        let body = params(json!({"taskId": "t_1"}));
+        let text = json!({"taskId": "t_1"}).to_string();
+        let body = params(&text);
         let without = headers(&[(PROTOCOL_VERSION, "2026-07-28"), (METHOD, "tasks/get")]);
         assert_eq!(check(&without, "2026-07-28", Method::TasksGet, &body, false), Ok(()));
         assert!(reason(check(&without, "2026-07-28", Method::TasksGet, &body, true)).contains("missing"));
@@ -176,7 +181,8 @@ mod tests {
 
     #[test]
     fn version_and_method_headers_must_agree() {
-        let body = params(json!({}));
+        let text = json!({}).to_string();
+        let body = params(&text);
         let old = headers(&[(PROTOCOL_VERSION, "2025-11-25"), (METHOD, "tools/list")]);
         assert!(reason(check(&old, "2026-07-28", Method::ToolsList, &body, false)).contains("protocolVersion"));
         let other = headers(&[(PROTOCOL_VERSION, "2026-07-28"), (METHOD, "tools/call")]);

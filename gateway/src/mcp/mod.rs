@@ -16,9 +16,9 @@ pub(crate) mod mirror;
 mod reply;
 
 use axum::http::HeaderMap;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use taskgate_shared::protocol::method::Admission;
-use taskgate_shared::protocol::{ErrorKind, Incoming, Method, RpcError, ValidMeta, meta};
+use taskgate_shared::protocol::{ErrorKind, Incoming, Method, Params, RpcError, ValidMeta, meta, params};
 
 use taskgate_shared::task::TaskId;
 use taskgate_shared::telemetry::metrics::TASKS;
@@ -36,13 +36,17 @@ pub(crate) struct Call<'a> {
     pub(crate) headers: &'a HeaderMap,
     pub(crate) principal: Principal,
     pub(crate) meta: ValidMeta,
-    pub(crate) params: &'a Map<String, Value>,
+    pub(crate) params: &'a Params<'a>,
     /// The JSON-RPC id, for the response that ends a stream.
     pub(crate) id: &'a Value,
 }
 
 /// Authenticates one parsed message, runs it through the ladder and its method.
-pub(crate) async fn handle(state: &AppState, headers: &HeaderMap, message: &Incoming) -> Result<Reply, GatewayError> {
+pub(crate) async fn handle(
+    state: &AppState,
+    headers: &HeaderMap,
+    message: &Incoming<'_>,
+) -> Result<Reply, GatewayError> {
     let principal = state.auth.authenticate(headers).await.map_err(GatewayError::Auth)?;
     tracing::Span::current().record("tenant", principal.tenant.as_str());
     if message.is_notification() {
@@ -55,7 +59,7 @@ pub(crate) async fn handle(state: &AppState, headers: &HeaderMap, message: &Inco
         crate::limits::admit_request(state, &principal).await?;
     }
     let id = message.id.as_ref().unwrap_or(&Value::Null);
-    let call = Call { state, headers, principal, meta, params, id };
+    let call = Call { state, headers, principal, meta, params: &params, id };
     match method {
         Method::Discover => Ok(Reply::Result(methods::discover::run(&call))),
         Method::ToolsList => methods::tools_list::run(&call).await.map(Reply::Result),
@@ -77,11 +81,11 @@ pub(crate) async fn handle(state: &AppState, headers: &HeaderMap, message: &Inco
 pub(crate) fn admit<'m>(
     strict_headers: bool,
     headers: &HeaderMap,
-    message: &'m Incoming,
-) -> Result<(Method, &'m Map<String, Value>, ValidMeta), RpcError> {
+    message: &Incoming<'m>,
+) -> Result<(Method, Params<'m>, ValidMeta), RpcError> {
     let method = Method::route(&message.method)?;
-    let params = message.params_object()?;
-    let meta = meta::validate(params, |version| mirror::check(headers, version, method, params, strict_headers))?;
+    let params = message.params()?;
+    let meta = meta::validate(params.meta, |version| mirror::check(headers, version, method, &params, strict_headers))?;
     if method.requires_tasks_extension() && !meta.declares_tasks() {
         return Err(RpcError::missing_tasks_extension());
     }
@@ -95,8 +99,8 @@ pub(crate) fn task_not_found() -> RpcError {
 
 /// `params.taskId`, parsed. Anything that is not a well-formed id is simply not found.
 /// Well-formed ids are recorded on the request's span, so every log line names the task.
-pub(crate) fn task_id(params: &Map<String, Value>) -> Result<TaskId, RpcError> {
-    let id = params.get("taskId").and_then(Value::as_str).and_then(TaskId::parse).ok_or_else(task_not_found)?;
+pub(crate) fn task_id(params: &Params<'_>) -> Result<TaskId, RpcError> {
+    let id = params::text(params.task_id).as_deref().and_then(TaskId::parse).ok_or_else(task_not_found)?;
     tracing::Span::current().record("task_id", id.as_str());
     Ok(id)
 }
@@ -125,13 +129,12 @@ pub(crate) async fn write_task(
     call: &Call<'_>,
     id: &TaskId,
     tool: &str,
-    arguments: &Value,
+    arguments: &str,
     shape: TaskShape<'_>,
     gathered: &crate::mrtr::Gathered,
     durability: Durability,
 ) -> Result<i64, GatewayError> {
     let state = call.state;
-    let arguments = arguments.to_string();
     let answers: Vec<(String, String)> = gathered.answers.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
     let (capabilities, declares_tasks) = taskgate_shared::store::stored_capabilities(&call.meta.capabilities);
     // The worker's span joins the trace as a child of this request's span when traces are
@@ -142,7 +145,7 @@ pub(crate) async fn write_task(
         id,
         owner: &owner,
         tool,
-        arguments: &arguments,
+        arguments,
         ttl_ms: shape.ttl_ms,
         poll_interval_ms: shape.poll_interval_ms,
         status_message: shape.status_message,

@@ -5,7 +5,10 @@ pub(crate) mod state;
 
 use std::collections::BTreeMap;
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use taskgate_shared::protocol::params::{self, Params, present};
 use taskgate_shared::protocol::{RpcError, ValidMeta, result};
 
 pub(crate) use state::{BadStateKey, Expected, StateKeys, StatePayload, digest};
@@ -18,27 +21,27 @@ const MAX_ANSWERS: usize = 64;
 /// answers up by the keys they ask), which is how extra keys are ignored.
 pub(crate) fn gather(
     keys: &StateKeys,
-    params: &Map<String, Value>,
+    params: &Params<'_>,
     expect: &Expected<'_>,
     now_ms: u64,
     max_bytes: usize,
 ) -> Result<Gathered, RpcError> {
-    let (mut answers, resume) = match params.get("requestState") {
-        None | Some(Value::Null) => (BTreeMap::new(), None),
-        Some(Value::String(token)) => {
-            let payload = keys.verify(token, expect, now_ms)?;
+    let (mut answers, resume) = match params.request_state.map(RawValue::get) {
+        None | Some("null") => (BTreeMap::new(), None),
+        Some(_) => {
+            let token = params::text(params.request_state)
+                .ok_or_else(|| RpcError::invalid_params("requestState must be a string"))?;
+            let payload = keys.verify(&token, expect, now_ms)?;
             (payload.answers, payload.resume)
         }
-        Some(_) => return Err(RpcError::invalid_params("requestState must be a string")),
     };
-    match params.get("inputResponses") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(responses)) => {
-            for (key, response) in responses.iter().filter(|(_, r)| usable_answer(r)) {
-                answers.insert(key.clone(), response.clone());
-            }
+    if params.input_responses.is_some_and(|raw| raw.get() != "null") {
+        let responses = input_responses(params.input_responses)
+            .ok_or_else(|| RpcError::invalid_params("inputResponses must be an object"))?;
+        for (key, response) in responses.into_iter().filter(|(_, r)| usable_answer(r)) {
+            // Raw members are valid JSON: this decodes.
+            answers.insert(key, serde_json::from_str(response.get()).unwrap_or_default());
         }
-        Some(_) => return Err(RpcError::invalid_params("inputResponses must be an object")),
     }
     let size: usize = answers.values().map(|v| v.to_string().len()).sum();
     if answers.len() > MAX_ANSWERS || size > max_bytes {
@@ -57,11 +60,28 @@ pub(crate) struct Gathered {
 /// Whether a response can answer an input request: an object (ElicitResult,
 /// CreateMessageResult, ListRootsResult), whose `action`, when present, is one the spec
 /// defines. Anything else is ignored, so the request stays outstanding and is asked again.
-pub(crate) fn usable_answer(response: &Value) -> bool {
-    let Some(obj) = response.as_object() else { return false };
-    let action_ok = obj.get("action").is_none_or(|a| matches!(a.as_str(), Some("accept" | "decline" | "cancel")));
-    let content_ok = obj.get("content").is_none_or(|c| c.is_object() || obj.get("action").is_none());
+pub(crate) fn usable_answer(response: &RawValue) -> bool {
+    /// The members that decide it, raw.
+    #[derive(Deserialize)]
+    struct Answer<'a> {
+        #[serde(default, borrow, deserialize_with = "present")]
+        action: Option<&'a RawValue>,
+        #[serde(default, borrow, deserialize_with = "present")]
+        content: Option<&'a RawValue>,
+    }
+    if !response.get().starts_with('{') {
+        return false;
+    }
+    let Ok(answer) = serde_json::from_str::<Answer<'_>>(response.get()) else { return false };
+    let action_ok = answer.action.is_none()
+        || matches!(params::text(answer.action).as_deref(), Some("accept" | "decline" | "cancel"));
+    let content_ok = answer.content.is_none_or(|c| c.get().starts_with('{')) || answer.action.is_none();
     action_ok && content_ok
+}
+
+/// `inputResponses`, each answer kept raw; `None` unless it is an object.
+pub(crate) fn input_responses(member: Option<&RawValue>) -> Option<BTreeMap<String, &RawValue>> {
+    member.filter(|raw| raw.get().starts_with('{')).and_then(|raw| serde_json::from_str(raw.get()).ok())
 }
 
 /// `-32021` unless the current request declared every capability these requests need. Never

@@ -1,35 +1,38 @@
 //! One JSON-RPC 2.0 message per POST: parsing the incoming envelope and building replies.
+//!
+//! The envelope is read into a struct that borrows from the body: `params` stays raw JSON
+//! until the method's turn comes (see [`super::params`]).
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::RpcError;
+use super::params::{Params, present};
 
 /// A request id exactly as the client sent it (string, number or `null`), echoed unchanged.
 pub type RequestId = Value;
 
-/// A parsed client message. `id: None` means a notification: the `"id"` key was absent.
-/// `"id": null` is a request whose id is `null`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Incoming {
+/// A parsed client message, borrowing from the body. `id: None` means a notification: the
+/// `"id"` key was absent. `"id": null` is a request whose id is `null`.
+#[derive(Debug, Clone)]
+pub struct Incoming<'a> {
     pub id: Option<RequestId>,
-    pub method: String,
-    /// `params`, which the spec requires to be an object when present.
-    pub params: Option<Value>,
+    pub method: Cow<'a, str>,
+    /// `params`, unread: the spec requires an object when present, checked by [`Self::params`].
+    pub params: Option<&'a RawValue>,
 }
 
-impl Incoming {
+impl<'a> Incoming<'a> {
     pub fn is_notification(&self) -> bool {
         self.id.is_none()
     }
 
-    /// The params object. Absent params read as `{}`; anything else is `-32602`.
-    pub fn params_object(&self) -> Result<&Map<String, Value>, RpcError> {
-        static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
-        match &self.params {
-            None => Ok(EMPTY.get_or_init(Map::new)),
-            Some(Value::Object(map)) => Ok(map),
-            Some(_) => Err(RpcError::invalid_params("params must be an object")),
-        }
+    /// The params object's members. Absent params read as `{}`; anything else is `-32602`.
+    pub fn params(&self) -> Result<Params<'a>, RpcError> {
+        Params::parse(self.params)
     }
 }
 
@@ -41,35 +44,63 @@ pub struct Malformed {
     pub error: RpcError,
 }
 
+/// The envelope's members, each kept whether or not it has the right type, so that each wrong
+/// one gets its own error.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(default, borrow, deserialize_with = "present")]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    method: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    params: Option<&'a RawValue>,
+}
+
 /// Parses one message. Batches (JSON arrays) are refused: 2026-07-28 carries one message per
 /// POST.
-pub fn parse(body: &[u8]) -> Result<Incoming, Malformed> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|err| Malformed { id: Value::Null, error: RpcError::parse_error(format!("invalid JSON: {err}")) })?;
-    let mut obj = match value {
-        Value::Object(obj) => obj,
-        Value::Array(_) => return Err(invalid(Value::Null, "batch requests are not supported")),
-        _ => return Err(invalid(Value::Null, "a JSON-RPC message must be an object")),
-    };
-    let id = match obj.remove("id") {
+pub fn parse(body: &[u8]) -> Result<Incoming<'_>, Malformed> {
+    // serde reads a struct from an array too: only an object may go on.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(not_an_object(body));
+    }
+    let envelope: Envelope<'_> = serde_json::from_slice(body).map_err(|err| match err.is_data() {
+        // A member sent twice.
+        true => Malformed { id: Value::Null, error: RpcError::invalid_request(format!("invalid message: {err}")) },
+        false => unparsable(&err),
+    })?;
+    let id = match envelope.id.map(RawValue::get) {
         None => None,
-        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => Some(id),
-        Some(_) => {
-            return Err(invalid(Value::Null, "id must be a string, a number or null"));
+        Some(raw) if raw.starts_with(['"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'n']) => {
+            // Valid JSON by now, and a string, a number or null: it decodes.
+            Some(serde_json::from_str(raw).unwrap_or(Value::Null))
         }
+        Some(_) => return Err(invalid(Value::Null, "id must be a string, a number or null")),
     };
     let reply_id = id.clone().unwrap_or(Value::Null);
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+    if envelope.jsonrpc.map(RawValue::get) != Some(r#""2.0""#) {
         return Err(invalid(reply_id, "jsonrpc must be \"2.0\""));
     }
-    let method = match obj.remove("method") {
-        Some(Value::String(method)) => method,
-        Some(_) => return Err(invalid(reply_id, "method must be a string")),
-        None => {
-            return Err(invalid(reply_id, "method is required; clients send no responses"));
-        }
+    let method = match envelope.method {
+        Some(raw) => super::params::text(Some(raw)).ok_or_else(|| invalid(reply_id, "method must be a string"))?,
+        None => return Err(invalid(reply_id, "method is required; clients send no responses")),
     };
-    Ok(Incoming { id, method, params: obj.remove("params") })
+    Ok(Incoming { id, method, params: envelope.params })
+}
+
+/// What a body that is not a JSON object gets: invalid JSON is a parse error; an array is a
+/// batch, refused; any other value is an invalid request.
+fn not_an_object(body: &[u8]) -> Malformed {
+    match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+        Err(err) => unparsable(&err),
+        Ok(_) if body.trim_ascii_start().starts_with(b"[") => invalid(Value::Null, "batch requests are not supported"),
+        Ok(_) => invalid(Value::Null, "a JSON-RPC message must be an object"),
+    }
+}
+
+fn unparsable(err: &serde_json::Error) -> Malformed {
+    Malformed { id: Value::Null, error: RpcError::parse_error(format!("invalid JSON: {err}")) }
 }
 
 fn invalid(id: RequestId, message: &'static str) -> Malformed {

@@ -1,6 +1,8 @@
 //! Mirrored header values (`Mcp-Name`, `Mcp-Param-*`): the `=?base64?…?=` sentinel that carries
 //! values which are not plain printable ASCII.
 
+use std::borrow::Cow;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
@@ -20,7 +22,7 @@ pub enum HeaderValueError {
 
 /// Decodes a raw header value: trims surrounding whitespace, then strictly decodes the base64
 /// sentinel when the whole value is wrapped in it. A partly wrapped value is literal.
-pub fn decode(raw: &[u8]) -> Result<String, HeaderValueError> {
+pub fn decode(raw: &[u8]) -> Result<Cow<'_, str>, HeaderValueError> {
     if raw.iter().any(|b| !(0x20..=0x7e).contains(b) && *b != b'\t') {
         return Err(HeaderValueError::NotPrintable);
     }
@@ -29,9 +31,9 @@ pub fn decode(raw: &[u8]) -> Result<String, HeaderValueError> {
     match text.strip_prefix(PREFIX).and_then(|rest| rest.strip_suffix(SUFFIX)) {
         Some(b64) if text.len() >= PREFIX.len() + SUFFIX.len() => {
             let bytes = STANDARD.decode(b64).map_err(|_| HeaderValueError::BadBase64)?;
-            String::from_utf8(bytes).map_err(|_| HeaderValueError::NotUtf8)
+            String::from_utf8(bytes).map(Cow::Owned).map_err(|_| HeaderValueError::NotUtf8)
         }
-        _ => Ok(text.to_owned()),
+        _ => Ok(Cow::Borrowed(text)),
     }
 }
 

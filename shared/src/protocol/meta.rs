@@ -1,9 +1,14 @@
 //! Per-request `_meta` validation. Capabilities are read from this request alone: nothing is
 //! remembered between requests.
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::{RpcError, SUPPORTED_VERSIONS, TASKS_EXTENSION, meta_keys};
+use super::params::{present, text, value};
+use super::{RpcError, SUPPORTED_VERSIONS, TASKS_EXTENSION};
 
 /// The validated `_meta` of one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +35,23 @@ impl ValidMeta {
     }
 }
 
+/// The `_meta` members taskgate reads, borrowed raw; the rest are skipped unread.
+#[derive(Deserialize)]
+struct Members<'a> {
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion", default, borrow, deserialize_with = "present")]
+    version: Option<&'a RawValue>,
+    #[serde(rename = "io.modelcontextprotocol/clientCapabilities", default, borrow, deserialize_with = "present")]
+    capabilities: Option<&'a RawValue>,
+    #[serde(rename = "io.modelcontextprotocol/clientInfo", default, borrow, deserialize_with = "present")]
+    client_info: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    traceparent: Option<&'a RawValue>,
+    #[serde(rename = "progressToken", default, borrow, deserialize_with = "present")]
+    progress_token: Option<&'a RawValue>,
+    #[serde(rename = "io.modelcontextprotocol/logLevel", default, borrow, deserialize_with = "present")]
+    log_level: Option<&'a RawValue>,
+}
+
 /// Validates `params._meta` in the order the conformance suite expects: `_meta`, version string, version support,
 /// capabilities, then `clientInfo` when present.
 ///
@@ -37,38 +59,41 @@ impl ValidMeta {
 /// checked, so a client whose `MCP-Protocol-Version` header disagrees with the body learns
 /// that (-32020) rather than that the body's version is unsupported.
 pub fn validate(
-    params: &Map<String, Value>,
+    meta: Option<&RawValue>,
     check_headers: impl FnOnce(&str) -> Result<(), RpcError>,
 ) -> Result<ValidMeta, RpcError> {
-    let meta = params
-        .get("_meta")
-        .and_then(Value::as_object)
-        .ok_or_else(|| RpcError::invalid_params("missing request _meta"))?;
-    let version = meta
-        .get(meta_keys::PROTOCOL_VERSION)
-        .and_then(Value::as_str)
-        .ok_or_else(|| RpcError::invalid_params("missing protocol version"))?;
-    check_headers(version)?;
-    if !SUPPORTED_VERSIONS.contains(&version) {
-        return Err(RpcError::unsupported_version(version));
+    let missing = || RpcError::invalid_params("missing request _meta");
+    let meta = meta.filter(|raw| raw.get().starts_with('{')).ok_or_else(missing)?;
+    let meta: Members<'_> =
+        serde_json::from_str(meta.get()).map_err(|err| RpcError::invalid_params(format!("invalid _meta: {err}")))?;
+    let version = text(meta.version).ok_or_else(|| RpcError::invalid_params("missing protocol version"))?;
+    check_headers(&version)?;
+    if !SUPPORTED_VERSIONS.contains(&version.as_ref()) {
+        return Err(RpcError::unsupported_version(&version));
     }
-    let capabilities = meta
-        .get(meta_keys::CLIENT_CAPABILITIES)
-        .and_then(Value::as_object)
+    // Decoded straight into the map a task keeps: no tree of the whole request, no clone.
+    let capabilities: Map<String, Value> = meta
+        .capabilities
+        .and_then(|raw| serde_json::from_str(raw.get()).ok())
         .ok_or_else(|| RpcError::invalid_params("missing client capabilities"))?;
-    if let Some(info) = meta.get(meta_keys::CLIENT_INFO) {
-        validate_client_info(info)?;
+    if let Some(info) = meta.client_info {
+        validate_client_info(&value(Some(info)).unwrap_or_default())?;
     }
-    let traceparent = meta.get("traceparent").and_then(Value::as_str).map(str::to_owned);
-    let progress_token = meta.get("progressToken").filter(|t| t.is_string() || t.is_i64() || t.is_u64()).cloned();
-    let log_level = meta.get(meta_keys::LOG_LEVEL).and_then(Value::as_str).map(str::to_owned);
+    let progress_token = value(meta.progress_token).filter(|t| t.is_string() || t.is_i64() || t.is_u64());
     Ok(ValidMeta {
-        protocol_version: version.to_owned(),
-        capabilities: capabilities.clone(),
-        traceparent,
+        protocol_version: version.into_owned(),
+        capabilities,
+        traceparent: text(meta.traceparent).map(Cow::into_owned),
         progress_token,
-        log_level,
+        log_level: text(meta.log_level).map(Cow::into_owned),
     })
+}
+
+/// `_meta.traceparent` alone, for the request's span before the method runs. Most requests
+/// carry none, and those are not parsed for it.
+pub fn traceparent(meta: Option<&RawValue>) -> Option<Cow<'_, str>> {
+    let meta = meta.filter(|raw| raw.get().contains("\"traceparent\""))?;
+    text(serde_json::from_str::<Members<'_>>(meta.get()).ok()?.traceparent)
 }
 
 /// `clientInfo` is an `Implementation`: string `name` and `version` are required, and the

@@ -1,5 +1,5 @@
 //! The MCP 2026-07-28 wire: JSON-RPC envelopes, per-request `_meta`, error codes and the
-//! mirrored-header value encoding. Pure functions over `serde_json` values: no I/O here.
+//! mirrored-header value encoding. Pure functions over borrowed JSON: no I/O here.
 
 pub mod capabilities;
 pub mod envelope;
@@ -7,12 +7,14 @@ pub mod error;
 pub mod header_value;
 pub mod meta;
 pub mod method;
+pub mod params;
 pub mod result;
 
 pub use envelope::{Incoming, RequestId};
 pub use error::{ErrorKind, RpcError};
 pub use meta::ValidMeta;
 pub use method::Method;
+pub use params::Params;
 
 /// The one protocol revision taskgate speaks.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";

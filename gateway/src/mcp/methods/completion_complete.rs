@@ -2,7 +2,7 @@
 //! template, made on a worker.
 
 use serde_json::{Value, json};
-use taskgate_shared::protocol::RpcError;
+use taskgate_shared::protocol::{RpcError, params};
 use taskgate_shared::tools::offerings::COMPLETE;
 
 use super::hidden;
@@ -16,7 +16,8 @@ pub(crate) fn offered(catalogue: &Catalogue) -> bool {
 }
 
 pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
-    let (reference, argument) = (call.params.get("ref"), call.params.get("argument"));
+    let (reference, argument) = (params::value(call.params.reference), params::value(call.params.argument));
+    let (reference, argument) = (reference.as_ref(), argument.as_ref());
     let catalogue = call.state.catalogue.fresh_unless(|c| check(c, reference, argument).is_ok()).await;
     if !offered(&catalogue) {
         return Err(GatewayError::Envelope(RpcError::method_not_found()));
@@ -37,9 +38,9 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
         }
     };
     let arguments = json!({
-        "ref": call.params["ref"],
-        "argument": call.params["argument"],
-        "context": call.params.get("context").cloned().unwrap_or(Value::Null),
+        "ref": reference,
+        "argument": argument,
+        "context": params::value(call.params.context).unwrap_or(Value::Null),
     });
     hidden::run(call, COMPLETE, &names, arguments, None).await
 }

@@ -2,22 +2,25 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use taskgate_shared::protocol::{RpcError, result};
+use taskgate_shared::protocol::{RpcError, params, result};
 
 /// Items per page.
 const PAGE: usize = 100;
 /// Lists are the same for every caller under one deployment, so shared caches may keep them.
 const TTL_MS: u64 = 60_000;
 
-/// The page of `items` that `params.cursor` points at, as the result `{<field>: [...],
-/// nextCursor?, ttlMs, cacheScope}`. Every page has the same cache scope.
-pub(crate) fn page(items: Vec<Value>, params: &Map<String, Value>, field: &str) -> Result<Value, RpcError> {
-    let start = match params.get("cursor") {
-        None | Some(Value::Null) => 0,
+/// The page of `items` that `cursor` (`params.cursor`) points at, as the result
+/// `{<field>: [...], nextCursor?, ttlMs, cacheScope}`. Every page has the same cache scope.
+pub(crate) fn page(items: Vec<Value>, cursor: Option<&RawValue>, field: &str) -> Result<Value, RpcError> {
+    let start = match cursor.map(RawValue::get) {
+        None | Some("null") => 0,
         // A list that shrank since the cursor was made ends with an empty page.
-        Some(Value::String(cursor)) => decode(cursor).ok_or_else(invalid)?.min(items.len()),
-        Some(_) => return Err(invalid()),
+        Some(_) => {
+            let cursor = params::text(cursor).ok_or_else(invalid)?;
+            decode(&cursor).ok_or_else(invalid)?.min(items.len())
+        }
     };
     let end = (start + PAGE).min(items.len());
     let mut fields = Map::with_capacity(4);
@@ -49,17 +52,21 @@ mod tests {
 
     use super::*;
 
+    fn raw(value: &Value) -> Box<RawValue> {
+        RawValue::from_string(value.to_string()).unwrap()
+    }
+
     #[test]
     fn pages_follow_their_cursors_to_the_end() {
         let items: Vec<Value> = (0..250).map(Value::from).collect();
-        let mut params = Map::new();
+        let mut cursor: Option<Box<RawValue>> = None;
         let mut seen = Vec::new();
         loop {
-            let page = page(items.clone(), &params, "things").unwrap();
+            let page = page(items.clone(), cursor.as_deref(), "things").unwrap();
             assert_eq!((page["ttlMs"].clone(), page["cacheScope"].clone()), (json!(TTL_MS), json!("public")));
             seen.extend(page["things"].as_array().unwrap().iter().cloned());
             match page.get("nextCursor") {
-                Some(cursor) => params.insert("cursor".into(), cursor.clone()),
+                Some(next) => cursor = Some(raw(next)),
                 None => break,
             };
         }
@@ -69,12 +76,10 @@ mod tests {
     #[test]
     fn a_cursor_not_made_here_is_invalid_params() {
         for cursor in [json!("nope"), json!(7), json!(URL_SAFE_NO_PAD.encode("p2:1"))] {
-            let params = Map::from_iter([("cursor".to_owned(), cursor)]);
-            assert_eq!(page(vec![json!(1)], &params, "x").unwrap_err().code(), -32602);
+            assert_eq!(page(vec![json!(1)], Some(&raw(&cursor)), "x").unwrap_err().code(), -32602);
         }
         // Past the end of a list that shrank: an empty last page.
-        let params = Map::from_iter([("cursor".to_owned(), json!(encode(999)))]);
-        let last = page(vec![json!(1)], &params, "x").unwrap();
+        let last = page(vec![json!(1)], Some(&raw(&json!(encode(999)))), "x").unwrap();
         assert_eq!((last["x"].clone(), last.get("nextCursor")), (json!([]), None));
     }
 }

@@ -1,7 +1,7 @@
 //! `prompts/get`: a published prompt's messages, made on a worker (which may ask for input).
 
 use serde_json::{Map, Value, json};
-use taskgate_shared::protocol::RpcError;
+use taskgate_shared::protocol::{Params, RpcError, params};
 use taskgate_shared::tools::offerings::PROMPTS_GET;
 
 use super::hidden;
@@ -9,7 +9,7 @@ use crate::error::GatewayError;
 use crate::mcp::{Call, Reply};
 
 pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
-    let name = call.params.get("name").and_then(Value::as_str).unwrap_or_default();
+    let name = params::text(call.params.name).unwrap_or_default();
     let key = format!("prompt/{name}");
     let catalogue = call.state.catalogue.fresh_unless(|c| c.offering(&key).is_some()).await;
     if !catalogue.offers("prompt") {
@@ -33,15 +33,15 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
 }
 
 /// The prompt's name and arguments (strings only), or why not.
-fn check(params: &Map<String, Value>, known: impl Fn(&str) -> bool) -> Result<(String, Map<String, Value>), RpcError> {
-    let name =
-        params.get("name").and_then(Value::as_str).ok_or_else(|| RpcError::invalid_params("name is required"))?;
+fn check(sent: &Params<'_>, known: impl Fn(&str) -> bool) -> Result<(String, Map<String, Value>), RpcError> {
+    let name = params::text(sent.name).ok_or_else(|| RpcError::invalid_params("name is required"))?;
+    let name = name.as_ref();
     if !known(name) {
         return Err(RpcError::invalid_params(format!("unknown prompt {name:?}")).with_data(json!({ "name": name })));
     }
-    let arguments = match params.get("arguments") {
+    let arguments = match params::value(sent.arguments) {
         None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(arguments)) if arguments.values().all(Value::is_string) => arguments.clone(),
+        Some(Value::Object(arguments)) if arguments.values().all(Value::is_string) => arguments,
         Some(_) => return Err(RpcError::invalid_params("arguments must be an object of strings")),
     };
     Ok((name.to_owned(), arguments))

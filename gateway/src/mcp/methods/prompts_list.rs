@@ -13,5 +13,5 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
         // Not advertised, so not served: as for any method this server does not have.
         return Err(GatewayError::Envelope(RpcError::method_not_found()));
     }
-    Ok(pages::page(catalogue.offered("prompt").cloned().collect(), call.params, "prompts")?)
+    Ok(pages::page(catalogue.offered("prompt").cloned().collect(), call.params.cursor, "prompts")?)
 }

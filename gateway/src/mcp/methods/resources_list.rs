@@ -27,5 +27,5 @@ async fn list(call: &Call<'_>, kind: &str, field: &str) -> Result<Value, Gateway
     if !offered(&catalogue) {
         return Err(GatewayError::Envelope(RpcError::method_not_found()));
     }
-    Ok(pages::page(catalogue.offered(kind).cloned().collect(), call.params, field)?)
+    Ok(pages::page(catalogue.offered(kind).cloned().collect(), call.params.cursor, field)?)
 }

@@ -1,8 +1,8 @@
 //! `resources/read`: a published resource (or a match of a published template), read on a
 //! worker. An unknown URI gets one answer, whoever asks: -32602 naming the URI.
 
-use serde_json::{Value, json};
-use taskgate_shared::protocol::RpcError;
+use serde_json::json;
+use taskgate_shared::protocol::{RpcError, params};
 use taskgate_shared::tools::offerings::{RESOURCES_READ, template_matches};
 
 use super::{hidden, resources_list};
@@ -14,7 +14,8 @@ use crate::mcp::{Call, Reply};
 const CACHE: (u64, &str) = (0, "private");
 
 pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
-    let uri = call.params.get("uri").and_then(Value::as_str);
+    let uri = params::text(call.params.uri);
+    let uri = uri.as_deref();
     let catalogue = call.state.catalogue.fresh_unless(|c| uri.is_some_and(|uri| reads(c, uri))).await;
     if !resources_list::offered(&catalogue) {
         return Err(GatewayError::Envelope(RpcError::method_not_found()));

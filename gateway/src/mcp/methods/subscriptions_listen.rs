@@ -5,7 +5,7 @@
 
 use futures::future::join_all;
 use serde_json::Value;
-use taskgate_shared::protocol::RpcError;
+use taskgate_shared::protocol::{RpcError, params};
 use taskgate_shared::store::Limit;
 use taskgate_shared::task::TaskId;
 
@@ -19,7 +19,7 @@ const WAKE_CAPACITY: usize = 8;
 
 pub(crate) async fn run(call: &Call<'_>) -> Result<Stream, GatewayError> {
     let state = call.state;
-    let Some(Value::Object(filter)) = call.params.get("notifications") else {
+    let Some(Value::Object(filter)) = params::value(call.params.notifications) else {
         return Err(RpcError::invalid_params("notifications must be an object").into());
     };
     let requested: Vec<String> = match filter.get("taskIds") {

@@ -1,7 +1,10 @@
 //! `tasks/update`: answers to outstanding input requests. Always an empty acknowledgement for
 //! an owned task; answers to unknown, answered or superseded keys are ignored.
 
-use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use serde_json::value::RawValue;
 use taskgate_shared::protocol::{RpcError, result};
 use taskgate_shared::store::Answered;
 use taskgate_shared::telemetry::metrics::TASKS;
@@ -15,7 +18,7 @@ const MAX_ANSWERS: usize = 64;
 pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
     let id = task_id(call.params)?;
     let owner = call.principal.owner();
-    let Some(Value::Object(responses)) = call.params.get("inputResponses") else {
+    let Some(responses) = crate::mrtr::input_responses(call.params.input_responses) else {
         // The lookup comes first: a foreign id must not learn that its
         // inputResponses were malformed.
         let exists = call.state.store.get_task(&id).await?;
@@ -28,7 +31,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
     if responses.len() > MAX_ANSWERS {
         return Err(RpcError::invalid_params(format!("at most {MAX_ANSWERS} inputResponses per update")).into());
     }
-    let answers = usable_answers(responses);
+    let answers = usable_answers(&responses);
     let size: usize = answers.iter().map(|(k, v)| k.len() + v.len()).sum();
     let cap = call.state.config.max_input_response_bytes;
     if size > cap {
@@ -53,10 +56,11 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
 }
 
 /// Answers that can be stored; anything else is ignored, so its key stays outstanding.
-fn usable_answers(responses: &Map<String, Value>) -> Vec<(String, String)> {
+/// They are stored as the client wrote them: no decoding and re-encoding.
+fn usable_answers(responses: &BTreeMap<String, &RawValue>) -> Vec<(String, String)> {
     responses
         .iter()
         .filter(|(_, answer)| crate::mrtr::usable_answer(answer))
-        .map(|(key, answer)| (key.clone(), answer.to_string()))
+        .map(|(key, answer)| (key.clone(), answer.get().to_owned()))
         .collect()
 }

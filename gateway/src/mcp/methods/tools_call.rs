@@ -9,6 +9,7 @@
 //! An inline tool that asks for input mid-run turns the reply into an InputRequiredResult.
 
 use serde_json::{Map, Value};
+use taskgate_shared::protocol::params;
 use taskgate_shared::protocol::{RpcError, result};
 use taskgate_shared::task::{Owner, Snapshot, TaskId, TaskStatus};
 use taskgate_shared::tools::{Execution, ToolSpec};
@@ -23,7 +24,8 @@ use super::binding::{Binding, Finisher};
 /// A JSON result, or a stream once the tool's notices had to be forwarded.
 pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     let unknown = || RpcError::invalid_params("unknown tool");
-    let name = call.params.get("name").and_then(Value::as_str).ok_or_else(unknown)?;
+    let name = params::text(call.params.name).ok_or_else(unknown)?;
+    let name = name.as_ref();
     let tool = call.state.catalogue.lookup(name).await.ok_or_else(unknown)?;
     let spec = &tool.spec;
     let as_task = match spec.execution {
@@ -34,15 +36,17 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
         Execution::TaskOptional => call.meta.declares_tasks(),
         Execution::SyncOnly => false,
     };
-    let arguments = match call.params.get("arguments") {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(Value::Object(args)) => Value::Object(args.clone()),
+    // Stored as sent (the task keeps the client's own text); decoded once, for the checks.
+    let stored = match call.params.arguments.map(|raw| raw.get()) {
+        None | Some("null") => "{}",
+        Some(raw) if raw.starts_with('{') => raw,
         Some(_) => return Err(RpcError::invalid_params("arguments must be an object").into()),
     };
     let cap = call.state.config.max_argument_bytes;
-    if arguments.to_string().len() > cap {
+    if stored.len() > cap {
         return Err(RpcError::invalid_params(format!("arguments exceed the {cap}-byte limit")).into());
     }
+    let arguments: Value = serde_json::from_str(stored).map_err(|_| RpcError::invalid_params("invalid arguments"))?;
     tool.check_arguments(&arguments)
         .map_err(|reason| RpcError::invalid_params(format!("invalid arguments: {reason}")))?;
     mirror::check_params(call.headers, &spec.descriptor.input_schema, &arguments)?;
@@ -73,11 +77,11 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     let ttl_ms = if as_task { spec.ttl_ms } else { inline::hidden_ttl_ms(&call.state.config) };
     crate::limits::admit_task(call.state, &call.principal, &id, ttl_ms).await?;
     if as_task {
-        let snapshot = create(call, id, name, &arguments, spec, &gathered).await?;
+        let snapshot = create(call, id, name, stored, spec, &gathered).await?;
         return Ok(Reply::Result(result::with_type(result::TASK, snapshot.task_fields())));
     }
 
-    let run = InlineRun::start(call, id, name, &arguments, spec.poll_interval_ms, &gathered).await?;
+    let run = InlineRun::start(call, id, name, stored, spec.poll_interval_ms, &gathered).await?;
     let forwarding = Forwarding::new(
         call.meta.progress_token.clone(),
         call.meta.log_level.as_deref(),
@@ -92,7 +96,7 @@ async fn create(
     call: &Call<'_>,
     id: TaskId,
     tool: &str,
-    arguments: &Value,
+    arguments: &str,
     spec: &ToolSpec,
     gathered: &mrtr::Gathered,
 ) -> Result<Snapshot, GatewayError> {

@@ -3,8 +3,14 @@ use serde_json::json;
 use super::*;
 use crate::protocol::ErrorKind;
 
-fn params(meta: Value) -> Map<String, Value> {
-    json!({ "_meta": meta }).as_object().unwrap().clone()
+/// `params._meta` as a request would carry it.
+fn params(meta: Value) -> Box<RawValue> {
+    RawValue::from_string(meta.to_string()).unwrap()
+}
+
+/// [`super::validate`] on a `_meta` built here.
+fn validate(meta: &RawValue, check: impl FnOnce(&str) -> Result<(), RpcError>) -> Result<ValidMeta, RpcError> {
+    super::validate(Some(meta), check)
 }
 
 fn ok_headers(_: &str) -> Result<(), RpcError> {
@@ -31,6 +37,7 @@ fn meta_is_checked_in_order_with_exact_messages() {
             "invalid client info",
         ),
     ];
+    assert_eq!(super::validate(None, ok_headers).unwrap_err().message, "missing request _meta");
     for (meta, message) in cases {
         let err = validate(&params(meta.clone()), ok_headers).unwrap_err();
         assert_eq!(err.kind, ErrorKind::InvalidParams, "{meta}");
@@ -75,4 +82,14 @@ fn capabilities_are_read_from_this_request() {
     .unwrap();
     assert!(!m.declares_tasks());
     assert!(crate::protocol::capabilities::check_input_requests(&m.capabilities, [&form]).is_err());
+}
+
+#[test]
+fn traceparent_is_read_only_when_sent() {
+    let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let meta = params(json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "traceparent": tp}));
+    assert_eq!(traceparent(Some(&meta)).as_deref(), Some(tp));
+    assert_eq!(traceparent(Some(&params(json!({"traceparent": 7})))), None);
+    assert_eq!(traceparent(Some(&params(json!({"x": 1})))), None);
+    assert_eq!(traceparent(None), None);
 }
