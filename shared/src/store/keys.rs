@@ -39,6 +39,8 @@ pub struct TaskKeys {
     pub stream: String,
     /// ZSET: the shard's lease index, task id -> lease expiry (ms).
     pub leases: String,
+    /// LIST: the task's transitions, JSON each (`timeline` in the scripts' prelude).
+    pub timeline: String,
 }
 
 /// A tenant's fleet-wide limit keys.
@@ -86,6 +88,18 @@ impl Keys {
             poll: format!("{ns}:{tag}:task:{id}:poll"),
             stream: format!("{ns}:{tag}:queue"),
             leases: format!("{ns}:{tag}:leases"),
+            timeline: format!("{ns}:{tag}:task:{id}:timeline"),
+        }
+    }
+
+    /// ZSET of a shard's tasks, task id -> expiry (ms): what the console lists, with `tenant`
+    /// the index of one tenant's tasks (the tenant follows the shard's tag, so it cannot move
+    /// the key to another slot).
+    pub fn task_index(&self, shard: u8, tenant: Option<&str>) -> String {
+        let (ns, tag) = (&self.ns, shard_tag(shard));
+        match tenant {
+            None => format!("{ns}:{tag}:index"),
+            Some(tenant) => format!("{ns}:{tag}:index:tenant:{tenant}"),
         }
     }
 

@@ -11,6 +11,7 @@
 mod catalogue;
 mod compact;
 mod connection;
+mod console;
 mod dedicated;
 mod diagnosis;
 mod endpoint;
@@ -25,6 +26,7 @@ mod tasks;
 pub use catalogue::Published;
 pub use compact::stored_capabilities;
 pub use connection::{Conn, ShardEvent, ShardSubscription, Store};
+pub use console::{Cursor, Filter, Inspection, OperatorFail, Page, Row};
 pub use dedicated::{Exclusive, Held, MAX_BLOCK, ShardSubscriber, Subscriber};
 pub use diagnosis::Diagnosis;
 pub use endpoint::{Endpoint, TlsPem, redact};

@@ -50,6 +50,7 @@ scripts! {
     HELD_ANSWER => "held_answer",
     SAVE_STATE => "save_state",
     WITHDRAW_QUESTION => "withdraw_question",
+    FAIL_TASK => "fail_task",
 }
 
 /// The script's label for metrics and spans (`script:<name>`), by its SHA-1.

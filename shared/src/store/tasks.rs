@@ -157,6 +157,7 @@ impl Store {
         call.key(&keys.inputs)
             .key(&keys.answers)
             .key(&keys.stream)
+            .key(&keys.timeline)
             .arg(id.as_str())
             .arg(&owner.tenant)
             .arg(&owner.principal)
@@ -181,17 +182,42 @@ impl Store {
 
     /// Cancels a task, or flags it and signals its worker. Ownership is checked inside.
     pub async fn cancel_task(&self, id: &TaskId, owner: &Owner, message: &str) -> Result<CancelOutcome, StoreError> {
+        self.cancel(id, Some(owner), message, None).await
+    }
+
+    /// An operator's cancel, of any tenant's task: `by` and `why` go into its timeline.
+    pub async fn cancel_task_as_operator(
+        &self,
+        id: &TaskId,
+        message: &str,
+        by: &str,
+        why: &str,
+    ) -> Result<CancelOutcome, StoreError> {
+        self.cancel(id, None, message, Some((by, why))).await
+    }
+
+    async fn cancel(
+        &self,
+        id: &TaskId,
+        owner: Option<&Owner>,
+        message: &str,
+        operator: Option<(&str, &str)>,
+    ) -> Result<CancelOutcome, StoreError> {
         let keys = self.keys().task(id);
+        let (by, why) = operator.unwrap_or_default();
         let reply: Vec<Value> = scripts::CANCEL_TASK
             .key(&keys.record)
             .key(&keys.inputs)
             .key(&keys.leases)
+            .key(&keys.timeline)
             .arg(id.as_str())
-            .arg(&owner.tenant)
-            .arg(&owner.principal)
+            .arg(owner.map_or("", |o| o.tenant.as_str()))
+            .arg(owner.map_or("", |o| o.principal.as_str()))
             .arg(message)
             .arg(self.events_channel(id))
             .arg(self.keys().signal_prefix())
+            .arg(by)
+            .arg(why)
             .invoke_async(&mut self.conn())
             .await?;
         CancelOutcome::try_from(Reply::new(reply))
@@ -200,8 +226,12 @@ impl Store {
 
 fn create_invocation<'a>(store: &Store, keys: &'a super::TaskKeys, task: &NewTask<'_>) -> redis::ScriptInvocation<'a> {
     let mut call = scripts::CREATE_TASK.key(&keys.record);
+    let shard = task.id.shard();
     call.key(&keys.stream)
         .key(&keys.answers)
+        .key(&keys.timeline)
+        .key(store.keys().task_index(shard, None))
+        .key(store.keys().task_index(shard, Some(&task.owner.tenant)))
         .arg(task.id.as_str())
         .arg(&task.owner.tenant)
         .arg(&task.owner.principal)

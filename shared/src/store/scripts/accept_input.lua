@@ -4,6 +4,7 @@
 -- a held task (hold_for_input) goes back to the worker holding it instead, through its signal
 -- channel, with "answered <id>".
 -- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] answers hash   KEYS[4] shard stream
+-- KEYS[5] timeline
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] events channel
 -- ARGV[5] status message when resumed ('' = keep)   ARGV[6] signal channel prefix
 -- ARGV[7..] key, response JSON pairs
@@ -45,5 +46,6 @@ if rcall('EXISTS', inputs) == 0 then
 end
 rcall('HSET', record, 'updated', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
+timeline(KEYS[5], now, {ev = 'answered', to = status, answers = applied})
 publish_event(ARGV[4], ARGV[1] .. ' ' .. ver .. ' ' .. status)
 return {1, ver, resumed, waited}

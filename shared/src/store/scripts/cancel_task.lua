@@ -4,25 +4,32 @@
 -- is signalled; the worker ends the task at the tool's next checkpoint (invariant 8). Held
 -- (hold_for_input): cancelled at once like a parked task, its lease dropped, and the holder
 -- signalled so that it tells the upstream server.
--- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] shard lease index
+-- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] shard lease index   KEYS[4] timeline
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] status message
 -- ARGV[5] events channel   ARGV[6] signal channel prefix (the holder's id is appended)
+-- ARGV[7] an operator's "tenant/principal" ('' = the owner's own cancel: ARGV[2..3] must match)
+-- ARGV[8] the operator's reason
 -- Returns {1, version, status before, ms spent in input_required if it was parked (else -1)}
 --         cancelled | {2} flagged, holder signalled | {0} already terminal
 --       | {-1} not found (or not the owner).
 local rcall = redis.call
 local record, inputs = KEYS[1], KEYS[2]
-local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'holder', 'parked', 'held')
-if not f[1] or f[1] ~= ARGV[2] or f[2] ~= ARGV[3] then return {-1} end
+local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'holder', 'parked', 'held', 'cancel')
+local operator = ARGV[7] ~= '' and ARGV[7] or nil
+if not f[1] or (not operator and (f[1] ~= ARGV[2] or f[2] ~= ARGV[3])) then return {-1} end
 local status = f[3]
 if status ~= 'working' and status ~= 'input_required' then return {0} end
+local t = rcall('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if status == 'working' and f[4] then
-  rcall('HSET', record, 'cancel', 1)
+  if not f[7] then
+    rcall('HSET', record, 'cancel', 1)
+    timeline(KEYS[4], now, {ev = 'cancel requested', to = 'working', holder = f[4], by = operator,
+      why = operator and ARGV[8] or nil})
+  end
   rcall('PUBLISH', ARGV[6] .. f[4], ARGV[1])
   return {2}
 end
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 rcall('DEL', inputs)
 if f[6] then
   rcall('HDEL', record, 'holder', 'lease', 'held')
@@ -31,6 +38,7 @@ if f[6] then
 end
 rcall('HSET', record, 'status', 'cancelled', 'msg', ARGV[4], 'updated', now, 'cancel', 1)
 local ver = rcall('HINCRBY', record, 'ver', 1)
+timeline(KEYS[4], now, {ev = 'cancelled', to = 'cancelled', by = operator, why = operator and ARGV[8] or nil})
 publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' cancelled')
 local waited = -1
 if status == 'input_required' and f[5] then waited = now - tonumber(f[5]) end

@@ -2,6 +2,8 @@
 -- Invariants: the record and its queue entry appear together or not at all; the record
 -- expires at createdAt + ttl (PEXPIREAT), which nothing extends.
 -- KEYS[1] task record (hash)      KEYS[2] shard dispatch stream   KEYS[3] answers hash
+-- KEYS[4] timeline (list)   KEYS[5] the shard's task index   KEYS[6] the shard's index of the tenant
+--   (sorted sets: task id -> expiry ms; what the operator console lists)
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] tool   ARGV[5] arguments JSON
 -- ARGV[6] ttl ms    ARGV[7] poll interval ms   ARGV[8] status message ('' = none)
 -- ARGV[9] traceparent ('' = none)   ARGV[10] events channel
@@ -47,6 +49,14 @@ rcall('PEXPIREAT', record, now + tonumber(ARGV[6]))
 if #ARGV > 14 then
   for i = 15, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
   rcall('PEXPIREAT', answers, now + tonumber(ARGV[6]))
+end
+local expires = now + tonumber(ARGV[6])
+rcall('RPUSH', KEYS[4], cjson.encode({at = now, ev = 'created', to = 'working'}))
+rcall('PEXPIREAT', KEYS[4], expires)
+-- Expired tasks leave the indexes here, so an index holds about the live tasks only.
+for i = 5, 6 do
+  rcall('ZADD', KEYS[i], expires, ARGV[1])
+  rcall('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
 end
 rcall('XADD', stream, '*', 'id', ARGV[1])
 publish_event(ARGV[10], ARGV[1] .. ' 1 working')

@@ -3,7 +3,7 @@
 -- one opt-in exception to invariant 6). The request is stored like a park's, under a key never
 -- issued before; `held` marks the task so that the answer goes back to this worker instead of
 -- the queue, renewals go on, and a lapsed lease fails the task instead of requeuing it.
--- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] issued set
+-- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] issued set   KEYS[4] timeline
 -- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] status message
 -- ARGV[5] events channel   ARGV[6] key   ARGV[7] request JSON
 -- Returns {1, version} held | {2} a cancel is pending (nothing written) | {-2} lease lost
@@ -24,5 +24,6 @@ rcall('PEXPIREAT', issued, expires)
 rcall('PEXPIREAT', inputs, expires)
 rcall('HSET', record, 'status', 'input_required', 'held', 1, 'msg', ARGV[4], 'updated', now, 'parked', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
+timeline(KEYS[4], now, {ev = 'asked, held', to = 'input_required', fence = tonumber(ARGV[3]), holder = ARGV[2]})
 publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' input_required')
 return {1, ver}

@@ -7,3 +7,11 @@ local function publish_event(channel, message)
   end
   return redis.call('PUBLISH', channel, message)
 end
+-- timeline: appends one transition to a task's timeline, a list made with the record by
+-- create_task and expiring with it. RPUSHX: a task made before timelines existed gets none,
+-- rather than a list that never expires. Fields: at (ms), ev (what happened), to (the status
+-- after it), fence and holder (the run), by and why (an operator's action).
+local function timeline(key, at, fields)
+  fields.at = at
+  return redis.call('RPUSHX', key, cjson.encode(fields))
+end

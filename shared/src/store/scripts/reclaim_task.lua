@@ -4,6 +4,7 @@
 -- cancelled. Safe when several reapers race. A held task (hold_for_input) whose lease lapsed
 -- lost the upstream session its question belonged to: it fails, it is not requeued.
 -- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] shard stream   KEYS[4] inputs hash
+-- KEYS[5] timeline
 -- ARGV[1] task id   ARGV[2] max reclaims   ARGV[3] failure error JSON   ARGV[4] failure message
 -- ARGV[5] cancelled message   ARGV[6] events channel   ARGV[7] held-lost error JSON
 -- ARGV[8] held-lost message
@@ -13,7 +14,8 @@
 -- (tenant is '' when the task was not counted as active).
 local rcall = redis.call
 local record, leases, stream, inputs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local f = rcall('HMGET', record, 'status', 'holder', 'lease', 'reclaims', 'cancel', 'tenant', 'counted', 'held')
+local f = rcall('HMGET', record, 'status', 'holder', 'lease', 'reclaims', 'cancel', 'tenant', 'counted', 'held',
+  'fence')
 local held = f[1] == 'input_required' and f[8]
 if (f[1] ~= 'working' and not held) or not f[2] then
   rcall('ZREM', leases, ARGV[1])
@@ -45,9 +47,11 @@ elseif reclaims > tonumber(ARGV[2]) then
   rcall('HSET', record, 'status', status, 'error', ARGV[3], 'msg', ARGV[4], 'updated', now)
 else
   rcall('XADD', stream, '*', 'id', ARGV[1])
+  timeline(KEYS[5], now, {ev = 'lease expired, requeued', to = 'working', fence = tonumber(f[9]), holder = f[2]})
   return {1}
 end
 local ver = rcall('HINCRBY', record, 'ver', 1)
+timeline(KEYS[5], now, {ev = 'lease expired', to = status, fence = tonumber(f[9]), holder = f[2]})
 publish_event(ARGV[6], ARGV[1] .. ' ' .. ver .. ' ' .. status)
 local tenant = (f[7] == '1' and f[6]) or ''
 if status == 'failed' then return {2, ver, tenant} end

@@ -3,6 +3,7 @@
 -- cancel ends the task cancelled instead. A held question (hold_for_input) cannot go with the
 -- task: its session ends with this worker, so the task fails at once instead.
 -- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] shard stream   KEYS[4] inputs hash
+-- KEYS[5] timeline
 -- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] cancelled message
 -- ARGV[5] events channel   ARGV[6] held-lost error JSON   ARGV[7] held-lost message
 -- Returns {1} requeued | {3, ver} cancelled | {4, ver} failed (held) | {-2} lease lost.
@@ -19,16 +20,19 @@ if held then
   rcall('DEL', KEYS[4])
   rcall('HSET', record, 'status', 'failed', 'error', ARGV[6], 'msg', ARGV[7], 'updated', now)
   local ver = rcall('HINCRBY', record, 'ver', 1)
+  timeline(KEYS[5], now, {ev = 'released, question lost', to = 'failed', fence = tonumber(ARGV[3]), holder = ARGV[2]})
   publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' failed')
   return {4, ver}
 end
-if not f[4] then
-  rcall('XADD', stream, '*', 'id', ARGV[1])
-  return {1}
-end
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if not f[4] then
+  rcall('XADD', stream, '*', 'id', ARGV[1])
+  timeline(KEYS[5], now, {ev = 'released, requeued', to = 'working', fence = tonumber(ARGV[3]), holder = ARGV[2]})
+  return {1}
+end
 rcall('HSET', record, 'status', 'cancelled', 'msg', ARGV[4], 'updated', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
+timeline(KEYS[5], now, {ev = 'released, cancelled', to = 'cancelled', fence = tonumber(ARGV[3]), holder = ARGV[2]})
 publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' cancelled')
 return {3, ver}

@@ -6,6 +6,7 @@
 -- as an upstream server's requestState); the next claim returns it. A park is a clean end of
 -- the run, so the marker of a started side effect is cleared: the next run starts afresh.
 -- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] inputs hash   KEYS[4] issued set
+-- KEYS[5] timeline
 -- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] status message ('' = keep)
 -- ARGV[5] events channel   ARGV[6] cancelled status message   ARGV[7] tool state ('' = none)
 -- ARGV[8..] key, request JSON pairs
@@ -41,6 +42,8 @@ else
   if ARGV[4] ~= '' then rcall('HSET', record, 'msg', ARGV[4]) end
 end
 local ver = rcall('HINCRBY', record, 'ver', 1)
+timeline(KEYS[5], now, {ev = status == 'cancelled' and 'cancelled' or 'asked, parked', to = status,
+  fence = tonumber(ARGV[3]), holder = ARGV[2]})
 publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' ' .. status)
 if status == 'cancelled' then return {2, ver} end
 return {1, ver}

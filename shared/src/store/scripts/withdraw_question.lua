@@ -1,7 +1,7 @@
 -- withdraw_question: the holder of a held question (hold_for_input) takes it back, because the
 -- one who asked it stopped waiting (the upstream server withdrew it) while the call goes on.
 -- The task is working again; its outstanding request is dropped (an answer to it is ignored).
--- KEYS[1] task record   KEYS[2] inputs hash
+-- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] timeline
 -- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] status message
 -- ARGV[5] events channel
 -- Returns {1, version} withdrawn | {0} nothing held (answered meanwhile) | {-2} lease lost.
@@ -20,5 +20,6 @@ rcall('DEL', inputs)
 rcall('HDEL', record, 'held')
 rcall('HSET', record, 'status', 'working', 'msg', ARGV[4], 'updated', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
+timeline(KEYS[3], now, {ev = 'question withdrawn', to = 'working', fence = tonumber(ARGV[3]), holder = ARGV[2]})
 publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' working')
 return {1, ver}

@@ -1,0 +1,320 @@
+//! What the operator console reads and does: pages of the task indexes, one task's whole
+//! record with its timeline, and the operator's actions.
+//!
+//! The indexes are sorted sets per queue shard (all tenants, and one per tenant), task id ->
+//! expiry, written by `create_task` and pruned of expired tasks there. A page reads each
+//! shard's next entries in one pipeline, merges them, and reads the records it shows in a
+//! second: its cost follows the page and the shard count, never the keyspace.
+
+use std::collections::BTreeMap;
+
+use redis::Value;
+
+use super::reply::Reply;
+use super::{Store, StoreError, scripts};
+use crate::task::TaskId;
+
+/// Index entries examined at most per page request, as a multiple of the page size: a filter
+/// that matches little returns a short page and a cursor to go on from, not an unbounded scan.
+const EXAMINE_FACTOR: usize = 10;
+
+/// Where a page starts: after this index entry (expiry, then id, both descending).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    pub expires_ms: i64,
+    pub id: String,
+}
+
+impl Cursor {
+    /// `"<expires>.<id>"`, for a URL.
+    pub fn encode(&self) -> String {
+        format!("{}.{}", self.expires_ms, self.id)
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        let (expires, id) = text.split_once('.')?;
+        let id = TaskId::parse(id)?;
+        Some(Self { expires_ms: expires.parse().ok()?, id: id.as_str().to_owned() })
+    }
+
+    fn is_before(&self, expires_ms: i64, id: &str) -> bool {
+        (expires_ms, id) < (self.expires_ms, self.id.as_str())
+    }
+}
+
+/// Which tasks a page lists. Empty fields match everything.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub tenant: Option<String>,
+    pub tool: Option<String>,
+    pub status: Option<String>,
+    /// Created at least this long ago.
+    pub min_age_ms: Option<i64>,
+    /// Created at most this long ago.
+    pub max_age_ms: Option<i64>,
+}
+
+/// One listed task: the record's summary fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub id: String,
+    pub tenant: String,
+    pub principal: String,
+    pub tool: String,
+    pub status: String,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    pub expires_ms: i64,
+    /// The worker running it now, if any.
+    pub holder: Option<String>,
+    pub message: Option<String>,
+}
+
+impl Row {
+    /// Queued: working, and no worker holds it.
+    pub fn queued(&self) -> bool {
+        self.status == "working" && self.holder.is_none()
+    }
+}
+
+/// A page of the list, newest expiry first, and where the next one starts.
+#[derive(Debug, Clone, Default)]
+pub struct Page {
+    pub rows: Vec<Row>,
+    pub next: Option<Cursor>,
+}
+
+/// Everything stored about one task, for an operator.
+#[derive(Debug, Clone)]
+pub struct Inspection {
+    /// Every field of the record, as stored.
+    pub record: BTreeMap<String, String>,
+    /// Outstanding input requests, key -> request JSON.
+    pub inputs: BTreeMap<String, String>,
+    /// Answers received, key -> response JSON.
+    pub answers: BTreeMap<String, String>,
+    /// The transitions, oldest first, each a JSON object.
+    pub timeline: Vec<serde_json::Value>,
+}
+
+/// The outcome of an operator's fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OperatorFail {
+    /// Failed; `counted_tenant` is the tenant whose active-task slot it held, if any.
+    Failed {
+        counted_tenant: Option<String>,
+    },
+    AlreadyTerminal,
+    NotFound,
+}
+
+const ROW_FIELDS: [&str; 9] = ["tenant", "principal", "tool", "status", "created", "updated", "ttl", "holder", "msg"];
+
+impl Store {
+    /// One page of the task index of `filter.tenant` (all tenants when `None`) over `shards`
+    /// queue shards, after `after`. At most `limit` rows.
+    pub async fn list_tasks(
+        &self,
+        shards: u16,
+        filter: &Filter,
+        after: Option<&Cursor>,
+        limit: usize,
+        now_ms: i64,
+    ) -> Result<Page, StoreError> {
+        let limit = limit.max(1);
+        let budget = limit * EXAMINE_FACTOR;
+        let mut page = Page::default();
+        let mut cursor = after.cloned();
+        let mut examined = 0;
+        while examined < budget {
+            let (entries, more) = self
+                .index_entries(shards, filter.tenant.as_deref(), cursor.as_ref(), limit.min(budget - examined))
+                .await?;
+            examined += entries.len();
+            let rows = self.rows(&entries).await?;
+            let mut used = 0;
+            for (entry, row) in entries.iter().zip(rows) {
+                used += 1;
+                cursor = Some(Cursor { expires_ms: entry.0, id: entry.1.clone() });
+                if let Some(row) = row.filter(|row| matches(filter, row, now_ms)) {
+                    page.rows.push(row);
+                    if page.rows.len() == limit {
+                        break;
+                    }
+                }
+            }
+            if !more && used == entries.len() {
+                // The indexes are read to their end.
+                return Ok(page);
+            }
+            if page.rows.len() == limit {
+                break;
+            }
+        }
+        page.next = cursor;
+        Ok(page)
+    }
+
+    /// The next `count` index entries after `after` over every shard, merged: `(expiry, id)`
+    /// descending, and whether any shard may have more.
+    async fn index_entries(
+        &self,
+        shards: u16,
+        tenant: Option<&str>,
+        after: Option<&Cursor>,
+        count: usize,
+    ) -> Result<(Vec<(i64, String)>, bool), StoreError> {
+        let max = after.map_or_else(|| "+inf".to_owned(), |c| c.expires_ms.to_string());
+        let mut pipe = redis::pipe();
+        for shard in 0..shards {
+            // Shards are u8 in ids; more than 256 is refused by the configuration.
+            let key = self.keys().task_index(shard as u8, tenant);
+            // Entries at the cursor's own expiry are read again and skipped by id; `count` more
+            // than the page covers the ties.
+            pipe.cmd("ZREVRANGEBYSCORE")
+                .arg(key)
+                .arg(&max)
+                .arg("-inf")
+                .arg("WITHSCORES")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(count * 2);
+        }
+        let replies: Vec<Vec<(String, i64)>> = pipe.query_async(&mut self.conn()).await?;
+        let mut more = false;
+        let mut merged = Vec::new();
+        for reply in replies {
+            more |= reply.len() == count * 2;
+            merged.extend(
+                reply
+                    .into_iter()
+                    .map(|(id, score)| (score, id))
+                    .filter(|(s, id)| after.is_none_or(|c| c.is_before(*s, id))),
+            );
+        }
+        merged.sort_unstable_by(|a, b| b.cmp(a));
+        more |= merged.len() > count;
+        merged.truncate(count);
+        Ok((merged, more))
+    }
+
+    /// The summary of each entry's record; `None` where it has expired.
+    async fn rows(&self, entries: &[(i64, String)]) -> Result<Vec<Option<Row>>, StoreError> {
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        let mut ids = Vec::with_capacity(entries.len());
+        for (_, id) in entries {
+            let Some(id) = TaskId::parse(id) else { continue };
+            pipe.cmd("HMGET").arg(&self.keys().task(&id).record).arg(&ROW_FIELDS[..]);
+            ids.push(id);
+        }
+        let replies: Vec<Vec<Option<String>>> = pipe.query_async(&mut self.conn()).await?;
+        Ok(ids.iter().zip(replies).map(|(id, fields)| row_from(id, fields)).collect())
+    }
+
+    /// Everything stored about a task, in one round trip; `None` when it does not exist.
+    pub async fn inspect_task(&self, id: &TaskId) -> Result<Option<Inspection>, StoreError> {
+        let keys = self.keys().task(id);
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGETALL").arg(&keys.record);
+        pipe.cmd("HGETALL").arg(&keys.inputs);
+        pipe.cmd("HGETALL").arg(&keys.answers);
+        pipe.cmd("LRANGE").arg(&keys.timeline).arg(0).arg(-1);
+        type Read = (BTreeMap<String, String>, BTreeMap<String, String>, BTreeMap<String, String>, Vec<String>);
+        let (record, inputs, answers, timeline): Read = pipe.query_async(&mut self.conn()).await?;
+        if record.is_empty() {
+            return Ok(None);
+        }
+        // An entry that is not JSON is shown as its text rather than hiding the rest.
+        let timeline =
+            timeline.into_iter().map(|e| serde_json::from_str(&e).unwrap_or(serde_json::Value::String(e))).collect();
+        Ok(Some(Inspection { record, inputs, answers, timeline }))
+    }
+
+    /// An operator fails a task that is not terminal, whoever owns it; `by` and `why` go into
+    /// its timeline. `error` is the JSON-RPC error object, as JSON text.
+    pub async fn fail_task_as_operator(
+        &self,
+        id: &TaskId,
+        error: &str,
+        message: &str,
+        by: &str,
+        why: &str,
+    ) -> Result<OperatorFail, StoreError> {
+        let keys = self.keys().task(id);
+        let reply: Vec<Value> = scripts::FAIL_TASK
+            .key(&keys.record)
+            .key(&keys.inputs)
+            .key(&keys.leases)
+            .key(&keys.timeline)
+            .arg(id.as_str())
+            .arg(error)
+            .arg(message)
+            .arg(self.events_channel(id))
+            .arg(self.keys().signal_prefix())
+            .arg(by)
+            .arg(why)
+            .invoke_async(&mut self.conn())
+            .await?;
+        let reply = Reply::new(reply);
+        Ok(match reply.int(0)? {
+            1 => OperatorFail::Failed { counted_tenant: Some(reply.string(2)?).filter(|t| !t.is_empty()) },
+            0 => OperatorFail::AlreadyTerminal,
+            _ => OperatorFail::NotFound,
+        })
+    }
+}
+
+fn row_from(id: &TaskId, fields: Vec<Option<String>>) -> Option<Row> {
+    let [tenant, principal, tool, status, created, updated, ttl, holder, message] =
+        <[Option<String>; 9]>::try_from(fields).ok()?;
+    let number = |field: Option<String>| field.and_then(|v| v.parse::<i64>().ok());
+    let created_ms = number(created)?;
+    Some(Row {
+        id: id.as_str().to_owned(),
+        tenant: tenant?,
+        principal: principal?,
+        tool: tool?,
+        status: status?,
+        created_ms,
+        updated_ms: number(updated).unwrap_or(created_ms),
+        expires_ms: created_ms + number(ttl).unwrap_or(0),
+        holder,
+        message,
+    })
+}
+
+fn matches(filter: &Filter, row: &Row, now_ms: i64) -> bool {
+    let age = now_ms - row.created_ms;
+    filter.tenant.as_ref().is_none_or(|t| *t == row.tenant)
+        && filter.tool.as_ref().is_none_or(|t| *t == row.tool)
+        && filter.status.as_ref().is_none_or(|s| *s == row.status)
+        && filter.min_age_ms.is_none_or(|min| age >= min)
+        && filter.max_age_ms.is_none_or(|max| age <= max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_refuse_anything_else() {
+        let id = TaskId::generate(16);
+        let cursor = Cursor { expires_ms: 1_733_000_000_123, id: id.as_str().to_owned() };
+        assert_eq!(Cursor::parse(&cursor.encode()), Some(cursor));
+        for bad in ["", "12", "x.tsk_1", "12.not-an-id", "12.<script>"] {
+            assert_eq!(Cursor::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn entries_before_the_cursor_are_older_expiries_or_smaller_ids() {
+        let cursor = Cursor { expires_ms: 100, id: "b".into() };
+        assert!(cursor.is_before(99, "z"));
+        assert!(cursor.is_before(100, "a"));
+        assert!(!cursor.is_before(100, "b"));
+        assert!(!cursor.is_before(101, "a"));
+    }
+}

@@ -1,0 +1,25 @@
+-- fail_task: an operator ends a stuck task as failed, whoever owns it. Terminal: nothing
+-- changes (invariant 4). A lease is dropped and its holder signalled, as for a cancel of a
+-- held task: the worker's later writes find the lease gone and are refused by their fence.
+-- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] shard lease index   KEYS[4] timeline
+-- ARGV[1] task id   ARGV[2] error JSON   ARGV[3] status message   ARGV[4] events channel
+-- ARGV[5] signal channel prefix   ARGV[6] the operator's "tenant/principal"   ARGV[7] reason
+-- Returns {1, version, tenant if counted as active else ''} | {0} already terminal
+--       | {-1} not found.
+-- Publishes "<id> <version> failed".
+local rcall = redis.call
+local record = KEYS[1]
+local f = rcall('HMGET', record, 'status', 'holder', 'tenant', 'counted')
+if not f[1] then return {-1} end
+if f[1] ~= 'working' and f[1] ~= 'input_required' then return {0} end
+local t = rcall('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+rcall('DEL', KEYS[2])
+rcall('ZREM', KEYS[3], ARGV[1])
+rcall('HDEL', record, 'holder', 'lease', 'held')
+rcall('HSET', record, 'status', 'failed', 'error', ARGV[2], 'msg', ARGV[3], 'updated', now)
+local ver = rcall('HINCRBY', record, 'ver', 1)
+timeline(KEYS[4], now, {ev = 'failed by an operator', to = 'failed', holder = f[2], by = ARGV[6], why = ARGV[7]})
+if f[2] then rcall('PUBLISH', ARGV[5] .. f[2], ARGV[1]) end
+publish_event(ARGV[4], ARGV[1] .. ' ' .. ver .. ' failed')
+return {1, ver, (f[4] == '1' and f[3]) or ''}
