@@ -135,6 +135,23 @@ pub struct Cli {
     #[arg(long, env = "TASKGATE_TEST_ROUTES", hide = true)]
     pub test_routes: bool,
 
+    /// Serves the operator console under `/console/` (docs/console.md). Off by default.
+    #[arg(long, env = "TASKGATE_CONSOLE")]
+    pub console: bool,
+
+    /// The scope that makes a token a console operator: every tenant, and the actions.
+    #[arg(long, env = "TASKGATE_CONSOLE_SCOPE", default_value = "taskgate:operator")]
+    pub console_scope: String,
+
+    /// The scope that lets a token see its own tenant's tasks in the console, read-only.
+    #[arg(long, env = "TASKGATE_CONSOLE_TENANT_SCOPE", default_value = "taskgate:tenant-admin")]
+    pub console_tenant_scope: String,
+
+    /// A trace viewer's URL with `{trace_id}` in it (Jaeger, Tempo, …): the console links each
+    /// task to its trace.
+    #[arg(long, env = "TASKGATE_CONSOLE_TRACE_URL")]
+    pub console_trace_url: Option<String>,
+
     /// Browser origins allowed to call `/mcp` (exact match, comma separated). Without it, only
     /// loopback origins are accepted on a loopback listener and none on any other.
     #[arg(long, env = "TASKGATE_ALLOWED_ORIGINS", value_delimiter = ',')]
@@ -261,6 +278,10 @@ pub enum ConfigError {
     Redis(#[from] RedisConfigError),
     #[error("--auth api-keys needs --api-keys-file")]
     NoApiKeys,
+    #[error("--console-trace-url must contain {{trace_id}}")]
+    TraceUrl,
+    #[error("--console-scope and --console-tenant-scope must be two different, non-empty scopes")]
+    ConsoleScopes,
     #[error("--auth jwt needs exactly one key source: an HS256 secret or a JWKS (file or URL)")]
     JwtKeySource,
     #[error("the HS256 secret must be at least 32 bytes")]
@@ -343,6 +364,14 @@ pub struct JwtSettings {
     pub leeway_s: u64,
 }
 
+/// The operator console's settings.
+#[derive(Debug, Clone)]
+pub struct ConsoleSettings {
+    pub scope: String,
+    pub tenant_scope: String,
+    pub trace_url: Option<String>,
+}
+
 /// The gateway's configuration: checked, with its secrets read, once at start-up.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -360,6 +389,8 @@ pub struct Config {
     pub request_timeout: Duration,
     pub connections: ConnectionLimits,
     pub test_routes: bool,
+    /// `--console`: `None` when off.
+    pub console: Option<ConsoleSettings>,
     pub allowed_origins: Vec<String>,
     pub allowed_hosts: Vec<String>,
     pub strict_headers: bool,
@@ -407,6 +438,15 @@ impl Config {
         let redis = cli.redis.settings(Duration::from_secs(2)).map_err(|err| errors.push(err.into())).ok();
         if cli.auth == AuthMode::None && !cli.listen.ip().is_loopback() {
             errors.push(ConfigError::AnonymousOnPublicAddress(cli.listen));
+        }
+        if cli.console_trace_url.as_ref().is_some_and(|url| !url.contains("{trace_id}")) {
+            errors.push(ConfigError::TraceUrl);
+        }
+        if cli.console_scope.is_empty()
+            || cli.console_tenant_scope.is_empty()
+            || cli.console_scope == cli.console_tenant_scope
+        {
+            errors.push(ConfigError::ConsoleScopes);
         }
         let resource_url = cli.resource_url.clone().unwrap_or_else(|| format!("http://{}/mcp", cli.listen));
         let auth = match cli.auth {
@@ -456,6 +496,11 @@ impl Config {
                 http2_max_streams: cli.http2_max_streams.get(),
             },
             test_routes: cli.test_routes,
+            console: cli.console.then_some(ConsoleSettings {
+                scope: cli.console_scope,
+                tenant_scope: cli.console_tenant_scope,
+                trace_url: cli.console_trace_url,
+            }),
             allowed_origins: cli.allowed_origins,
             allowed_hosts: cli.allowed_hosts,
             strict_headers: cli.strict_headers,

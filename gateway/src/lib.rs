@@ -4,6 +4,7 @@
 pub mod auth;
 mod catalogue;
 pub mod config;
+pub(crate) mod console;
 mod error;
 mod events;
 #[doc(hidden)]

@@ -6,6 +6,7 @@ mod auth;
 mod chaos;
 mod cli;
 mod cluster;
+mod console;
 mod docs;
 mod durability;
 mod example_worker;

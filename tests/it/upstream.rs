@@ -36,6 +36,15 @@ async fn stack_from(
     (stack, file, log)
 }
 
+/// Adds a worker serving the fixture over stdio as `fx` to a stack made elsewhere.
+pub(crate) async fn fixture_stack(mut stack: Stack) -> Stack {
+    let dir = stack.scratch_dir().to_owned();
+    let table = upstream_table(&Transport::Stdio { legacy: false }, &dir.join("fixture.log"), "");
+    let file = upstreams_file(&dir, "upstreams.toml", &table);
+    stack.add_worker(&["--tools", "", "--upstreams", file.to_str().unwrap()]).await;
+    stack
+}
+
 /// Runs `tool` as a task to its end and returns the task.
 async fn run(client: &McpClient, tool: &str, arguments: Value) -> Value {
     let task = client.create_task(tool, arguments).await;

@@ -2,7 +2,9 @@
 //! holds no key itself, so reading it does not grant access.
 //!
 //! Format, one key per line (`#` starts a comment):
-//! `<sha256 hex of the key> <tenant> <principal>`
+//! `<sha256 hex of the key> <tenant> <principal> [scope,scope…]`
+//! The optional fourth field lists the key's scopes, for example `taskgate:operator` for the
+//! operator console.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -20,7 +22,7 @@ pub(crate) struct ApiKeys {
 pub enum ApiKeysError {
     #[error("cannot read the API-key file {path}: {source}")]
     Read { path: String, source: std::io::Error },
-    #[error("API-key file line {line}: expected `<sha256 hex> <tenant> <principal>`")]
+    #[error("API-key file line {line}: expected `<sha256 hex> <tenant> <principal> [scope,scope…]`")]
     Line { line: usize },
 }
 
@@ -35,11 +37,16 @@ impl ApiKeys {
                 continue;
             }
             let fields: Vec<&str> = line.split_whitespace().collect();
-            let [hash, tenant, principal] = fields[..] else { return Err(ApiKeysError::Line { line: i + 1 }) };
+            let (hash, tenant, principal, scopes) = match fields[..] {
+                [hash, tenant, principal] => (hash, tenant, principal, ""),
+                [hash, tenant, principal, scopes] => (hash, tenant, principal, scopes),
+                _ => return Err(ApiKeysError::Line { line: i + 1 }),
+            };
+            let scopes = scopes.split(',').filter(|s| !s.is_empty()).map(str::to_owned).collect();
             if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(ApiKeysError::Line { line: i + 1 });
             }
-            by_hash.insert(hash.to_ascii_lowercase(), Principal { tenant: tenant.into(), subject: principal.into() });
+            by_hash.insert(hash.to_ascii_lowercase(), Principal::new(tenant, principal, scopes));
         }
         Ok(Self { by_hash })
     }

@@ -132,7 +132,8 @@ impl JwtVerifier {
         if !self.config.required_scopes.iter().all(|s| scopes.contains(&s.as_str())) {
             return Err(AuthError::InsufficientScope);
         }
-        let principal = Principal { tenant: tenant.to_owned(), subject: claims.sub };
+        let scopes = scopes.into_iter().map(str::to_owned).collect();
+        let principal = Principal::new(tenant, claims.sub, scopes);
         self.cache.insert(cache_key, principal.clone(), claims.exp.saturating_add(self.config.leeway_s), now);
         Ok(principal)
     }

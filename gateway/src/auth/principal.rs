@@ -1,16 +1,29 @@
 //! An authenticated caller.
 
+use std::sync::{Arc, LazyLock};
+
 /// An authenticated caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
     pub tenant: String,
     pub subject: String,
+    /// The scopes its credential grants (a JWT's `scope`/`scp`, an API key's listed scopes).
+    /// Shared, so the per-request clone of a cached principal allocates nothing for them.
+    pub scopes: Arc<[String]>,
 }
 
+/// No scopes.
+static NONE: LazyLock<Arc<[String]>> = LazyLock::new(|| Arc::from(Vec::new()));
+
 impl Principal {
+    pub fn new(tenant: impl Into<String>, subject: impl Into<String>, scopes: Vec<String>) -> Self {
+        let scopes = if scopes.is_empty() { NONE.clone() } else { Arc::from(scopes) };
+        Self { tenant: tenant.into(), subject: subject.into(), scopes }
+    }
+
     /// The caller under `--auth none`.
     pub fn anonymous() -> Self {
-        Self { tenant: "default".into(), subject: "anonymous".into() }
+        Self::new("default", "anonymous", Vec::new())
     }
 
     /// The owner recorded on the tasks this caller creates.

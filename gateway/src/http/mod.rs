@@ -26,6 +26,9 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(probes::metrics))
         .route("/.well-known/oauth-protected-resource", get(probes::resource_metadata))
         .route("/.well-known/oauth-protected-resource/{*path}", get(probes::resource_metadata));
+    if state.config.console.is_some() {
+        router = router.merge(crate::console::routes());
+    }
     if state.config.test_routes {
         // Hidden flag, for the black-box tests of the pipeline: a handler that panics.
         let panics = stack::around_mcp(post(probes::panic_for_tests), &state.config);

@@ -1,0 +1,363 @@
+//! The operator console through the real binaries: who reaches it and how far, the task
+//! index it lists, the timeline every transition writes, the audited actions, CSRF, and the
+//! escaping of what tools return. The browser's own view is `console_browser`.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use sha2::Digest as _;
+use taskgate_tests::{McpClient, Stack};
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A console user: a bearer token, a login cookie, or nobody.
+#[derive(Clone, Copy)]
+pub(crate) enum As<'a> {
+    Nobody,
+    Bearer(&'a str),
+    Cookie(&'a str),
+}
+
+/// Plain HTTP to the console, redirects not followed (so a test sees each 303 and cookie).
+pub(crate) struct Console {
+    base: String,
+    http: reqwest::Client,
+}
+
+pub(crate) struct Page {
+    pub(crate) status: u16,
+    pub(crate) headers: reqwest::header::HeaderMap,
+    pub(crate) body: String,
+}
+
+impl Page {
+    pub(crate) fn header(&self, name: &str) -> &str {
+        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+    }
+
+    /// The CSRF token of the page's forms.
+    pub(crate) fn csrf(&self) -> String {
+        let at = self.body.find(r#"name="csrf" value=""#).expect("a form with a CSRF token") + 19;
+        self.body[at..].split('"').next().unwrap().to_owned()
+    }
+}
+
+impl Console {
+    pub(crate) fn new(client: &McpClient) -> Self {
+        let http =
+            reqwest::Client::builder().no_proxy().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+        Self { base: client.base().to_owned(), http }
+    }
+
+    fn with(&self, request: reqwest::RequestBuilder, who: As<'_>) -> reqwest::RequestBuilder {
+        match who {
+            As::Nobody => request,
+            As::Bearer(token) => request.bearer_auth(token),
+            As::Cookie(cookie) => request.header("cookie", cookie),
+        }
+    }
+
+    async fn read(response: reqwest::Response) -> Page {
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        Page { status, headers, body: response.text().await.expect("a body") }
+    }
+
+    pub(crate) async fn get(&self, path: &str, who: As<'_>) -> Page {
+        let request = self.with(self.http.get(format!("{}{path}", self.base)), who);
+        Self::read(request.send().await.expect("GET")).await
+    }
+
+    /// A form POST; `origin` is the page it claims to come from (`None`: a client that says
+    /// nothing, as a script would).
+    pub(crate) async fn post(&self, path: &str, who: As<'_>, form: &[(&str, &str)], origin: Option<&str>) -> Page {
+        let body: String = form_urlencoded::Serializer::new(String::new()).extend_pairs(form).finish();
+        let mut request = self
+            .with(self.http.post(format!("{}{path}", self.base)), who)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body);
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        Self::read(request.send().await.expect("POST")).await
+    }
+
+    pub(crate) fn origin(&self) -> String {
+        self.base.clone()
+    }
+
+    /// The task's timeline, from the console's JSON view.
+    pub(crate) async fn timeline(&self, task: &str, who: As<'_>) -> Vec<Value> {
+        let page = self.get(&format!("/console/api/tasks/{task}"), who).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        let body: Value = serde_json::from_str(&page.body).expect("JSON");
+        body["timeline"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+fn hash(key: &str) -> String {
+    sha2::Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A stack whose gateway serves the console behind API keys: `key-op` (an operator),
+/// `key-admin` (acme's tenant admin), `key-alice` (acme) and `key-bob` (globex).
+pub(crate) async fn console_stack(workers: usize) -> Stack {
+    let mut stack = Stack::builder().gateways(0).workers(workers).spawn().await;
+    let file = stack.scratch_dir().join("api-keys");
+    let keys = format!(
+        "{} ops op taskgate:operator\n{} acme admin taskgate:tenant-admin,tasks:run\n{} acme alice\n{} globex bob\n",
+        hash("key-op"),
+        hash("key-admin"),
+        hash("key-alice"),
+        hash("key-bob")
+    );
+    std::fs::write(&file, keys).unwrap();
+    stack.add_gateway_with_auth(&["--auth", "api-keys", "--api-keys-file", file.to_str().unwrap(), "--console"]).await;
+    stack
+}
+
+/// Signs in through the form; returns the cookie to send back.
+pub(crate) async fn sign_in(console: &Console, token: &str) -> String {
+    let page = console.post("/console/login", As::Nobody, &[("token", token)], Some(&console.origin())).await;
+    assert_eq!(page.status, 303, "{}", page.body);
+    let cookie = page.header("set-cookie").to_owned();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
+        assert!(cookie.contains(attribute), "{attribute} in {cookie}");
+    }
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_is_off_unless_asked_for() {
+    let stack = Stack::builder().workers(0).spawn().await;
+    let console = Console::new(&stack.client(0));
+    assert_eq!(console.get("/console/", As::Nobody).await.status, 404);
+    assert_eq!(console.get("/console/login", As::Nobody).await.status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_console_scopes_get_in_and_a_tenant_admin_sees_only_its_tenant() {
+    let stack = console_stack(1).await;
+    let console = Console::new(&stack.client(0));
+
+    // Nobody, and a token without a console scope.
+    let page = console.get("/console/", As::Nobody).await;
+    assert_eq!(page.status, 401);
+    assert!(page.body.contains(r#"action="/console/login""#), "the sign-in form: {}", page.body);
+    assert_eq!(console.get("/console/tasks", As::Bearer("key-alice")).await.status, 403);
+    assert_eq!(console.get("/console/tasks", As::Bearer("key-nobody")).await.status, 401);
+    let refused = console.post("/console/login", As::Nobody, &[("token", "key-alice")], Some(&console.origin())).await;
+    assert_eq!(refused.status, 401);
+    assert!(refused.header("set-cookie").is_empty());
+    let elsewhere =
+        console.post("/console/login", As::Nobody, &[("token", "key-op")], Some("https://evil.example")).await;
+    assert_eq!(elsewhere.status, 403, "a sign-in posted from another site");
+
+    // Every page carries the strict policy.
+    let cookie = sign_in(&console, "key-op").await;
+    let page = console.get("/console/", As::Cookie(&cookie)).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let csp = page.header("content-security-policy");
+    assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe"), "{csp}");
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert!(page.body.contains("ops/op"), "who is signed in");
+    assert!(!page.body.contains("<script>") && !page.body.contains("style="), "no inline script or style");
+
+    // A tenant admin: its tenant's tasks, read-only; another tenant's ids are unknown.
+    let acme = stack.client_as(0, "key-alice").create_task("sleep", json!({"ms": 60_000})).await;
+    let globex = stack.client_as(0, "key-bob").create_task("sleep", json!({"ms": 60_000})).await;
+    let admin = sign_in(&console, "key-admin").await;
+    for path in ["/console/tasks", "/console/tasks?tenant=globex"] {
+        let list = console.get(path, As::Cookie(&admin)).await;
+        assert_eq!(list.status, 200);
+        assert!(list.body.contains(&acme) && !list.body.contains(&globex), "{path}: {}", list.body);
+    }
+    assert_eq!(console.get(&format!("/console/tasks/{globex}"), As::Cookie(&admin)).await.status, 404);
+    assert_eq!(console.get(&format!("/console/api/tasks/{globex}"), As::Cookie(&admin)).await.status, 404);
+    let own = console.get(&format!("/console/tasks/{acme}"), As::Cookie(&admin)).await;
+    assert_eq!(own.status, 200);
+    assert!(!own.body.contains("/cancel\""), "no actions offered to a read-only viewer");
+    let csrf = console.get("/console/", As::Cookie(&admin)).await.csrf();
+    let cancel = console
+        .post(&format!("/console/tasks/{acme}/cancel"), As::Cookie(&admin), &[("csrf", &csrf), ("reason", "x")], None)
+        .await;
+    assert_eq!(cancel.status, 403, "actions need the operator scope");
+
+    // The operator sees both tenants.
+    let list = console.get("/console/tasks", As::Cookie(&cookie)).await;
+    assert!(list.body.contains(&acme) && list.body.contains(&globex), "{}", list.body);
+    let only_globex = console.get("/console/tasks?tenant=globex", As::Cookie(&cookie)).await;
+    assert!(!only_globex.body.contains(&acme) && only_globex.body.contains(&globex));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_timeline_records_every_run_and_the_operators_actions_with_their_reasons() {
+    let stack = console_stack(1).await;
+    let console = Console::new(&stack.client(0));
+    let op = As::Bearer("key-op");
+    let alice = stack.client_as(0, "key-alice");
+
+    // working -> input_required -> working -> completed, over two runs.
+    let task = alice.create_task("generate_report", json!({"size": "small"})).await;
+    alice.wait_for_status(&task, "input_required", PATIENCE).await;
+    alice.update_task(&task, json!({"approve_outline": {"action": "accept", "content": {"approved": true}}})).await;
+    alice.wait_for_status(&task, "completed", PATIENCE).await;
+    let timeline = console.timeline(&task, op).await;
+    let events: Vec<&str> = timeline.iter().map(|e| e["ev"].as_str().unwrap()).collect();
+    assert_eq!(events, ["created", "claimed", "asked, parked", "answered", "claimed", "finished"], "{timeline:?}");
+    let states: Vec<&str> = timeline.iter().map(|e| e["to"].as_str().unwrap()).collect();
+    assert_eq!(states, ["working", "working", "input_required", "working", "working", "completed"]);
+    assert_eq!((timeline[1]["fence"].as_i64(), timeline[4]["fence"].as_i64()), (Some(1), Some(2)), "one fence per run");
+    assert!(timeline[1]["holder"].as_str().is_some_and(|h| !h.is_empty()), "{timeline:?}");
+    assert_eq!(timeline[5]["holder"], timeline[4]["holder"], "the run that finished it");
+    let at: Vec<i64> = timeline.iter().map(|e| e["at"].as_i64().unwrap()).collect();
+    assert!(at.windows(2).all(|w| w[0] <= w[1]), "in order: {at:?}");
+
+    // Cancel: refused without the CSRF token or from another site, then done and audited.
+    let running = alice.create_task("sleep", json!({"ms": 60_000})).await;
+    stack.wait_until_held(&running, PATIENCE).await;
+    let page = console.get(&format!("/console/tasks/{running}"), op).await;
+    let csrf = page.csrf();
+    let path = format!("/console/tasks/{running}/cancel");
+    let without = console.post(&path, op, &[("reason", "stuck")], Some(&console.origin())).await;
+    assert_eq!(without.status, 403, "no CSRF token");
+    let forged = console.post(&path, op, &[("csrf", "forged"), ("reason", "stuck")], Some(&console.origin())).await;
+    assert_eq!(forged.status, 403, "a wrong CSRF token");
+    let cross = console.post(&path, op, &[("csrf", &csrf), ("reason", "stuck")], Some("https://evil.example")).await;
+    assert_eq!(cross.status, 403, "posted from another site");
+    assert_eq!(alice.get_task(&running).await.result()["status"], "working", "nothing happened");
+    let done =
+        console.post(&path, op, &[("csrf", &csrf), ("reason", "stuck on a dead host")], Some(&console.origin())).await;
+    assert_eq!(done.status, 303, "{}", done.body);
+    alice.wait_for_status(&running, "cancelled", PATIENCE).await;
+    let timeline = console.timeline(&running, op).await;
+    let request = timeline.iter().find(|e| e["ev"] == "cancel requested").expect("the operator's request");
+    assert_eq!((request["by"].as_str(), request["why"].as_str()), (Some("ops/op"), Some("stuck on a dead host")));
+    assert_eq!(timeline.last().unwrap()["to"], "cancelled", "{timeline:?}");
+    let log = stack.gateways[0].log();
+    assert!(
+        log.lines().any(|l| l.contains("console: task cancelled") && l.contains("ops/op") && l.contains(&running)),
+        "the audit log line"
+    );
+
+    // Fail: the client sees the operator's message; the timeline says who and why.
+    let parked = alice.create_task("generate_report", json!({})).await;
+    alice.wait_for_status(&parked, "input_required", PATIENCE).await;
+    let path = format!("/console/tasks/{parked}/fail");
+    let failed = console.post(&path, op, &[("csrf", &csrf), ("reason", "the approver left")], None).await;
+    assert_eq!(failed.status, 303, "{}", failed.body);
+    let got = alice.get_task(&parked).await.result().clone();
+    assert_eq!(got["status"], "failed");
+    assert!(got["error"]["message"].as_str().unwrap().contains("the approver left"), "{got}");
+    assert!(got.get("inputRequests").is_none(), "{got}");
+    let last = console.timeline(&parked, op).await.pop().unwrap();
+    assert_eq!(
+        (last["ev"].as_str(), last["by"].as_str(), last["why"].as_str()),
+        (Some("failed by an operator"), Some("ops/op"), Some("the approver left"))
+    );
+    // Terminal: a second action changes nothing.
+    let again = console.post(&path, op, &[("csrf", &csrf), ("reason", "again")], None).await;
+    assert_eq!(again.status, 303);
+    assert_eq!(console.timeline(&parked, op).await.len(), 4, "created, claimed, asked, failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_requests_and_arguments_are_redacted_until_revealed() {
+    let stack = console_stack(1).await;
+    let console = Console::new(&stack.client(0));
+    let alice = stack.client_as(0, "key-alice");
+    let task = alice.create_task("generate_report", json!({"size": "large"})).await;
+    alice.wait_for_status(&task, "input_required", PATIENCE).await;
+    let page = console.get(&format!("/console/tasks/{task}"), As::Bearer("key-op")).await;
+    assert!(page.body.contains("approve_outline"), "the key is shown");
+    assert!(!page.body.contains("Approve the generated report outline"), "the request's content is not");
+    assert!(!page.body.contains("large"), "nor the arguments");
+    let shown = console.get(&format!("/console/tasks/{task}?reveal=1"), As::Bearer("key-op")).await;
+    assert!(shown.body.contains("Approve the generated report outline") && shown.body.contains("large"));
+    assert!(stack.gateways[0].log().contains("sensitive fields shown"), "the reveal is logged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_list_pages_through_every_task_once_and_filters_by_state() {
+    let stack = Stack::builder().gateway_args(&["--console"]).spawn().await;
+    let client = stack.client(0);
+    let console = Console::new(&client);
+    let mut created = HashSet::new();
+    for _ in 0..120 {
+        created.insert(client.create_task("noop", json!({})).await);
+    }
+    let parked = client.create_task("generate_report", json!({})).await;
+    client.wait_for_status(&parked, "input_required", PATIENCE).await;
+    created.insert(parked.clone());
+
+    let mut seen = Vec::new();
+    let mut path = "/console/tasks".to_owned();
+    loop {
+        let page = console.get(&path, As::Nobody).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        assert!(page.body.contains("--auth none"), "the open console's banner");
+        seen.extend(task_links(&page.body));
+        match page.body.split(r#"rel="next" href=""#).nth(1) {
+            Some(rest) => path = rest.split('"').next().unwrap().replace("&amp;", "&"),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), created.len(), "each task once");
+    assert_eq!(seen.iter().cloned().collect::<HashSet<_>>(), created);
+
+    let waiting = console.get("/console/tasks?status=input_required", As::Nobody).await;
+    assert_eq!(task_links(&waiting.body), std::slice::from_ref(&parked));
+    let by_tool = console.get("/console/tasks?tool=generate_report", As::Nobody).await;
+    assert_eq!(task_links(&by_tool.body), [parked]);
+    assert_eq!(console.get("/console/tasks?status=bogus", As::Nobody).await.status, 400);
+    assert_eq!(console.get("/console/tasks?after=garbage", As::Nobody).await.status, 400);
+    let overview = console.get("/console/", As::Nobody).await;
+    assert!(overview.body.contains("noop") && overview.body.contains("generate_report"), "{}", overview.body);
+}
+
+/// The task ids a list page links to, in order.
+fn task_links(body: &str) -> Vec<String> {
+    body.split(r#"href="/console/tasks/"#).skip(1).map(|rest| rest.split('"').next().unwrap().to_owned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_prunes_expired_tasks_from_its_shards_indexes() {
+    let stack = Stack::builder().gateway_args(&["--console"]).spawn().await;
+    let store = stack.store();
+    let mut conn = store.conn();
+    let stale = taskgate_shared::task::TaskId::generate(16);
+    // An entry whose task expired long ago, in every shard's index.
+    for shard in 0..16u8 {
+        let key = store.keys().task_index(shard, None);
+        let () = redis::cmd("ZADD").arg(&key).arg(1).arg(stale.as_str()).query_async(&mut conn).await.unwrap();
+    }
+    let task = stack.client(0).create_task("noop", json!({})).await;
+    let shard = taskgate_shared::task::TaskId::parse(&task).unwrap().shard();
+    let key = store.keys().task_index(shard, None);
+    let members: Vec<String> = redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
+    assert_eq!(members, std::slice::from_ref(&task), "the expired entry left the created task's shard");
+    let tenant_key = store.keys().task_index(shard, Some("default"));
+    let score: Option<i64> = redis::cmd("ZSCORE").arg(&tenant_key).arg(&task).query_async(&mut conn).await.unwrap();
+    let record = store.keys().task(&taskgate_shared::task::TaskId::parse(&task).unwrap()).record;
+    let expires: i64 = redis::cmd("PEXPIRETIME").arg(record).query_async(&mut conn).await.unwrap();
+    assert_eq!(score, Some(expires), "indexed by the record's expiry");
+    let other = store.keys().task_index((shard + 1) % 16, None);
+    let left: i64 = redis::cmd("ZCARD").arg(&other).query_async(&mut conn).await.unwrap();
+    assert_eq!(left, 1, "a shard without a create keeps its entries until its next one");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_tool_returns_is_shown_escaped() {
+    let stack = crate::upstream::fixture_stack(console_stack(0).await).await;
+    let console = Console::new(&stack.client(0));
+    let alice = stack.client_as(0, "key-alice");
+    let task = alice
+        .create_task("fx__echo", json!({"text": "<script>alert('owned')</script><img src=x onerror=alert(1)>"}))
+        .await;
+    alice.wait_for_status(&task, "completed", PATIENCE).await;
+    let page = console.get(&format!("/console/tasks/{task}"), As::Bearer("key-op")).await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("&lt;script&gt;alert('owned')&lt;/script&gt;&lt;img"), "{}", page.body);
+    assert!(!page.body.contains("<script>alert") && !page.body.contains("<img src=x"), "{}", page.body);
+}
