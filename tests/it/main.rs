@@ -7,6 +7,7 @@ mod chaos;
 mod cli;
 mod cluster;
 mod console;
+mod console_browser;
 mod docs;
 mod durability;
 mod example_worker;
