@@ -95,6 +95,10 @@ pub(crate) enum Command {
     Answer(AnswerArgs),
     /// The server's protocol versions, capabilities and extensions.
     Discover,
+    /// Show a task's timeline: every transition, its run (fence, holder) and any operator's
+    /// action. Reads the gateway's operator console (`--console`), with an operator or
+    /// tenant-admin token.
+    Inspect { task: String },
     /// Print a shell completion script.
     Completions { shell: clap_complete::Shell },
 }

@@ -23,6 +23,9 @@ pub(crate) async fn run(cli: Cli) -> Result<Exit, CliError> {
         clap_complete::generate(shell, &mut Cli::command(), "taskgate", &mut std::io::stdout());
         return Ok(Exit::Ok);
     }
+    if let Command::Inspect { task } = &cli.command {
+        return crate::inspect::run(global, task).await;
+    }
     let mut conn = Connection::open(global).await?;
     let exit = match &cli.command {
         Command::Tools { schema } => tools(&conn, global, schema.as_deref()).await,
@@ -32,7 +35,7 @@ pub(crate) async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Cancel { task } => cancel(&conn, global, task).await,
         Command::Answer(args) => answer(&conn, global, args).await,
         Command::Discover => discover(&conn, global),
-        Command::Completions { .. } => unreachable!("answered before connecting"),
+        Command::Completions { .. } | Command::Inspect { .. } => unreachable!("answered before connecting"),
     };
     conn.close().await;
     exit

@@ -10,6 +10,7 @@ mod connect;
 mod exit;
 mod follow;
 mod form;
+mod inspect;
 mod prompt;
 mod render;
 mod text;

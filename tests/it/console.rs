@@ -361,3 +361,29 @@ async fn what_a_tool_returns_is_shown_escaped() {
     assert!(page.body.contains("&lt;script&gt;alert('owned')&lt;/script&gt;&lt;img"), "{}", page.body);
     assert!(!page.body.contains("<script>alert") && !page.body.contains("<img src=x"), "{}", page.body);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_shows_the_same_timeline() {
+    let stack = console_stack(1).await;
+    let alice = stack.client_as(0, "key-alice");
+    let task = alice.create_task("generate_report", json!({"size": "small"})).await;
+    alice.wait_for_status(&task, "input_required", PATIENCE).await;
+    let cli = taskgate_tests::cli::Cli::new(stack.client(0).base());
+
+    let ran = cli.run(&["inspect", &task, "--token", "key-op", "--output", "json"]).await;
+    assert_eq!(ran.code, 0, "{ran:?}");
+    let body = ran.json();
+    let events: Vec<&str> = body["timeline"].as_array().unwrap().iter().map(|e| e["ev"].as_str().unwrap()).collect();
+    assert_eq!(events, ["created", "claimed", "asked, parked"]);
+    assert_eq!(body["inputKeys"], json!(["approve_outline"]));
+    assert!(!ran.stdout.contains("Approve the generated"), "no input content: {}", ran.stdout);
+
+    let human = cli.run(&["inspect", &task, "--token", "key-op"]).await;
+    assert_eq!(human.code, 0, "{human:?}");
+    assert!(human.stdout.contains("asked, parked") && human.stdout.contains("input_required"), "{}", human.stdout);
+    // A token without a console scope, none, and another tenant's admin.
+    assert_eq!(cli.run(&["inspect", &task, "--token", "key-alice"]).await.code, 6);
+    assert_eq!(cli.run(&["inspect", &task]).await.code, 6);
+    let globex = stack.client_as(0, "key-bob").create_task("sleep", json!({"ms": 0})).await;
+    assert_eq!(cli.run(&["inspect", &globex, "--token", "key-admin"]).await.code, 8);
+}
