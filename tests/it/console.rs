@@ -360,6 +360,12 @@ async fn what_a_tool_returns_is_shown_escaped() {
     assert_eq!(page.status, 200);
     assert!(page.body.contains("&lt;script&gt;alert('owned')&lt;/script&gt;&lt;img"), "{}", page.body);
     assert!(!page.body.contains("<script>alert") && !page.body.contains("<img src=x"), "{}", page.body);
+
+    // The overview names the live worker, its slots, and its upstream server's connection.
+    let overview = console.get("/console/", As::Bearer("key-op")).await;
+    let workers = overview.body.split(r#"id="workers""#).nth(1).expect("the workers table");
+    assert!(workers.contains("0 / "), "no slot busy: {workers}");
+    assert!(workers.contains(r#"class="upstream up""#) && workers.contains("<code>fx</code> 1/1"), "{workers}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

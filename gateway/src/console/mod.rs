@@ -120,7 +120,9 @@ async fn overview(State(state): State<AppState>, viewer: Viewer) -> Result<Respo
         .map(|tools| tools.iter().filter_map(|t| t["name"].as_str().map(str::to_owned)).collect())
         .unwrap_or_default();
     tools.sort();
-    Ok(html(views::overview(&viewer, &tallies, sampled, &tools, now_ms())))
+    let workers: Vec<views::WorkerView> =
+        state.store.live_workers().await?.into_iter().map(|(id, status, _)| views::WorkerView { id, status }).collect();
+    Ok(html(views::overview(&viewer, &tallies, sampled, &workers, &tools, now_ms())))
 }
 
 async fn overview_fragment(State(state): State<AppState>, viewer: Viewer) -> Result<Response, ConsoleError> {

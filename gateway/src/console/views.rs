@@ -91,10 +91,17 @@ pub(super) struct Tally {
     pub(super) oldest_queued_ms: Option<i64>,
 }
 
+/// A live worker as its last heartbeat described it.
+pub(super) struct WorkerView {
+    pub(super) id: String,
+    pub(super) status: serde_json::Value,
+}
+
 pub(super) fn overview(
     viewer: &Viewer,
     tallies: &BTreeMap<(String, String), Tally>,
     sampled: usize,
+    workers: &[WorkerView],
     tools: &[String],
     now_ms: i64,
 ) -> Markup {
@@ -104,6 +111,38 @@ pub(super) fn overview(
         html! {
             h1 { "Overview" }
             (overview_live(tallies, sampled, now_ms))
+            h2 { "Workers alive" }
+            @if workers.is_empty() { p { "No worker has sent a heartbeat lately." } }
+            @else {
+                div.scroll {
+                    table #workers {
+                        thead { tr {
+                            th scope="col" { "Worker" } th scope="col" { "Busy slots" } th scope="col" { "Tools" }
+                            th scope="col" { "Upstream servers (connections up)" }
+                        } }
+                        tbody {
+                            @for worker in workers {
+                                tr {
+                                    td { code { (worker.id) } }
+                                    td { (text(&worker.status["busy"])) " / " (text(&worker.status["slots"])) }
+                                    td { (text(&worker.status["tools"])) }
+                                    td {
+                                        @for upstream in worker.status["upstreams"].as_array().into_iter().flatten() {
+                                            @let up = upstream["up"].as_u64().unwrap_or(0);
+                                            @let links = upstream["links"].as_u64().unwrap_or(0);
+                                            span class={ "upstream " @if up == links && links > 0 { "up" } @else { "down" } } {
+                                                code { (text(&upstream["name"])) } " " (up) "/" (links)
+                                            }
+                                            " "
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                p.note { "As of each worker's last heartbeat (every third of its --catalogue-ttl-ms)." }
+            }
             h2 { "Tools served now" }
             @if tools.is_empty() { p { "No worker serves any tool." } }
             ul.tools { @for tool in tools { li { code { (tool) } } } }

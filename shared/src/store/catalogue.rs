@@ -27,21 +27,27 @@ pub struct Published {
 }
 
 impl Store {
-    /// Publishes these specs, offerings and hidden task names (see `tools::offerings`), live for `ttl`, with this worker's configuration digest (empty:
-    /// none), and removes specs no heartbeat renewed. Returns the digests of every live worker
-    /// (one round trip).
+    /// Publishes these specs, offerings and hidden task names (see `tools::offerings`), live for
+    /// `ttl`, with this worker's configuration digest (empty: none) and its status (`worker`:
+    /// its id and status JSON, for the operator console), and removes specs and workers no
+    /// heartbeat renewed. Returns the digests of every live worker (one round trip).
     pub async fn publish_tools(
         &self,
         specs: &[ToolSpec],
         offerings: &[Offering],
         hidden: &[&str],
         digest: &str,
+        worker: (&str, &str),
         ttl: Duration,
     ) -> Result<Vec<String>, StoreError> {
         let keys = self.keys().catalogue();
         let mut invocation = scripts::PUBLISH_TOOLS.key(&keys.specs);
-        invocation.key(&keys.live).key(&keys.digests);
-        invocation.arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)).arg(digest);
+        invocation.key(&keys.live).key(&keys.digests).key(&keys.workers).key(&keys.workers_live);
+        invocation
+            .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1))
+            .arg(digest)
+            .arg(worker.0)
+            .arg(worker.1);
         for spec in specs {
             let json = serde_json::to_string(spec).map_err(|e| StoreError::UnexpectedReply(e.to_string()))?;
             invocation.arg(&spec.descriptor.name).arg(json);
@@ -59,6 +65,25 @@ impl Store {
         let reply: Vec<Value> = invocation.invoke_async(&mut self.conn()).await?;
         let reply = Reply::new(reply);
         reply.strings(1)
+    }
+
+    /// The live workers' statuses as they last published them, by worker id, with when each
+    /// runs out (ms).
+    pub async fn live_workers(&self) -> Result<Vec<(String, serde_json::Value, i64)>, StoreError> {
+        let keys = self.keys().catalogue();
+        let now = i64::try_from(crate::task::now_ms()).unwrap_or(i64::MAX);
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZRANGEBYSCORE").arg(&keys.workers_live).arg(now).arg("+inf").arg("WITHSCORES");
+        pipe.cmd("HGETALL").arg(&keys.workers);
+        let (live, statuses): (Vec<(String, i64)>, std::collections::HashMap<String, String>) =
+            pipe.query_async(&mut self.conn()).await?;
+        Ok(live
+            .into_iter()
+            .map(|(id, expires)| {
+                let status = statuses.get(&id).and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
+                (id, status, expires)
+            })
+            .collect())
     }
 
     /// Whether some live worker serves `tool` (its catalogue entry has not run out by this

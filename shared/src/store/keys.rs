@@ -63,6 +63,10 @@ pub struct CatalogueKeys {
     pub live: String,
     /// ZSET: workers' configuration digests -> when they run out (ms).
     pub digests: String,
+    /// HASH: worker id -> its status at its last heartbeat (JSON).
+    pub workers: String,
+    /// ZSET: worker id -> when its last heartbeat runs out (ms).
+    pub workers_live: String,
 }
 
 /// The keys of one queue shard.
@@ -130,6 +134,8 @@ impl Keys {
             specs: format!("{ns}:{{catalogue}}:specs"),
             live: format!("{ns}:{{catalogue}}:live"),
             digests: format!("{ns}:{{catalogue}}:digests"),
+            workers: format!("{ns}:{{catalogue}}:workers"),
+            workers_live: format!("{ns}:{{catalogue}}:workers:live"),
         }
     }
 

@@ -119,7 +119,14 @@ pub(crate) async fn publish(shared: &Shared) -> Result<(), taskgate_shared::stor
     let own = shared.served.digest();
     let digests = shared
         .store
-        .publish_tools(&specs, &shared.served.offerings(), shared.served.hidden(), own, shared.config.catalogue_ttl)
+        .publish_tools(
+            &specs,
+            &shared.served.offerings(),
+            shared.served.hidden(),
+            own,
+            (&shared.worker_id, &status(shared).to_string()),
+            shared.config.catalogue_ttl,
+        )
         .await?;
     let differs = digests.iter().any(|d| d != own);
     if differs && METRICS.config_mismatch.get() == 0 {
@@ -127,6 +134,18 @@ pub(crate) async fn publish(shared: &Shared) -> Result<(), taskgate_shared::stor
     }
     METRICS.config_mismatch.set(i64::from(differs));
     Ok(())
+}
+
+/// What the operator console shows of this worker: its slots, how many are busy, and its
+/// upstream servers' connections, as of this heartbeat.
+fn status(shared: &Shared) -> serde_json::Value {
+    let upstreams = shared.served.upstreams.as_ref().map(|u| u.health()).unwrap_or_default();
+    serde_json::json!({
+        "slots": shared.config.concurrency,
+        "busy": shared.held.len(),
+        "tools": shared.served.current().specs.len(),
+        "upstreams": upstreams,
+    })
 }
 
 /// On a clean exit, deletes this worker's consumer from every shard's group, unless deliveries

@@ -96,6 +96,12 @@ impl Upstream {
         &self.config.name
     }
 
+    /// Connections up, of those configured.
+    pub(crate) fn links_up(&self) -> (usize, usize) {
+        let up = self.links.iter().filter(|link| matches!(*link.borrow(), Link::Up { .. })).count();
+        (up, self.links.len())
+    }
+
     pub(super) fn is_http(&self) -> bool {
         matches!(self.config.transport, Transport::Http { .. })
     }

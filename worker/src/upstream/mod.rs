@@ -43,6 +43,17 @@ impl Upstreams {
         Self { servers, digest, changed, cancel_grace }
     }
 
+    /// Each server's name with its connections up and configured, for the operator console.
+    pub(crate) fn health(&self) -> Vec<serde_json::Value> {
+        self.servers
+            .iter()
+            .map(|server| {
+                let (up, links) = server.links_up();
+                serde_json::json!({ "name": server.name(), "up": up, "links": links })
+            })
+            .collect()
+    }
+
     pub(crate) fn digest(&self) -> &str {
         &self.digest
     }
