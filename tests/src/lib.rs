@@ -87,5 +87,6 @@ pub fn sleep_task<'a>(
         answers: &[],
         tool_state: None,
         counted: false,
+        history: true,
     }
 }

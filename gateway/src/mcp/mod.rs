@@ -155,6 +155,7 @@ pub(crate) async fn write_task(
         answers: &answers,
         tool_state: gathered.resume.as_deref(),
         counted: counts_active(state),
+        history: state.config.console.is_some(),
     };
     tracing::Span::current().record("task_id", id.as_str());
     let replicas = match durability {

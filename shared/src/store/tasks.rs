@@ -34,6 +34,9 @@ pub struct NewTask<'a> {
     /// Whether the task was admitted into its tenant's active-task count (so that whoever
     /// ends it knows to remove it).
     pub counted: bool,
+    /// Keep its history for the operator console: a timeline, and entries in the task indexes
+    /// (the gateway's `--console`; docs/console.md).
+    pub history: bool,
 }
 
 /// The outcome of `tasks/update`'s write.
@@ -245,7 +248,8 @@ fn create_invocation<'a>(store: &Store, keys: &'a super::TaskKeys, task: &NewTas
         .arg(task.client_capabilities)
         .arg(if task.counted { "1" } else { "0" })
         .arg(task.tool_state.unwrap_or(""))
-        .arg(if task.declares_tasks { "1" } else { "0" });
+        .arg(if task.declares_tasks { "1" } else { "0" })
+        .arg(if task.history { "1" } else { "0" });
     for (key, answer) in task.answers {
         call.arg(key).arg(answer);
     }

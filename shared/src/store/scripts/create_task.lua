@@ -3,7 +3,8 @@
 -- expires at createdAt + ttl (PEXPIREAT), which nothing extends.
 -- KEYS[1] task record (hash)      KEYS[2] shard dispatch stream   KEYS[3] answers hash
 -- KEYS[4] timeline (list)   KEYS[5] the shard's task index   KEYS[6] the shard's index of the tenant
---   (sorted sets: task id -> expiry ms; what the operator console lists)
+--   (sorted sets: task id -> expiry ms; what the operator console lists; readers skip entries
+--   whose record has expired)
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] tool   ARGV[5] arguments JSON
 -- ARGV[6] ttl ms    ARGV[7] poll interval ms   ARGV[8] status message ('' = none)
 -- ARGV[9] traceparent ('' = none)   ARGV[10] events channel
@@ -12,7 +13,9 @@
 -- ARGV[13] the tool's saved state to start from ('' = none): an inline call resumed by an MRTR
 --   retry carries the state its earlier run parked with
 -- ARGV[14] '1' when the Tasks extension's declaration was left out of ARGV[11] (store/compact.rs)
--- ARGV[15..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
+-- ARGV[15] '1' to keep the task's history for the operator console: its timeline (which every
+--   later transition appends to, RPUSHX: only where it exists) and its index entries
+-- ARGV[16..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
 -- Returns {1, createdAtMs} | {-6} the id exists for another owner or tool.
 -- Idempotent: the same owner repeating the same id for the same tool (a create re-sent after
 -- its reply was lost) gets the task it made, unchanged, instead of an error it would retry
@@ -46,17 +49,23 @@ optional('tstate', ARGV[13])
 if ARGV[14] == '1' then optional('capx', '1') end
 rcall('HSET', record, unpack(fields))
 rcall('PEXPIREAT', record, now + tonumber(ARGV[6]))
-if #ARGV > 14 then
-  for i = 15, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
+if #ARGV > 15 then
+  for i = 16, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
   rcall('PEXPIREAT', answers, now + tonumber(ARGV[6]))
 end
-local expires = now + tonumber(ARGV[6])
-rcall('RPUSH', KEYS[4], cjson.encode({at = now, ev = 'created', to = 'working'}))
-rcall('PEXPIREAT', KEYS[4], expires)
--- Expired tasks leave the indexes here, so an index holds about the live tasks only.
-for i = 5, 6 do
-  rcall('ZADD', KEYS[i], expires, ARGV[1])
-  rcall('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+if ARGV[15] == '1' then
+  local expires = now + tonumber(ARGV[6])
+  rcall('RPUSH', KEYS[4], cjson.encode({at = now, ev = 'created', to = 'working'}))
+  rcall('PEXPIREAT', KEYS[4], expires)
+  rcall('ZADD', KEYS[5], expires, ARGV[1])
+  rcall('ZADD', KEYS[6], expires, ARGV[1])
+  -- Expired tasks leave the indexes here, on one create in 16 (ids end in a random hex digit):
+  -- an index then holds its live tasks and a few creates' worth of expired ones, for two
+  -- commands on a sixteenth of creates instead of on every one.
+  if string.sub(ARGV[1], -1) == '0' then
+    rcall('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+    rcall('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
+  end
 end
 rcall('XADD', stream, '*', 'id', ARGV[1])
 publish_event(ARGV[10], ARGV[1] .. ' 1 working')
