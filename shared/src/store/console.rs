@@ -130,6 +130,11 @@ impl Store {
             let (entries, more) = self
                 .index_entries(shards, filter.tenant.as_deref(), cursor.as_ref(), limit.min(budget - examined))
                 .await?;
+            if entries.is_empty() {
+                // The end; or more entries share the cursor's expiry in one shard than a read
+                // spans (a pathological tie), which ends the listing rather than looping.
+                return Ok(page);
+            }
             examined += entries.len();
             let rows = self.rows(&entries).await?;
             let mut used = 0;
