@@ -417,3 +417,24 @@ async fn the_cli_shows_the_same_timeline() {
     let globex = stack.client_as(0, "key-bob").create_task("sleep", json!({"ms": 0})).await;
     assert_eq!(cli.run(&["inspect", &globex, "--token", "key-admin"]).await.code, 8);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_links_to_its_trace_when_a_trace_viewer_is_configured() {
+    let stack = Stack::builder()
+        .gateway_args(&["--console", "--console-trace-url", "https://traces.example/trace/{trace_id}"])
+        .spawn()
+        .await;
+    let client = stack.client(0);
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let mut meta = taskgate_tests::meta();
+    meta["traceparent"] = json!(format!("00-{trace_id}-00f067aa0ba902b7-01"));
+    let created = client.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 0}, "_meta": meta})).await;
+    let task = created.result()["taskId"].as_str().expect("a task").to_owned();
+    let page = Console::new(&client).get(&format!("/console/tasks/{task}"), As::Nobody).await;
+    assert!(page.body.contains(&format!(r#"href="https://traces.example/trace/{trace_id}""#)), "{}", page.body);
+
+    // Without a traceparent there is nothing to link to.
+    let untraced = client.create_task("sleep", json!({"ms": 0})).await;
+    let page = Console::new(&client).get(&format!("/console/tasks/{untraced}"), As::Nobody).await;
+    assert!(!page.body.contains("traces.example"), "{}", page.body);
+}
