@@ -237,6 +237,8 @@ async fn the_timeline_records_every_run_and_the_operators_actions_with_their_rea
     let cross = console.post(&path, op, &[("csrf", &csrf), ("reason", "stuck")], Some("https://evil.example")).await;
     assert_eq!(cross.status, 403, "posted from another site");
     assert_eq!(alice.get_task(&running).await.result()["status"], "working", "nothing happened");
+    let untouched = console.timeline(&running, op).await;
+    assert!(untouched.iter().all(|e| e["ev"] != "cancel requested"), "no cancel was flagged: {untouched:?}");
     let done =
         console.post(&path, op, &[("csrf", &csrf), ("reason", "stuck on a dead host")], Some(&console.origin())).await;
     assert_eq!(done.status, 303, "{}", done.body);
@@ -322,8 +324,14 @@ async fn the_list_pages_through_every_task_once_and_filters_by_state() {
     assert_eq!(task_links(&by_tool.body), [parked]);
     assert_eq!(console.get("/console/tasks?status=bogus", As::Nobody).await.status, 400);
     assert_eq!(console.get("/console/tasks?after=garbage", As::Nobody).await.status, 400);
+    // An open console answers loopback host names only: a rebound name gets nothing.
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let rebound =
+        http.get(format!("{}/console/tasks", client.base())).header("host", "attacker.example").send().await.unwrap();
+    assert_eq!(rebound.status(), 403, "DNS rebinding");
     let overview = console.get("/console/", As::Nobody).await;
-    assert!(overview.body.contains("noop") && overview.body.contains("generate_report"), "{}", overview.body);
+    let tally = overview.body.split(r#"id="overview""#).nth(1).and_then(|t| t.split("</section>").next()).unwrap();
+    assert!(tally.contains("<code>noop</code>") && tally.contains("<code>generate_report</code>"), "{tally}");
 }
 
 /// The task ids a list page links to, in order.
@@ -437,4 +445,21 @@ async fn a_task_links_to_its_trace_when_a_trace_viewer_is_configured() {
     let untraced = client.create_task("sleep", json!({"ms": 0})).await;
     let page = Console::new(&client).get(&format!("/console/tasks/{untraced}"), As::Nobody).await;
     assert!(!page.body.contains("traces.example"), "{}", page.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_list_and_the_overview_work_on_a_cluster() {
+    let stack = Stack::builder().cluster(3).gateway_args(&["--console"]).spawn().await;
+    let client = stack.client(0);
+    let mut created = HashSet::new();
+    for _ in 0..20 {
+        created.insert(client.create_task("noop", json!({})).await);
+    }
+    let console = Console::new(&client);
+    let page = console.get("/console/tasks", As::Nobody).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_eq!(task_links(&page.body).into_iter().collect::<HashSet<_>>(), created);
+    let overview = console.get("/console/", As::Nobody).await;
+    assert_eq!(overview.status, 200, "{}", overview.body);
+    assert!(overview.body.contains(r#"id="workers""#), "the live worker: {}", overview.body);
 }

@@ -102,7 +102,7 @@ async fn an_operator_signs_in_watches_a_task_live_and_cancels_one() {
     // A worker publishes the tools and stops: the first task stays `working` until another
     // starts (its tools stay listed for the catalogue's TTL).
     let mut stack = console_stack(0).await;
-    let first = stack.add_worker(&[]).await;
+    let first = stack.add_worker(&["--catalogue-ttl-ms", "600000"]).await;
     stack.workers[first].kill().await;
     let base = stack.client(0).base().to_owned();
     let alice = stack.client_as(0, "key-alice");

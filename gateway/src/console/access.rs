@@ -95,6 +95,7 @@ impl FromRequestParts<AppState> for Viewer {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let Some(config) = state.config.console.as_ref() else { return Err(ConsoleError::NotFound) };
+        check_host(state, parts)?;
         if matches!(*state.auth, Authenticator::Anonymous) {
             let principal = Principal::anonymous();
             return Ok(Viewer {
@@ -128,6 +129,15 @@ impl FromRequestParts<AppState> for Viewer {
         };
         Ok(Viewer { principal, reach, may_act, open: false, csrf: csrf(token.as_bytes()) })
     }
+}
+
+/// The same `Host` and `Origin` rules as `/mcp`: on a loopback listener only loopback names,
+/// so a page elsewhere cannot reach an open (`--auth none`) console by DNS rebinding.
+pub(super) fn check_host(state: &AppState, parts: &Parts) -> Result<(), ConsoleError> {
+    state
+        .origin_policy
+        .check(&parts.headers, parts.uri.authority().map(|a| a.as_str()))
+        .map_err(|_| ConsoleError::Forbidden("This host name or origin is not allowed here."))
 }
 
 /// The bearer token of the request: the header first, else the login cookie.

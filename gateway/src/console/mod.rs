@@ -85,14 +85,14 @@ impl From<taskgate_shared::store::StoreError> for ConsoleError {
 }
 
 /// Headers on every console response: a strict Content-Security-Policy (scripts and styles
-/// from this origin only, no inline ones, no frames), no sniffing, no referrer, no caching.
+/// from this origin only, no inline ones, no frames), no sniffing, no referrer sent elsewhere, no caching.
 async fn protect(mut response: Response) -> Response {
     const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
                        form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
     response
@@ -245,11 +245,11 @@ async fn task_fragment(
     State(state): State<AppState>,
     viewer: Viewer,
     Path(id): Path<String>,
-    Query(params): Query<TaskParams>,
 ) -> Result<Response, ConsoleError> {
     let (id, inspection) = inspect(&state, &viewer, &id).await?;
-    let view = TaskView { id: id.as_str(), inspection: &inspection, reveal: params.reveal == "1", trace_url: None };
-    Ok(html(views::task_live(&viewer, &view)))
+    // Never revealed: the fragment refreshes without a page load that could be logged.
+    let view = TaskView { id: id.as_str(), inspection: &inspection, reveal: false, trace_url: None };
+    Ok(html(views::task_live(&view)))
 }
 
 /// The timeline and summary as JSON, for scripts and the CLI: what the page shows, without the
@@ -369,19 +369,28 @@ struct LoginForm {
 }
 
 /// Checks the token as every request will, then keeps it in the login cookie.
-async fn login(State(state): State<AppState>, headers: HeaderMap, Form(form): Form<LoginForm>) -> Response {
-    if !access::same_origin(&headers) {
+async fn login(
+    State(state): State<AppState>,
+    parts: axum::http::request::Parts,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    if let Err(refused) = access::check_host(&state, &parts) {
+        return refused.into_response();
+    }
+    let headers = &parts.headers;
+    if !access::same_origin(headers) {
         return ConsoleError::Forbidden("Sign in from the console's own page.").into_response();
     }
     let token = form.token.trim();
-    let mut probe = HeaderMap::new();
+    // The same request, with the typed token as its credential (and no older cookie).
+    let mut probe = parts.clone();
+    probe.headers.remove(header::COOKIE);
+    probe.headers.remove(header::AUTHORIZATION);
     if let Ok(value) = HeaderValue::from_str(&format!("Bearer {token}")) {
-        probe.insert(header::AUTHORIZATION, value);
+        probe.headers.insert(header::AUTHORIZATION, value);
     }
-    let mut parts = axum::http::Request::new(()).into_parts().0;
-    parts.headers = probe;
     use axum::extract::FromRequestParts as _;
-    if let Err(err) = Viewer::from_request_parts(&mut parts, &state).await {
+    if let Err(err) = Viewer::from_request_parts(&mut probe, &state).await {
         return match err {
             ConsoleError::SignIn | ConsoleError::Forbidden(_) => (
                 StatusCode::UNAUTHORIZED,

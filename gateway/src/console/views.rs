@@ -298,6 +298,7 @@ pub(super) struct TaskView<'a> {
 pub(super) fn task(viewer: &Viewer, view: &TaskView<'_>) -> Markup {
     let record = &view.inspection.record;
     let field = |name: &str| record.get(name).map(String::as_str).unwrap_or("");
+    let terminal = matches!(field("status"), "completed" | "failed" | "cancelled");
     page(
         view.id,
         Some(viewer),
@@ -318,20 +319,39 @@ pub(super) fn task(viewer: &Viewer, view: &TaskView<'_>) -> Markup {
             @if !view.reveal {
                 p { a href={ "/console/tasks/" (view.id) "?reveal=1" } { "Reveal arguments, input requests and answers" } " (the reveal is logged)" }
             }
-            (task_live(viewer, view))
+            (task_live(view))
+            // Outside the part that refreshes itself, so that a reason being typed stays.
+            @if viewer.may_act && !terminal {
+                h2 { "Actions" }
+                div.actions {
+                    form.stack method="post" action={ "/console/tasks/" (view.id) "/cancel" } {
+                        input type="hidden" name="csrf" value=(viewer.csrf);
+                        label for="cancel-reason" { "Why cancel" }
+                        input #cancel-reason name="reason" maxlength="500" required;
+                        button #cancel type="submit" { "Cancel the task" }
+                    }
+                    form.stack method="post" action={ "/console/tasks/" (view.id) "/fail" } {
+                        input type="hidden" name="csrf" value=(viewer.csrf);
+                        label for="fail-reason" { "Why fail it (the client sees this message)" }
+                        input #fail-reason name="reason" maxlength="500" required;
+                        button #fail type="submit" { "Fail the task" }
+                    }
+                }
+            }
         },
     )
 }
 
 /// The part of the task page that refreshes itself every second until the task is terminal.
-pub(super) fn task_live(viewer: &Viewer, view: &TaskView<'_>) -> Markup {
+pub(super) fn task_live(view: &TaskView<'_>) -> Markup {
     let inspection = view.inspection;
     let record = &inspection.record;
     let field = |name: &str| record.get(name).map(String::as_str).unwrap_or("");
-    let terminal = matches!(field("status"), "completed" | "failed" | "cancelled");
-    let refresh = format!("/console/tasks/{}/live{}", view.id, if view.reveal { "?reveal=1" } else { "" });
+    // A revealed view is a snapshot: each reveal is one logged page load, never a stream of them.
+    let live = !view.reveal && !matches!(field("status"), "completed" | "failed" | "cancelled");
+    let refresh = format!("/console/tasks/{}/live", view.id);
     html! {
-        section #live hx-get=[(!terminal).then_some(&refresh)] hx-trigger=[(!terminal).then_some("every 1s")] hx-swap="outerHTML" {
+        section #live hx-get=[live.then_some(&refresh)] hx-trigger=[live.then_some("every 1s")] hx-swap="outerHTML" {
             dl.record {
                 dt { "State" } dd #state { (status(field("status"))) }
                 dt { "Message" } dd { (field("msg")) }
@@ -375,23 +395,6 @@ pub(super) fn task_live(viewer: &Viewer, view: &TaskView<'_>) -> Markup {
             @if let Some(error) = record.get("error") {
                 h2 { "Error" }
                 pre.json #error { (pretty(error)) }
-            }
-            @if viewer.may_act && !terminal {
-                h2 { "Actions" }
-                div.actions {
-                    form.stack method="post" action={ "/console/tasks/" (view.id) "/cancel" } {
-                        input type="hidden" name="csrf" value=(viewer.csrf);
-                        label for="cancel-reason" { "Why cancel" }
-                        input #cancel-reason name="reason" maxlength="500" required;
-                        button #cancel type="submit" { "Cancel the task" }
-                    }
-                    form.stack method="post" action={ "/console/tasks/" (view.id) "/fail" } {
-                        input type="hidden" name="csrf" value=(viewer.csrf);
-                        label for="fail-reason" { "Why fail it (the client sees this message)" }
-                        input #fail-reason name="reason" maxlength="500" required;
-                        button #fail type="submit" { "Fail the task" }
-                    }
-                }
             }
         }
     }

@@ -39,8 +39,9 @@ pub(crate) fn gather(
         let responses = input_responses(params.input_responses)
             .ok_or_else(|| RpcError::invalid_params("inputResponses must be an object"))?;
         for (key, response) in responses.into_iter().filter(|(_, r)| usable_answer(r)) {
-            // Raw members are valid JSON: this decodes.
-            answers.insert(key, serde_json::from_str(response.get()).unwrap_or_default());
+            let value = serde_json::from_str(response.get())
+                .map_err(|err| RpcError::invalid_params(format!("inputResponses: {err}")))?;
+            answers.insert(key, value);
         }
     }
     let size: usize = answers.values().map(|v| v.to_string().len()).sum();

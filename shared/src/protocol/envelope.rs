@@ -73,8 +73,8 @@ pub fn parse(body: &[u8]) -> Result<Incoming<'_>, Malformed> {
     let id = match envelope.id.map(RawValue::get) {
         None => None,
         Some(raw) if raw.starts_with(['"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'n']) => {
-            // Valid JSON by now, and a string, a number or null: it decodes.
-            Some(serde_json::from_str(raw).unwrap_or(Value::Null))
+            // Syntax is checked by now; a lone surrogate or an out-of-range number is not.
+            Some(serde_json::from_str(raw).map_err(|_| invalid(Value::Null, "id must be a string, a number or null"))?)
         }
         Some(_) => return Err(invalid(Value::Null, "id must be a string, a number or null")),
     };

@@ -3,8 +3,9 @@
 //!
 //! The indexes are sorted sets per queue shard (all tenants, and one per tenant), task id ->
 //! expiry, written by `create_task` and pruned of expired tasks there. A page reads each
-//! shard's next entries in one pipeline, merges them, and reads the records it shows in a
-//! second: its cost follows the page and the shard count, never the keyspace.
+//! shard's next entries (one command per shard, sent together), merges them, and reads the
+//! records it shows the same way: its cost follows the page and the shard count, never the
+//! keyspace.
 
 use std::collections::BTreeMap;
 
@@ -170,22 +171,29 @@ impl Store {
         count: usize,
     ) -> Result<(Vec<(i64, String)>, bool), StoreError> {
         let max = after.map_or_else(|| "+inf".to_owned(), |c| c.expires_ms.to_string());
-        let mut pipe = redis::pipe();
-        for shard in 0..shards {
+        // One command per shard, sent together: each shard is its own Cluster slot, so they
+        // cannot share a pipeline there (the multiplexed connection batches them anyway).
+        let reads = (0..shards).map(|shard| {
             // Shards are u8 in ids; more than 256 is refused by the configuration.
             let key = self.keys().task_index(shard as u8, tenant);
-            // Entries at the cursor's own expiry are read again and skipped by id; `count` more
-            // than the page covers the ties.
-            pipe.cmd("ZREVRANGEBYSCORE")
-                .arg(key)
-                .arg(&max)
-                .arg("-inf")
-                .arg("WITHSCORES")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(count * 2);
-        }
-        let replies: Vec<Vec<(String, i64)>> = pipe.query_async(&mut self.conn()).await?;
+            let mut conn = self.conn();
+            let max = max.clone();
+            async move {
+                // Entries at the cursor's own expiry are read again and skipped by id; `count`
+                // more than the page covers the ties.
+                redis::cmd("ZREVRANGEBYSCORE")
+                    .arg(key)
+                    .arg(max)
+                    .arg("-inf")
+                    .arg("WITHSCORES")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(count * 2)
+                    .query_async::<Vec<(String, i64)>>(&mut conn)
+                    .await
+            }
+        });
+        let replies = futures::future::try_join_all(reads).await?;
         let mut more = false;
         let mut merged = Vec::new();
         for reply in replies {
@@ -208,14 +216,16 @@ impl Store {
         if entries.is_empty() {
             return Ok(Vec::new());
         }
-        let mut pipe = redis::pipe();
-        let mut ids = Vec::with_capacity(entries.len());
-        for (_, id) in entries {
-            let Some(id) = TaskId::parse(id) else { continue };
-            pipe.cmd("HMGET").arg(&self.keys().task(&id).record).arg(&ROW_FIELDS[..]);
-            ids.push(id);
-        }
-        let replies: Vec<Vec<Option<String>>> = pipe.query_async(&mut self.conn()).await?;
+        let ids: Vec<TaskId> = entries.iter().filter_map(|(_, id)| TaskId::parse(id)).collect();
+        // Sent together, one command each (the records are in many Cluster slots).
+        let reads = ids.iter().map(|id| {
+            let record = self.keys().task(id).record;
+            let mut conn = self.conn();
+            async move {
+                redis::cmd("HMGET").arg(record).arg(&ROW_FIELDS[..]).query_async::<Vec<Option<String>>>(&mut conn).await
+            }
+        });
+        let replies = futures::future::try_join_all(reads).await?;
         Ok(ids.iter().zip(replies).map(|(id, fields)| row_from(id, fields)).collect())
     }
 

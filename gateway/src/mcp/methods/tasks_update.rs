@@ -31,7 +31,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
     if responses.len() > MAX_ANSWERS {
         return Err(RpcError::invalid_params(format!("at most {MAX_ANSWERS} inputResponses per update")).into());
     }
-    let answers = usable_answers(&responses);
+    let answers = usable_answers(&responses)?;
     let size: usize = answers.iter().map(|(k, v)| k.len() + v.len()).sum();
     let cap = call.state.config.max_input_response_bytes;
     if size > cap {
@@ -56,11 +56,15 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
 }
 
 /// Answers that can be stored; anything else is ignored, so its key stays outstanding.
-/// They are stored as the client wrote them: no decoding and re-encoding.
-fn usable_answers(responses: &BTreeMap<String, &RawValue>) -> Vec<(String, String)> {
+/// Each is decoded once (its syntax was checked with the body, but not, say, a lone surrogate
+/// in a string, which no reader could decode later) and stored in compact form.
+fn usable_answers(responses: &BTreeMap<String, &RawValue>) -> Result<Vec<(String, String)>, RpcError> {
     responses
         .iter()
         .filter(|(_, answer)| crate::mrtr::usable_answer(answer))
-        .map(|(key, answer)| (key.clone(), answer.get().to_owned()))
+        .map(|(key, answer)| match serde_json::from_str::<Value>(answer.get()) {
+            Ok(value) => Ok((key.clone(), value.to_string())),
+            Err(err) => Err(RpcError::invalid_params(format!("inputResponses: {err}"))),
+        })
         .collect()
 }

@@ -42,11 +42,13 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
         Some(raw) if raw.starts_with('{') => raw,
         Some(_) => return Err(RpcError::invalid_params("arguments must be an object").into()),
     };
+    let arguments: Value = serde_json::from_str(stored).map_err(|_| RpcError::invalid_params("invalid arguments"))?;
+    // The limit is on the compact form (what it was before arguments were kept as sent), so a
+    // client's whitespace or escapes never tip a request over it.
     let cap = call.state.config.max_argument_bytes;
-    if stored.len() > cap {
+    if stored.len() > cap && arguments.to_string().len() > cap {
         return Err(RpcError::invalid_params(format!("arguments exceed the {cap}-byte limit")).into());
     }
-    let arguments: Value = serde_json::from_str(stored).map_err(|_| RpcError::invalid_params("invalid arguments"))?;
     tool.check_arguments(&arguments)
         .map_err(|reason| RpcError::invalid_params(format!("invalid arguments: {reason}")))?;
     mirror::check_params(call.headers, &spec.descriptor.input_schema, &arguments)?;

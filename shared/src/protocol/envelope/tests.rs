@@ -34,6 +34,8 @@ fn bad_shape_keeps_a_readable_id() {
     assert_eq!(err.error.kind, ErrorKind::InvalidRequest);
     let err = parse(br#"{"jsonrpc":"2.0","id":{"a":1},"method":"x"}"#).unwrap_err();
     assert_eq!(err.id, Value::Null);
+    let err = parse(br#"{"jsonrpc":"2.0","id":"\ud800","method":"x"}"#).unwrap_err();
+    assert_eq!((err.id, err.error.kind), (Value::Null, ErrorKind::InvalidRequest), "an id that cannot decode");
     let err = parse(br#"{"jsonrpc":"2.0","id":"k","method":7}"#).unwrap_err();
     assert_eq!((err.id, err.error.message.as_ref()), (json!("k"), "method must be a string"));
 }

@@ -57,8 +57,12 @@ if ARGV[15] == '1' then
   local expires = now + tonumber(ARGV[6])
   rcall('RPUSH', KEYS[4], cjson.encode({at = now, ev = 'created', to = 'working'}))
   rcall('PEXPIREAT', KEYS[4], expires)
-  rcall('ZADD', KEYS[5], expires, ARGV[1])
-  rcall('ZADD', KEYS[6], expires, ARGV[1])
+  for i = 5, 6 do
+    rcall('ZADD', KEYS[i], expires, ARGV[1])
+    -- The index itself expires with its newest task, so one a tenant stopped using goes away.
+    rcall('PEXPIREAT', KEYS[i], expires, 'NX')
+    rcall('PEXPIREAT', KEYS[i], expires, 'GT')
+  end
   -- Expired tasks leave the indexes here, on one create in 16 (ids end in a random hex digit):
   -- an index then holds its live tasks and a few creates' worth of expired ones, for two
   -- commands on a sixteenth of creates instead of on every one.

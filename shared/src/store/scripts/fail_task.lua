@@ -19,7 +19,7 @@ rcall('ZREM', KEYS[3], ARGV[1])
 rcall('HDEL', record, 'holder', 'lease', 'held')
 rcall('HSET', record, 'status', 'failed', 'error', ARGV[2], 'msg', ARGV[3], 'updated', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
-timeline(KEYS[4], now, {ev = 'failed by an operator', to = 'failed', holder = f[2], by = ARGV[6], why = ARGV[7]})
+timeline(KEYS[4], now, {ev = 'failed by an operator', to = 'failed', holder = f[2] or nil, by = ARGV[6], why = ARGV[7]})
 if f[2] then rcall('PUBLISH', ARGV[5] .. f[2], ARGV[1]) end
 publish_event(ARGV[4], ARGV[1] .. ' ' .. ver .. ' failed')
 return {1, ver, (f[4] == '1' and f[3]) or ''}
