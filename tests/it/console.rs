@@ -303,18 +303,8 @@ async fn the_list_pages_through_every_task_once_and_filters_by_state() {
     client.wait_for_status(&parked, "input_required", PATIENCE).await;
     created.insert(parked.clone());
 
-    let mut seen = Vec::new();
-    let mut path = "/console/tasks".to_owned();
-    loop {
-        let page = console.get(&path, As::Nobody).await;
-        assert_eq!(page.status, 200, "{}", page.body);
-        assert!(page.body.contains("--auth none"), "the open console's banner");
-        seen.extend(task_links(&page.body));
-        match page.body.split(r#"rel="next" href=""#).nth(1) {
-            Some(rest) => path = rest.split('"').next().unwrap().replace("&amp;", "&"),
-            None => break,
-        }
-    }
+    assert!(console.get("/console/tasks", As::Nobody).await.body.contains("--auth none"), "the open console's banner");
+    let seen = walk(&console).await;
     assert_eq!(seen.len(), created.len(), "each task once");
     assert_eq!(seen.iter().cloned().collect::<HashSet<_>>(), created);
 
@@ -462,4 +452,40 @@ async fn the_list_and_the_overview_work_on_a_cluster() {
     let overview = console.get("/console/", As::Nobody).await;
     assert_eq!(overview.status, 200, "{}", overview.body);
     assert!(overview.body.contains(r#"id="workers""#), "the live worker: {}", overview.body);
+}
+
+/// Walks the list from its first page by its "Next page" links; every task id shown, in order.
+async fn walk(console: &Console) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut path = "/console/tasks".to_owned();
+    loop {
+        let page = console.get(&path, As::Nobody).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        seen.extend(task_links(&page.body));
+        match page.body.split(r#"rel="next" href=""#).nth(1) {
+            Some(rest) => path = rest.split('"').next().unwrap().replace("&amp;", "&"),
+            None => return seen,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_that_expire_in_the_same_millisecond_are_each_listed_once() {
+    // One queue shard, and every index entry moved to one expiry: more ties than a page holds.
+    let stack = Stack::builder().env("TASKGATE_QUEUE_SHARDS", "1").gateway_args(&["--console"]).spawn().await;
+    let client = stack.client(0);
+    let mut created = HashSet::new();
+    for _ in 0..130 {
+        created.insert(client.create_task("noop", json!({})).await);
+    }
+    let store = stack.store();
+    let key = store.keys().task_index(0, None);
+    let mut conn = store.conn();
+    let far = i64::try_from(taskgate_shared::task::now_ms()).unwrap() + 3_600_000;
+    for id in &created {
+        let () = redis::cmd("ZADD").arg(&key).arg("XX").arg(far).arg(id).query_async(&mut conn).await.unwrap();
+    }
+    let seen = walk(&Console::new(&client)).await;
+    assert_eq!(seen.len(), created.len(), "each task once");
+    assert_eq!(seen.into_iter().collect::<HashSet<_>>(), created);
 }

@@ -132,8 +132,6 @@ impl Store {
                 .index_entries(shards, filter.tenant.as_deref(), cursor.as_ref(), limit.min(budget - examined))
                 .await?;
             if entries.is_empty() {
-                // The end; or more entries share the cursor's expiry in one shard than a read
-                // spans (a pathological tie), which ends the listing rather than looping.
                 return Ok(page);
             }
             examined += entries.len();
@@ -170,40 +168,47 @@ impl Store {
         after: Option<&Cursor>,
         count: usize,
     ) -> Result<(Vec<(i64, String)>, bool), StoreError> {
-        let max = after.map_or_else(|| "+inf".to_owned(), |c| c.expires_ms.to_string());
+        // Below the cursor's expiry, each shard's next `count` entries: the next page is among
+        // them. At the cursor's own expiry, every entry (they tie, so no window of them is
+        // safe to cut), kept where its id sorts after the cursor's.
+        let below = after.map_or_else(|| "+inf".to_owned(), |c| format!("({}", c.expires_ms));
         // One command per shard, sent together: each shard is its own Cluster slot, so they
         // cannot share a pipeline there (the multiplexed connection batches them anyway).
         let reads = (0..shards).map(|shard| {
             // Shards are u8 in ids; more than 256 is refused by the configuration.
             let key = self.keys().task_index(shard as u8, tenant);
             let mut conn = self.conn();
-            let max = max.clone();
+            let below = below.clone();
             async move {
-                // Entries at the cursor's own expiry are read again and skipped by id; `count`
-                // more than the page covers the ties.
-                redis::cmd("ZREVRANGEBYSCORE")
-                    .arg(key)
-                    .arg(max)
-                    .arg("-inf")
-                    .arg("WITHSCORES")
-                    .arg("LIMIT")
-                    .arg(0)
-                    .arg(count * 2)
-                    .query_async::<Vec<(String, i64)>>(&mut conn)
-                    .await
+                let mut window = redis::cmd("ZREVRANGEBYSCORE");
+                window.arg(&key).arg(below).arg("-inf").arg("WITHSCORES").arg("LIMIT").arg(0).arg(count);
+                let rest: Vec<(String, i64)> = window.query_async(&mut conn).await?;
+                let ties: Vec<(String, i64)> = match after {
+                    Some(c) => {
+                        redis::cmd("ZRANGEBYSCORE")
+                            .arg(&key)
+                            .arg(c.expires_ms)
+                            .arg(c.expires_ms)
+                            .arg("WITHSCORES")
+                            .query_async(&mut conn)
+                            .await?
+                    }
+                    None => Vec::new(),
+                };
+                Ok::<_, redis::RedisError>((rest, ties))
             }
         });
         let replies = futures::future::try_join_all(reads).await?;
         let mut more = false;
         let mut merged = Vec::new();
-        for reply in replies {
-            more |= reply.len() == count * 2;
+        for (rest, ties) in replies {
+            more |= rest.len() == count;
             merged.extend(
-                reply
-                    .into_iter()
+                ties.into_iter()
                     .map(|(id, score)| (score, id))
                     .filter(|(s, id)| after.is_none_or(|c| c.is_before(*s, id))),
             );
+            merged.extend(rest.into_iter().map(|(id, score)| (score, id)));
         }
         merged.sort_unstable_by(|a, b| b.cmp(a));
         more |= merged.len() > count;
