@@ -152,6 +152,12 @@ pub struct Cli {
     #[arg(long, env = "TASKGATE_CONSOLE_TRACE_URL")]
     pub console_trace_url: Option<String>,
 
+    /// Console requests under way on this replica past which new ones are answered 503 with
+    /// `Retry-After` at once. The console reads many keys per page; this keeps a loop of
+    /// page loads from taking Redis away from `/mcp`.
+    #[arg(long, env = "TASKGATE_CONSOLE_MAX_IN_FLIGHT", default_value = "16")]
+    pub console_max_in_flight: NonZeroUsize,
+
     /// Browser origins allowed to call `/mcp` (exact match, comma separated). Without it, only
     /// loopback origins are accepted on a loopback listener and none on any other.
     #[arg(long, env = "TASKGATE_ALLOWED_ORIGINS", value_delimiter = ',')]
@@ -312,6 +318,9 @@ pub struct ConnectionLimits {
     pub idle_timeout: Duration,
     pub max_connections: usize,
     pub http2_max_streams: u32,
+    /// A request whose response has not begun by then is cut, whatever its route: the
+    /// watchdog's backstop under every route's own deadline, so no request is busy for ever.
+    pub response_deadline: Duration,
 }
 
 /// How requests are authenticated, with what the mode needs.
@@ -370,6 +379,7 @@ pub struct ConsoleSettings {
     pub scope: String,
     pub tenant_scope: String,
     pub trace_url: Option<String>,
+    pub max_in_flight: NonZeroUsize,
 }
 
 /// The gateway's configuration: checked, with its secrets read, once at start-up.
@@ -494,12 +504,17 @@ impl Config {
                 idle_timeout: ms(cli.idle_timeout_ms.max(1)),
                 max_connections: cli.max_connections.get(),
                 http2_max_streams: cli.http2_max_streams.get(),
+                // Above every route's deadline (each is at most --request-timeout-ms), so it
+                // only ever cuts a request that escaped them.
+                response_deadline: ms(cli.request_timeout_ms.max(1)).saturating_add(ms(cli.body_timeout_ms))
+                    + Duration::from_secs(10),
             },
             test_routes: cli.test_routes,
             console: cli.console.then_some(ConsoleSettings {
                 scope: cli.console_scope,
                 tenant_scope: cli.console_tenant_scope,
                 trace_url: cli.console_trace_url,
+                max_in_flight: cli.console_max_in_flight,
             }),
             allowed_origins: cli.allowed_origins,
             allowed_hosts: cli.allowed_hosts,

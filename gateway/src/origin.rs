@@ -50,6 +50,11 @@ impl OriginPolicy {
         Ok(())
     }
 
+    /// Whether the listener is on loopback (a developer's machine, plain HTTP).
+    pub(crate) fn loopback(&self) -> bool {
+        self.loopback
+    }
+
     fn origin_allowed(&self, origin: &str) -> bool {
         if !self.origins.is_empty() {
             return self.origins.iter().any(|o| o == origin);

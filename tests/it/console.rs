@@ -96,7 +96,7 @@ impl Console {
     }
 }
 
-fn hash(key: &str) -> String {
+pub(crate) fn hash(key: &str) -> String {
     sha2::Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -104,6 +104,13 @@ fn hash(key: &str) -> String {
 /// `key-admin` (acme's tenant admin), `key-alice` (acme) and `key-bob` (globex).
 pub(crate) async fn console_stack(workers: usize) -> Stack {
     let mut stack = Stack::builder().gateways(0).workers(workers).spawn().await;
+    let file = api_keys(&stack);
+    stack.add_gateway_with_auth(&["--auth", "api-keys", "--api-keys-file", &file, "--console"]).await;
+    stack
+}
+
+/// Writes the console's API keys into the stack's scratch directory; returns the file's path.
+pub(crate) fn api_keys(stack: &Stack) -> String {
     let file = stack.scratch_dir().join("api-keys");
     let keys = format!(
         "{} ops op taskgate:operator\n{} acme admin taskgate:tenant-admin,tasks:run\n{} acme alice\n{} globex bob\n",
@@ -113,8 +120,7 @@ pub(crate) async fn console_stack(workers: usize) -> Stack {
         hash("key-bob")
     );
     std::fs::write(&file, keys).unwrap();
-    stack.add_gateway_with_auth(&["--auth", "api-keys", "--api-keys-file", file.to_str().unwrap(), "--console"]).await;
-    stack
+    file.to_str().unwrap().to_owned()
 }
 
 /// Signs in through the form; returns the cookie to send back.

@@ -8,6 +8,7 @@ mod cli;
 mod cluster;
 mod console;
 mod console_browser;
+mod console_edge;
 mod docs;
 mod durability;
 mod example_worker;

@@ -12,12 +12,12 @@ use tokio::net::TcpStream;
 const PATIENCE: Duration = Duration::from_secs(20);
 
 /// `host:port` of a client's gateway.
-fn authority(client: &McpClient) -> String {
+pub(crate) fn authority(client: &McpClient) -> String {
     client.base().trim_start_matches("http://").trim_end_matches('/').to_owned()
 }
 
 /// Reads until the peer closes (`Ok` with what it sent) or `patience` passes (`Err`).
-async fn read_until_closed(stream: &mut TcpStream, patience: Duration) -> Result<String, String> {
+pub(crate) async fn read_until_closed(stream: &mut TcpStream, patience: Duration) -> Result<String, String> {
     let mut received = Vec::new();
     let deadline = tokio::time::Instant::now() + patience;
     let mut buf = [0u8; 4096];

@@ -197,17 +197,27 @@ impl Stack {
         self.spawn_gateway(auth.iter().map(|s| (*s).to_owned()).collect(), &[]).await
     }
 
+    /// Starts a gateway listening on `host` (say `0.0.0.0`: not loopback, which changes its
+    /// defaults) with these authentication arguments; it is reached at 127.0.0.1.
+    pub async fn add_gateway_listening(&mut self, host: &str, auth: &[&str]) -> usize {
+        let auth = auth.iter().map(|s| (*s).to_owned()).collect();
+        let (args, log, url) = self.gateway_command(auth, host, &self.redis_url, &self.redis_client_args, &[]);
+        let service = Service::spawn(Binary::Gateway, args, self.env.clone(), log, url).await;
+        self.gateways.push(service);
+        self.gateways.len() - 1
+    }
+
     /// Starts a gateway on `redis_url` with only `extra` for the rest of its Redis settings,
     /// without waiting for it to be ready (one that cannot be, say). Returns its index.
     pub async fn add_gateway_unready(&mut self, redis_url: &str, extra: &[&str]) -> usize {
         let auth = self.auth_args.clone();
-        let (args, log, url) = self.gateway_command(auth, redis_url, &[], extra);
+        let (args, log, url) = self.gateway_command(auth, "127.0.0.1", redis_url, &[], extra);
         self.gateways.push(Service::spawn_unready(Binary::Gateway, args, self.env.clone(), log, url).await);
         self.gateways.len() - 1
     }
 
     async fn spawn_gateway(&mut self, auth: Vec<String>, extra: &[&str]) -> usize {
-        let (args, log, url) = self.gateway_command(auth, &self.redis_url, &self.redis_client_args, extra);
+        let (args, log, url) = self.gateway_command(auth, "127.0.0.1", &self.redis_url, &self.redis_client_args, extra);
         let service = Service::spawn(Binary::Gateway, args, self.env.clone(), log, url).await;
         self.gateways.push(service);
         self.gateways.len() - 1
@@ -217,6 +227,7 @@ impl Stack {
     fn gateway_command(
         &self,
         auth: Vec<String>,
+        host: &str,
         redis_url: &str,
         redis_client_args: &[String],
         extra: &[&str],
@@ -226,7 +237,7 @@ impl Stack {
         let mut args = auth;
         args.extend([
             "--listen".into(),
-            format!("127.0.0.1:{port}"),
+            format!("{host}:{port}"),
             "--redis-url".into(),
             redis_url.to_owned(),
             "--namespace".into(),

@@ -7,10 +7,9 @@
 //! scope sees and acts on every tenant; the tenant-admin scope sees its own tenant, read-only.
 //! Under `--auth none` (loopback only) the console is open, with a banner saying so.
 //!
-//! Actions (POST) carry a CSRF token derived from the credential, and must come from the
-//! console's own origin.
-
-use std::sync::LazyLock;
+//! Actions (POST) carry a CSRF token, a MAC of the credential under a secret every replica
+//! shares through Redis, and must come from the console's own origin. Every request, page or
+//! action, is admitted through the tenant's request rate, as `/mcp` requests are.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -24,11 +23,14 @@ use super::ConsoleError;
 use crate::auth::{Authenticator, Principal};
 use crate::state::AppState;
 
-/// The cookie the login form sets.
+/// The cookie the login form sets on a loopback listener (plain HTTP, a developer's machine).
 pub(super) const COOKIE: &str = "taskgate_console";
+/// The cookie anywhere else: `__Host-` makes the browser refuse it unless it is `Secure`, has
+/// `Path=/` and no `Domain`, so neither plain HTTP nor a sibling domain can set or read it.
+pub(super) const SECURE_COOKIE: &str = "__Host-taskgate_console";
 
 /// What a viewer may see.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Reach {
     /// Every tenant (the operator scope, or `--auth none`).
     Everything,
@@ -98,13 +100,9 @@ impl FromRequestParts<AppState> for Viewer {
         check_host(state, parts)?;
         if matches!(*state.auth, Authenticator::Anonymous) {
             let principal = Principal::anonymous();
-            return Ok(Viewer {
-                principal,
-                reach: Reach::Everything,
-                may_act: true,
-                open: true,
-                csrf: csrf(&OPEN_SECRET[..]),
-            });
+            admit(state, &principal).await?;
+            let csrf = csrf(&secret(state).await?, b"");
+            return Ok(Viewer { principal, reach: Reach::Everything, may_act: true, open: true, csrf });
         }
         let token = credential(&parts.headers).ok_or(ConsoleError::SignIn)?;
         let mut headers = HeaderMap::new();
@@ -118,6 +116,7 @@ impl FromRequestParts<AppState> for Viewer {
             }
         };
         let has = |scope: &str| principal.scopes.iter().any(|s| s == scope);
+        admit(state, &principal).await?;
         let (reach, may_act) = if has(&config.scope) {
             (Reach::Everything, true)
         } else if has(&config.tenant_scope) {
@@ -127,20 +126,59 @@ impl FromRequestParts<AppState> for Viewer {
                 "This token has neither the console's operator scope nor its tenant-admin scope.",
             ));
         };
-        Ok(Viewer { principal, reach, may_act, open: false, csrf: csrf(token.as_bytes()) })
+        let csrf = csrf(&secret(state).await?, token.as_bytes());
+        Ok(Viewer { principal, reach, may_act, open: false, csrf })
     }
 }
 
-/// The same `Host` and `Origin` rules as `/mcp`: on a loopback listener only loopback names,
-/// so a page elsewhere cannot reach an open (`--auth none`) console by DNS rebinding.
-pub(super) fn check_host(state: &AppState, parts: &Parts) -> Result<(), ConsoleError> {
-    state
-        .origin_policy
-        .check(&parts.headers, parts.uri.authority().map(|a| a.as_str()))
-        .map_err(|_| ConsoleError::Forbidden("This host name or origin is not allowed here."))
+/// The tenant's request rate, as `/mcp` applies it: a loop of page loads is refused 429 like
+/// a loop of requests.
+async fn admit(state: &AppState, principal: &Principal) -> Result<(), ConsoleError> {
+    match crate::limits::admit_request(state, principal).await {
+        Ok(()) => Ok(()),
+        Err(crate::error::GatewayError::RateLimited { retry_after_ms, .. }) => {
+            Err(ConsoleError::RateLimited { retry_after_ms })
+        }
+        Err(_) => Err(ConsoleError::Unavailable),
+    }
 }
 
-/// The bearer token of the request: the header first, else the login cookie.
+/// The CSRF secret, read from Redis once per process.
+async fn secret(state: &AppState) -> Result<[u8; 32], ConsoleError> {
+    let secret = state.console.secret.get_or_try_init(|| state.store.console_secret()).await;
+    secret.copied().map_err(|err| {
+        tracing::warn!(error = %err, "console secret unavailable");
+        ConsoleError::Unavailable
+    })
+}
+
+/// The same `Host` and `Origin` rules as `/mcp` (on a loopback listener only loopback names,
+/// so a page elsewhere cannot reach an open `--auth none` console by DNS rebinding), except
+/// that the console's own pages are always allowed: an `Origin` that names the request's own
+/// `Host`. Without that, a console off loopback would refuse every form a browser posts
+/// unless `--allowed-origins` listed it. The `Host` rule still applies, so a rebinding page
+/// (whose origin is its own name) is still refused where host names are checked.
+pub(super) fn check_host(state: &AppState, parts: &Parts) -> Result<(), ConsoleError> {
+    let authority = parts.uri.authority().map(|a| a.as_str());
+    let refused = |_| ConsoleError::Forbidden("This host name or origin is not allowed here.");
+    if same_origin_header(&parts.headers) {
+        let mut without_origin = parts.headers.clone();
+        without_origin.remove(header::ORIGIN);
+        return state.origin_policy.check(&without_origin, authority).map_err(refused);
+    }
+    state.origin_policy.check(&parts.headers, authority).map_err(refused)
+}
+
+/// Whether the request carries exactly one `Origin`, naming the request's own `Host`.
+fn same_origin_header(headers: &HeaderMap) -> bool {
+    let mut origins = headers.get_all(header::ORIGIN).iter();
+    let (Some(origin), None) = (origins.next(), origins.next()) else { return false };
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    let authority = origin.to_str().ok().and_then(|o| o.split_once("://")).map(|(_, authority)| authority);
+    matches!((authority, host), (Some(a), Some(h)) if !h.is_empty() && a.eq_ignore_ascii_case(h))
+}
+
+/// The bearer token of the request: the header first, else a login cookie.
 fn credential(headers: &HeaderMap) -> Option<String> {
     let bearer = headers
         .get(header::AUTHORIZATION)
@@ -159,19 +197,18 @@ fn cookie(headers: &HeaderMap) -> Option<String> {
         .filter_map(|v| v.to_str().ok())
         .flat_map(cookie::Cookie::split_parse)
         .filter_map(Result::ok)
-        .find(|c| c.name() == COOKIE)
+        .find(|c| c.name() == COOKIE || c.name() == SECURE_COOKIE)
         .map(|c| c.value().to_owned())
         .filter(|v| !v.is_empty())
 }
 
-/// Under `--auth none` there is no credential to derive from: a secret of this process (the
-/// console is then on loopback, one replica).
-static OPEN_SECRET: LazyLock<[u8; 32]> = LazyLock::new(rand::random);
-
-/// The CSRF token for a credential: a MAC of it, so a page from elsewhere cannot make one.
-fn csrf(credential: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(credential).unwrap_or_else(|_| unreachable!("HMAC takes any key"));
-    mac.update(b"taskgate console csrf");
+/// The CSRF token for a credential (empty under `--auth none`): a MAC of it under the
+/// replicas' shared secret, so neither a page from elsewhere nor one who knows the token
+/// format can make one, and it is not a function of the credential alone.
+fn csrf(secret: &[u8; 32], credential: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap_or_else(|_| unreachable!("HMAC takes any key"));
+    mac.update(b"taskgate console csrf\0");
+    mac.update(credential);
     URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
 }
 
@@ -191,22 +228,26 @@ pub(super) fn same_origin(headers: &HeaderMap) -> bool {
     origin.split_once("://").is_some_and(|(_, authority)| authority.eq_ignore_ascii_case(host))
 }
 
-/// The `Set-Cookie` value that keeps `token` for the console's paths; `secure` when the
-/// request came over HTTPS (`X-Forwarded-Proto: https` from the proxy in front).
-pub(super) fn login_cookie(token: &str, secure: bool) -> String {
-    cookie::Cookie::build((COOKIE, token.to_owned()))
-        .path("/console")
+/// The `Set-Cookie` value that keeps `token`. Off a loopback listener the cookie is always
+/// `Secure` and `__Host-` named, whatever `X-Forwarded-Proto` says (a header anyone can send):
+/// a console served over plain HTTP off loopback cannot keep a sign-in, by design. On
+/// loopback (a developer's `http://127.0.0.1`) it is a plain cookie for `/console`.
+pub(super) fn login_cookie(token: &str, loopback: bool) -> String {
+    let (name, path) = if loopback { (COOKIE, "/console") } else { (SECURE_COOKIE, "/") };
+    cookie::Cookie::build((name, token.to_owned()))
+        .path(path)
         .http_only(true)
         .same_site(cookie::SameSite::Strict)
         .max_age(cookie::time::Duration::hours(8))
-        .secure(secure)
+        .secure(!loopback)
         .build()
         .to_string()
 }
 
 /// The `Set-Cookie` value that removes the login cookie.
-pub(super) fn logout_cookie() -> String {
-    let mut cookie = cookie::Cookie::build((COOKIE, "")).path("/console").http_only(true).build();
+pub(super) fn logout_cookie(loopback: bool) -> String {
+    let (name, path) = if loopback { (COOKIE, "/console") } else { (SECURE_COOKIE, "/") };
+    let mut cookie = cookie::Cookie::build((name, "")).path(path).http_only(true).secure(!loopback).build();
     cookie.make_removal();
     cookie.to_string()
 }
@@ -225,9 +266,11 @@ mod tests {
     }
 
     #[test]
-    fn csrf_tokens_differ_per_credential_and_compare_exactly() {
-        assert_ne!(csrf(b"one"), csrf(b"two"));
-        assert!(constant_time_eq(csrf(b"one").as_bytes(), csrf(b"one").as_bytes()));
+    fn csrf_tokens_differ_per_credential_and_secret_and_compare_exactly() {
+        let (a, b) = ([1; 32], [2; 32]);
+        assert_ne!(csrf(&a, b"one"), csrf(&a, b"two"));
+        assert_ne!(csrf(&a, b"one"), csrf(&b, b"one"), "the server secret keys the token");
+        assert!(constant_time_eq(csrf(&a, b"one").as_bytes(), csrf(&a, b"one").as_bytes()));
         assert!(!constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"ab"));
     }
@@ -243,5 +286,32 @@ mod tests {
         assert!(!same_origin(&headers));
         headers.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
         assert!(!same_origin(&headers));
+    }
+
+    #[test]
+    fn an_origin_naming_its_own_host_is_the_consoles_own() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("console.example:8443"));
+        headers.insert(header::ORIGIN, HeaderValue::from_static("https://console.example:8443"));
+        assert!(same_origin_header(&headers));
+        headers.insert(header::ORIGIN, HeaderValue::from_static("https://evil.example"));
+        assert!(!same_origin_header(&headers));
+        headers.append(header::ORIGIN, HeaderValue::from_static("https://console.example:8443"));
+        assert!(!same_origin_header(&headers), "two origins are never the console's own");
+    }
+
+    #[test]
+    fn off_loopback_the_cookie_is_secure_and_host_bound() {
+        let cookie = login_cookie("tok", false);
+        assert!(cookie.starts_with("__Host-taskgate_console=tok"), "{cookie}");
+        assert!(
+            cookie.contains("Secure")
+                && cookie.contains("Path=/")
+                && !cookie.contains("Path=/console")
+                && !cookie.contains("Domain"),
+            "{cookie}"
+        );
+        let local = login_cookie("tok", true);
+        assert!(local.starts_with("taskgate_console=tok") && !local.contains("Secure"), "{local}");
     }
 }

@@ -5,12 +5,15 @@
 
 mod access;
 mod assets;
+mod cache;
+mod edge;
 mod views;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Form, Path, Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -22,6 +25,8 @@ use taskgate_shared::task::TaskId;
 use crate::auth::Authenticator;
 use crate::state::AppState;
 use access::Viewer;
+pub(crate) use cache::ConsoleState;
+pub(crate) use edge::pipeline_error;
 use views::{ListQuery, Tally, TaskView};
 
 /// Rows per list page.
@@ -57,6 +62,18 @@ pub(crate) enum ConsoleError {
     BadRequest(&'static str),
     /// Redis did not answer.
     Unavailable,
+    /// The form did not arrive whole within `--body-timeout-ms`.
+    SlowBody,
+    /// The form is larger than the console ever needs.
+    TooLarge,
+    /// `--console-max-in-flight` console requests are under way on this replica.
+    Busy,
+    /// Not answered within the console's request deadline.
+    TimedOut,
+    /// The tenant's request rate is spent.
+    RateLimited {
+        retry_after_ms: u64,
+    },
 }
 
 impl IntoResponse for ConsoleError {
@@ -72,9 +89,30 @@ impl IntoResponse for ConsoleError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 views::error("Unavailable", "Redis did not answer; try again shortly."),
             ),
+            Self::SlowBody => {
+                (StatusCode::REQUEST_TIMEOUT, views::error("Too slow", "The form did not arrive in time."))
+            }
+            Self::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, views::error("Too large", "That form is too large.")),
+            Self::Busy => return retry_later(StatusCode::SERVICE_UNAVAILABLE, 1_000, "The console is busy"),
+            Self::TimedOut => (
+                StatusCode::GATEWAY_TIMEOUT,
+                views::error("Timed out", "The page took too long to build; try again shortly."),
+            ),
+            Self::RateLimited { retry_after_ms } => {
+                return retry_later(StatusCode::TOO_MANY_REQUESTS, retry_after_ms, "Too many requests");
+            }
         };
         (status, Html(markup.into_string())).into_response()
     }
+}
+
+/// A refusal that says when to try again, in `Retry-After` (whole seconds, at least one).
+fn retry_later(status: StatusCode, after_ms: u64, title: &str) -> Response {
+    let seconds = after_ms.div_ceil(1000).max(1);
+    let markup = views::error(title, &format!("Try again in {seconds} s."));
+    let mut response = (status, Html(markup.into_string())).into_response();
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    response
 }
 
 impl From<taskgate_shared::store::StoreError> for ConsoleError {
@@ -110,24 +148,41 @@ fn shards(state: &AppState) -> u16 {
     state.config.redis.queue_shards
 }
 
-async fn overview(State(state): State<AppState>, viewer: Viewer) -> Result<Response, ConsoleError> {
-    let (tallies, sampled) = tally(&state, &viewer).await?;
-    let catalogue = state.catalogue.current();
-    let mut tools: Vec<String> = catalogue
-        .listing()
-        .get("tools")
-        .and_then(|t| t.as_array())
-        .map(|tools| tools.iter().filter_map(|t| t["name"].as_str().map(str::to_owned)).collect())
-        .unwrap_or_default();
-    tools.sort();
+/// What the overview shows, as read at `read_ms`; kept briefly per reach
+/// ([`cache::OVERVIEW_FRESH`]).
+pub(crate) struct Overview {
+    tallies: BTreeMap<(String, String), Tally>,
+    sampled: usize,
+    workers: Vec<views::WorkerView>,
+    tools: Vec<String>,
+    read_ms: i64,
+}
+
+/// The overview for this viewer: from memory when one was read within two seconds, else read
+/// afresh. The tools come from Redis, not from this replica's periodically refreshed
+/// catalogue, so a gateway that started before its workers does not show an empty fleet.
+async fn read_overview(state: &AppState, viewer: &Viewer) -> Result<Arc<Overview>, ConsoleError> {
+    if let Some(overview) = state.console.overview(&viewer.reach) {
+        return Ok(overview);
+    }
+    let (tallies, sampled) = tally(state, viewer).await?;
+    let published = state.store.read_catalogue().await?;
+    let tools: Vec<String> = published.tools.into_keys().collect();
     let workers: Vec<views::WorkerView> =
         state.store.live_workers().await?.into_iter().map(|(id, status, _)| views::WorkerView { id, status }).collect();
-    Ok(html(views::overview(&viewer, &tallies, sampled, &workers, &tools, now_ms())))
+    let overview = Arc::new(Overview { tallies, sampled, workers, tools, read_ms: now_ms() });
+    state.console.keep(viewer.reach.clone(), overview.clone());
+    Ok(overview)
+}
+
+async fn overview(State(state): State<AppState>, viewer: Viewer) -> Result<Response, ConsoleError> {
+    let o = read_overview(&state, &viewer).await?;
+    Ok(html(views::overview(&viewer, &o.tallies, o.sampled, &o.workers, &o.tools, o.read_ms)))
 }
 
 async fn overview_fragment(State(state): State<AppState>, viewer: Viewer) -> Result<Response, ConsoleError> {
-    let (tallies, sampled) = tally(&state, &viewer).await?;
-    Ok(html(views::overview_live(&tallies, sampled, now_ms())))
+    let o = read_overview(&state, &viewer).await?;
+    Ok(html(views::overview_live(&o.tallies, o.sampled, o.read_ms)))
 }
 
 /// Counts by (tenant, tool) and state over the newest tasks this viewer may see.
@@ -235,6 +290,8 @@ async fn task(
     let (id, inspection) = inspect(&state, &viewer, &id).await?;
     let reveal = params.reveal == "1";
     if reveal {
+        // Recorded before anything is shown: a reveal that cannot be recorded shows nothing.
+        state.store.record_reveal(&id, &viewer.name(), taskgate_shared::task::now_ms()).await?;
         tracing::info!(target: "taskgate::audit", action = "reveal", task_id = %id, by = %viewer.name(), "console: sensitive fields shown");
     }
     let view = TaskView { id: id.as_str(), inspection: &inspection, reveal, trace_url: trace_url(&state, &inspection) };
@@ -276,8 +333,11 @@ async fn task_json(
         "holder",
         "reclaims",
     ];
-    let fields: serde_json::Map<String, serde_json::Value> =
+    let mut fields: serde_json::Map<String, serde_json::Value> =
         shown.iter().filter_map(|f| record.get(*f).map(|v| ((*f).to_owned(), v.clone().into()))).collect();
+    if views::message_is_a_question(record.get("status").map(String::as_str)) {
+        fields.insert("msg".into(), views::REDACTED_QUESTION.into());
+    }
     let body = serde_json::json!({
         "taskId": id.as_str(),
         "record": fields,
@@ -312,10 +372,12 @@ fn check_action(viewer: &Viewer, headers: &HeaderMap, form: &ActionForm) -> Resu
 async fn cancel(
     State(state): State<AppState>,
     viewer: Viewer,
-    headers: HeaderMap,
     Path(id): Path<String>,
-    Form(form): Form<ActionForm>,
+    request: axum::extract::Request,
 ) -> Result<Response, ConsoleError> {
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers.clone();
+    let form: ActionForm = edge::read_form(&state, parts, body).await?;
     let reason = check_action(&viewer, &headers, &form)?;
     let (id, inspection) = inspect(&state, &viewer, &id).await?;
     let by = viewer.name();
@@ -334,10 +396,12 @@ async fn cancel(
 async fn fail(
     State(state): State<AppState>,
     viewer: Viewer,
-    headers: HeaderMap,
     Path(id): Path<String>,
-    Form(form): Form<ActionForm>,
+    request: axum::extract::Request,
 ) -> Result<Response, ConsoleError> {
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers.clone();
+    let form: ActionForm = edge::read_form(&state, parts, body).await?;
     let reason = check_action(&viewer, &headers, &form)?;
     let (id, _) = inspect(&state, &viewer, &id).await?;
     let by = viewer.name();
@@ -368,19 +432,20 @@ struct LoginForm {
     token: String,
 }
 
-/// Checks the token as every request will, then keeps it in the login cookie.
-async fn login(
-    State(state): State<AppState>,
-    parts: axum::http::request::Parts,
-    Form(form): Form<LoginForm>,
-) -> Response {
+/// Checks the token as every request will, then keeps it in the login cookie. The host and
+/// origin are checked before the form is read, and the form is read within its bounds.
+async fn login(State(state): State<AppState>, request: axum::extract::Request) -> Response {
+    let (parts, body) = request.into_parts();
     if let Err(refused) = access::check_host(&state, &parts) {
         return refused.into_response();
     }
-    let headers = &parts.headers;
-    if !access::same_origin(headers) {
+    if !access::same_origin(&parts.headers) {
         return ConsoleError::Forbidden("Sign in from the console's own page.").into_response();
     }
+    let form: LoginForm = match edge::read_form(&state, parts.clone(), body).await {
+        Ok(form) => form,
+        Err(refused) => return refused.into_response(),
+    };
     let token = form.token.trim();
     // The same request, with the typed token as its credential (and no older cookie).
     let mut probe = parts.clone();
@@ -400,20 +465,26 @@ async fn login(
             other => other.into_response(),
         };
     }
-    let secure = headers.get("x-forwarded-proto").is_some_and(|p| p.as_bytes().eq_ignore_ascii_case(b"https"));
     let mut response = Redirect::to("/console/").into_response();
-    if let Ok(cookie) = HeaderValue::from_str(&access::login_cookie(token, secure)) {
+    if let Ok(cookie) = HeaderValue::from_str(&access::login_cookie(token, state.origin_policy.loopback())) {
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
     response
 }
 
-async fn logout(viewer: Viewer, headers: HeaderMap, Form(form): Form<ActionForm>) -> Result<Response, ConsoleError> {
+async fn logout(
+    State(state): State<AppState>,
+    viewer: Viewer,
+    request: axum::extract::Request,
+) -> Result<Response, ConsoleError> {
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers.clone();
+    let form: ActionForm = edge::read_form(&state, parts, body).await?;
     if !access::same_origin(&headers) || viewer.check_csrf(&form.csrf).is_err() {
         return Err(ConsoleError::Forbidden("Sign out from the console's own page."));
     }
     let mut response = Redirect::to("/console/login").into_response();
-    if let Ok(cookie) = HeaderValue::from_str(&access::logout_cookie()) {
+    if let Ok(cookie) = HeaderValue::from_str(&access::logout_cookie(state.origin_policy.loopback())) {
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
     Ok(response)

@@ -124,7 +124,10 @@ pub(super) fn overview(
                             @for worker in workers {
                                 tr {
                                     td { code { (worker.id) } }
-                                    td { (text(&worker.status["busy"])) " / " (text(&worker.status["slots"])) }
+                                    td {
+                                        (text(&worker.status["busy"])) " / " (text(&worker.status["slots"]))
+                                        @if let Some(at) = worker.status["at"].as_i64() { " " span.note { "(" (age(now_ms - at)) " ago)" } }
+                                    }
                                     td { (text(&worker.status["tools"])) }
                                     td {
                                         @for upstream in worker.status["upstreams"].as_array().into_iter().flatten() {
@@ -141,7 +144,7 @@ pub(super) fn overview(
                         }
                     }
                 }
-                p.note { "As of each worker's last heartbeat (every third of its --catalogue-ttl-ms)." }
+                p.note { "Busy slots are as of each worker's last heartbeat (every third of its --catalogue-ttl-ms), aged beside them; the running tasks above are read with this page." }
             }
             h2 { "Tools served now" }
             @if tools.is_empty() { p { "No worker serves any tool." } }
@@ -282,8 +285,25 @@ fn task_row(row: &Row, now_ms: i64) -> Markup {
             td { time datetime=(iso8601_ms(row.created_ms)) { (iso8601_ms(row.created_ms)) } }
             td { (age(now_ms - row.created_ms)) }
             td { @if row.queued() { "queued" } @else if let Some(holder) = &row.holder { code { (holder) } } }
-            td { (row.message.as_deref().unwrap_or("")) }
+            td { (shown_message(&row.status, row.message.as_deref(), false)) }
         }
+    }
+}
+
+/// What stands for a status message that is the text of an input request.
+pub(super) const REDACTED_QUESTION: &str = "(the question asked; shown with the input requests when revealed)";
+
+/// Whether a task in this state has the text of its input request as its status message: that
+/// text is elicitation content, sensitive as the request itself.
+pub(super) fn message_is_a_question(status: Option<&str>) -> bool {
+    status == Some("input_required")
+}
+
+/// A status message as the console shows it: a question's text only when revealed.
+fn shown_message<'a>(status: &str, message: Option<&'a str>, reveal: bool) -> &'a str {
+    match message {
+        Some(_) if message_is_a_question(Some(status)) && !reveal => REDACTED_QUESTION,
+        message => message.unwrap_or(""),
     }
 }
 
@@ -354,7 +374,7 @@ pub(super) fn task_live(view: &TaskView<'_>) -> Markup {
         section #live hx-get=[live.then_some(&refresh)] hx-trigger=[live.then_some("every 1s")] hx-swap="outerHTML" {
             dl.record {
                 dt { "State" } dd #state { (status(field("status"))) }
-                dt { "Message" } dd { (field("msg")) }
+                dt { "Message" } dd { (shown_message(field("status"), record.get("msg").map(String::as_str), view.reveal)) }
                 dt { "Updated" } dd { (timestamp(field("updated"))) }
                 dt { "Version" } dd { (field("ver")) }
                 dt { "Run" } dd {

@@ -19,15 +19,15 @@ use crate::state::AppState;
 /// is 404.
 pub fn router(state: AppState) -> Router {
     let mcp = stack::around_mcp(post(transport::handle), &state.config);
-    let mut router = Router::new()
-        .route("/mcp", mcp)
+    let probes = Router::new()
         .route("/healthz", get(probes::healthz))
         .route("/readyz", get(probes::readyz))
         .route("/metrics", get(probes::metrics))
         .route("/.well-known/oauth-protected-resource", get(probes::resource_metadata))
         .route("/.well-known/oauth-protected-resource/{*path}", get(probes::resource_metadata));
+    let mut router = Router::new().route("/mcp", mcp).merge(stack::around_probes(probes, &state.config));
     if state.config.console.is_some() {
-        router = router.merge(crate::console::routes());
+        router = router.merge(stack::around_console(crate::console::routes(), &state.config));
     }
     if state.config.test_routes {
         // Hidden flag, for the black-box tests of the pipeline: a handler that panics.

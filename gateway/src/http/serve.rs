@@ -11,6 +11,10 @@
 //! - At most `--max-connections` are served at once. One more is answered 503 with
 //!   `Retry-After` and closed; past a small number of such refusals in progress, it is closed at
 //!   once.
+//! - Every route bounds its own request (body read, handler, body size); under them, a request
+//!   whose response has not begun within `--request-timeout-ms` plus `--body-timeout-ms` (and
+//!   a grace) is answered 504 and the connection closed, so no stalled request keeps a
+//!   connection busy for ever. A response under way (an SSE stream) is not cut.
 //! - An HTTP/2 connection carries at most `--http2-max-streams` concurrent requests, and pings
 //!   find peers that went away.
 
@@ -140,7 +144,18 @@ async fn serve_connection(
         let guard = Underway::start(counted.clone());
         let response = app.clone().oneshot(request.map(Body::new));
         async move {
-            let response = response.await?;
+            // A request counts as busy only until its deadline: one whose response has not
+            // begun by then (a body that never comes, a handler that hangs) is dropped, and the
+            // connection closes after the answer.
+            let response = match tokio::time::timeout(limits.response_deadline, response).await {
+                Ok(response) => response?,
+                Err(_) => {
+                    tracing::warn!("a request had no response within the connection's deadline; cut");
+                    let mut response = edge::refusal(GatewayError::TimedOut);
+                    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                    response
+                }
+            };
             Ok::<_, Infallible>(response.map(|body| Body::new(Guarded { body, _guard: guard })))
         }
     });
@@ -400,7 +415,34 @@ mod tests {
             idle_timeout: Duration::ZERO,
             max_connections: 1,
             http2_max_streams: 1,
+            response_deadline: Duration::ZERO,
         }
+    }
+
+    #[tokio::test]
+    async fn a_request_with_no_response_by_the_deadline_is_answered_and_its_connection_closed() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let app = Router::new().route("/hang", axum::routing::get(std::future::pending::<&'static str>));
+        let limits = ConnectionLimits {
+            header_read_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 4,
+            http2_max_streams: 1,
+            response_deadline: Duration::from_millis(300),
+        };
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve(listener, app, limits, Duration::from_secs(1), stop.clone().cancelled_owned()));
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        stream.write_all(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+        assert!(read.is_ok(), "the connection was held past its deadline");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 504"), "{answer}");
+        stop.cancel();
+        server.await.unwrap().unwrap();
     }
 
     #[test]

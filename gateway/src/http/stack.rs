@@ -58,6 +58,40 @@ pub(crate) fn around_mcp(route: MethodRouter<AppState>, config: &Config) -> Meth
     )
 }
 
+/// Layers around the console's routes (HTML pages, not JSON-RPC), outermost first:
+/// 1. errors from the layers below become console pages (`console::pipeline_error`);
+/// 2. load shedding past `--console-max-in-flight` console requests on this replica (one
+///    semaphore for every console route, so a loop on one page cannot starve `/mcp` of Redis);
+/// 3. a request deadline: [`console_deadline`].
+///
+/// The body limit and the body-read deadline are the console's form extractor's
+/// (`console::form`), which refuses before any check that needs the body.
+pub(crate) fn around_console(router: Router<AppState>, config: &Config) -> Router<AppState> {
+    let max = config.console.as_ref().map_or(1, |c| c.max_in_flight.get());
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(max));
+    router.layer(
+        ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(crate::console::pipeline_error))
+            .load_shed()
+            .layer(tower::limit::GlobalConcurrencyLimitLayer::with_semaphore(permits))
+            .timeout(console_deadline(config)),
+    )
+}
+
+/// Layers around the probes, `/metrics` and the metadata: a request deadline. None of them
+/// reads a body (hyper closes a connection whose body was left unread).
+pub(crate) fn around_probes(router: Router<AppState>, config: &Config) -> Router<AppState> {
+    router.layer(
+        ServiceBuilder::new().layer(HandleErrorLayer::new(edge::pipeline_error)).timeout(console_deadline(config)),
+    )
+}
+
+/// The deadline of a request that is not `/mcp`: a page or a probe never needs long, so
+/// `--request-timeout-ms` (sized for held polls) is capped at 30 s.
+pub(crate) fn console_deadline(config: &Config) -> std::time::Duration {
+    config.request_timeout.min(std::time::Duration::from_secs(30))
+}
+
 /// The body-limit layer refuses an announced oversize body with a bare 413, before the
 /// transport's checks (so before Origin and media types); clients get the same JSON-RPC error a
 /// chunked oversize body gets, and the request metrics count it as the transport would.

@@ -287,6 +287,35 @@ impl Store {
     }
 }
 
+impl Store {
+    /// The console's CSRF secret, shared by every gateway of the namespace: the first reader
+    /// makes it (`SET NX`), every reader gets whichever write won. No expiry: deleting the key
+    /// rotates it once every gateway has restarted.
+    pub async fn console_secret(&self) -> Result<[u8; 32], StoreError> {
+        let key = self.keys().console_secret();
+        let fresh: String = rand::random::<[u8; 32]>().iter().map(|b| format!("{b:02x}")).collect();
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET").arg(&key).arg(&fresh).arg("NX").ignore();
+        pipe.cmd("GET").arg(&key);
+        let (stored,): (String,) = pipe.query_async(&mut self.conn()).await?;
+        let bytes: Vec<u8> = (0..stored.len())
+            .step_by(2)
+            .filter_map(|i| stored.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .collect();
+        <[u8; 32]>::try_from(bytes)
+            .map_err(|_| StoreError::UnexpectedReply("the console secret is not 64 hex digits".into()))
+    }
+
+    /// Appends an operator's reveal of a task's sensitive fields to its timeline (`RPUSHX`: a
+    /// task without a timeline gets none). `at` is this gateway's clock, in milliseconds.
+    pub async fn record_reveal(&self, id: &TaskId, by: &str, at_ms: u64) -> Result<(), StoreError> {
+        let keys = self.keys().task(id);
+        let entry = serde_json::json!({ "at": at_ms, "ev": "revealed", "by": by }).to_string();
+        let _: i64 = redis::cmd("RPUSHX").arg(&keys.timeline).arg(entry).query_async(&mut self.conn()).await?;
+        Ok(())
+    }
+}
+
 fn row_from(id: &TaskId, fields: Vec<Option<String>>) -> Option<Row> {
     let [tenant, principal, tool, status, created, updated, ttl, holder, message] =
         <[Option<String>; 9]>::try_from(fields).ok()?;

@@ -139,6 +139,12 @@ impl Keys {
         }
     }
 
+    /// The secret the console's CSRF tokens are made with: random, written by the first
+    /// gateway that needs it, read by every other.
+    pub fn console_secret(&self) -> String {
+        format!("{}:console:secret", self.ns)
+    }
+
     /// Channel of task change events: `"<taskId> <version> <status>"`. Wake-ups only: readers
     /// re-read the record (invariant 1, docs/architecture.md).
     pub fn events_channel(&self) -> String {

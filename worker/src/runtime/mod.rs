@@ -145,6 +145,8 @@ fn status(shared: &Shared) -> serde_json::Value {
         "busy": shared.held.len(),
         "tools": shared.served.current().specs.len(),
         "upstreams": upstreams,
+        // When these figures were true: the console shows their age beside them.
+        "at": taskgate_shared::task::now_ms(),
     })
 }
 
