@@ -146,6 +146,10 @@ async fn the_overview_of_a_gateway_started_before_its_workers_shows_them() {
     .await;
     assert!(!page.body.contains("No worker serves any tool"), "{}", page.body);
     assert!(!page.body.contains("No worker has sent a heartbeat"), "{}", page.body);
+    // The run it holds is counted from the task records, whatever its last heartbeat said.
+    let workers = &page.body[page.body.find("Workers alive").unwrap()..];
+    let row = &workers[workers.find("<tbody>").unwrap()..workers.find("</tbody>").unwrap()];
+    assert!(row.contains("</code></td><td>1</td>"), "one run under way: {row}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -165,11 +165,16 @@ async fn read_overview(state: &AppState, viewer: &Viewer) -> Result<Arc<Overview
     if let Some(overview) = state.console.overview(&viewer.reach) {
         return Ok(overview);
     }
-    let (tallies, sampled) = tally(state, viewer).await?;
+    let Tallies { by_tool: tallies, sampled, held } = tally(state, viewer).await?;
     let published = state.store.read_catalogue().await?;
     let tools: Vec<String> = published.tools.into_keys().collect();
-    let workers: Vec<views::WorkerView> =
-        state.store.live_workers().await?.into_iter().map(|(id, status, _)| views::WorkerView { id, status }).collect();
+    let workers: Vec<views::WorkerView> = state
+        .store
+        .live_workers()
+        .await?
+        .into_iter()
+        .map(|(id, status, _)| views::WorkerView { running: held.get(&id).copied(), id, status })
+        .collect();
     let overview = Arc::new(Overview { tallies, sampled, workers, tools, read_ms: now_ms() });
     state.console.keep(viewer.reach.clone(), overview.clone());
     Ok(overview)
@@ -185,12 +190,17 @@ async fn overview_fragment(State(state): State<AppState>, viewer: Viewer) -> Res
     Ok(html(views::overview_live(&o.tallies, o.sampled, o.read_ms)))
 }
 
-/// Counts by (tenant, tool) and state over the newest tasks this viewer may see.
-async fn tally(state: &AppState, viewer: &Viewer) -> Result<(BTreeMap<(String, String), Tally>, usize), ConsoleError> {
+/// Counts by (tenant, tool) and state over the newest tasks this viewer may see, and the
+/// runs each worker holds among them.
+async fn tally(state: &AppState, viewer: &Viewer) -> Result<Tallies, ConsoleError> {
     let filter = Filter { tenant: viewer.confine(None), ..Filter::default() };
     let page = state.store.list_tasks(shards(state), &filter, None, OVERVIEW_SAMPLE, now_ms()).await?;
     let mut tallies: BTreeMap<(String, String), Tally> = BTreeMap::new();
+    let mut held: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for row in &page.rows {
+        if let (Some(holder), "working") = (&row.holder, row.status.as_str()) {
+            *held.entry(holder.clone()).or_default() += 1;
+        }
         let tally = tallies.entry((row.tenant.clone(), row.tool.clone())).or_default();
         match row.status.as_str() {
             "working" if row.queued() => {
@@ -204,7 +214,14 @@ async fn tally(state: &AppState, viewer: &Viewer) -> Result<(BTreeMap<(String, S
             _ => tally.cancelled += 1,
         }
     }
-    Ok((tallies, page.rows.len()))
+    Ok(Tallies { by_tool: tallies, sampled: page.rows.len(), held })
+}
+
+struct Tallies {
+    by_tool: BTreeMap<(String, String), Tally>,
+    sampled: usize,
+    /// Runs under way by worker id, read from the task records with the page.
+    held: std::collections::HashMap<String, usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -95,6 +95,8 @@ pub(super) struct Tally {
 pub(super) struct WorkerView {
     pub(super) id: String,
     pub(super) status: serde_json::Value,
+    /// Runs it holds among the tasks the overview read (a tenant admin sees its tenant's).
+    pub(super) running: Option<usize>,
 }
 
 pub(super) fn overview(
@@ -117,13 +119,14 @@ pub(super) fn overview(
                 div.scroll {
                     table #workers {
                         thead { tr {
-                            th scope="col" { "Worker" } th scope="col" { "Busy slots" } th scope="col" { "Tools" }
+                            th scope="col" { "Worker" } th scope="col" { "Running now" } th scope="col" { "Busy slots at its heartbeat" } th scope="col" { "Tools" }
                             th scope="col" { "Upstream servers (connections up)" }
                         } }
                         tbody {
                             @for worker in workers {
                                 tr {
                                     td { code { (worker.id) } }
+                                    td { (worker.running.unwrap_or(0)) }
                                     td {
                                         (text(&worker.status["busy"])) " / " (text(&worker.status["slots"]))
                                         @if let Some(at) = worker.status["at"].as_i64() { " " span.note { "(" (age(now_ms - at)) " ago)" } }
@@ -144,7 +147,7 @@ pub(super) fn overview(
                         }
                     }
                 }
-                p.note { "Busy slots are as of each worker's last heartbeat (every third of its --catalogue-ttl-ms), aged beside them; the running tasks above are read with this page." }
+                p.note { "Running now counts the runs each worker holds among the tasks above, read with this page. Busy slots are as of each worker's last heartbeat (every third of its --catalogue-ttl-ms), aged beside them." }
             }
             h2 { "Tools served now" }
             @if tools.is_empty() { p { "No worker serves any tool." } }
