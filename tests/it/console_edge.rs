@@ -181,3 +181,31 @@ async fn a_reveal_is_written_to_the_timeline_and_a_question_is_not_shown_before_
     let cookie = sign_in(&console, "key-op").await;
     assert_eq!(console.get("/console/", As::Cookie(&cookie)).await.status, 200);
 }
+
+/// Calls of one Redis command so far, from `INFO commandstats`.
+async fn calls(stack: &Stack, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut stack.store().conn()).await.unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overviews_in_quick_succession_are_read_from_redis_once() {
+    let stack = Stack::builder().gateway_args(&["--console"]).spawn().await;
+    let console = Console::new(&stack.client(0));
+    stack.client(0).create_task("noop", json!({})).await;
+    let before = calls(&stack, "zrevrangebyscore").await;
+    assert_eq!(console.get("/console/overview", As::Nobody).await.status, 200);
+    let one = calls(&stack, "zrevrangebyscore").await - before;
+    assert!(one > 0, "an overview reads the index");
+    for _ in 0..10 {
+        assert_eq!(console.get("/console/overview", As::Nobody).await.status, 200);
+    }
+    let eleven = calls(&stack, "zrevrangebyscore").await - before;
+    // Within two seconds they are served from memory: at most a second read if the ten loads
+    // straddle the end of those two seconds on a slow machine.
+    assert!(eleven <= 2 * one, "{eleven} index reads for eleven overviews, {one} for one");
+}
