@@ -1,10 +1,11 @@
 // BullMQ's add-and-wait: CLIENTS loops, each adding a job and waiting for it to finish
 // (`Queue.add`, then `Job.waitUntilFinished` on the queue's events), as taskgate's load tester
-// runs a lifecycle (create a task, listen until it ends). Prints a JSON report.
-// Usage: node add-and-wait.mjs REDIS_URL CLIENTS DURATION_S [WARMUP_S]
+// runs a lifecycle (create a task, listen until it ends). Prints a JSON report. A job not finished
+// within JOB_TIMEOUT_MS is given up (an error), so that a lost one does not stop its client.
+// Usage: node add-and-wait.mjs REDIS_URL CLIENTS DURATION_S [WARMUP_S] [JOB_TIMEOUT_MS]
 import { Queue, QueueEvents } from 'bullmq';
 
-const [url, clients, durationS, warmupS = '1'] = process.argv.slice(2);
+const [url, clients, durationS, warmupS = '1', jobTimeoutMs = '10000'] = process.argv.slice(2);
 const { hostname, port } = new URL(url);
 const connection = { host: hostname, port: Number(port), maxRetriesPerRequest: null };
 const queue = new Queue('bench', { connection });
@@ -27,7 +28,7 @@ async function client() {
     const t0 = now();
     try {
       const job = await queue.add('noop', {});
-      await job.waitUntilFinished(events);
+      await job.waitUntilFinished(events, Number(jobTimeoutMs));
       if (t0 >= measureFrom) latencies.push(now() - t0);
     } catch {
       errors += 1;
@@ -51,4 +52,6 @@ console.log(JSON.stringify({
   time_to_terminal_ms: { p50: at(0.5), p90: at(0.9), p99: at(0.99), p999: at(0.999), max: latencies.at(-1) ?? null },
   client_cpu_us_per_op: latencies.length ? (cpu.user + cpu.system) / latencies.length : null,
 }));
-await Promise.all([queue.close(), events.close()]);
+// The report is out: closing may not hold the round up.
+await Promise.race([Promise.all([queue.close(), events.close()]), new Promise((done) => setTimeout(done, 5000))]);
+process.exit(0);

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::args::{Global, Output};
 use crate::exit::{CliError, Exit};
+use crate::text::clean;
 
 pub(crate) async fn run(global: &Global, task: &str) -> Result<Exit, CliError> {
     let url = url::Url::parse(&global.url).map_err(|err| CliError::usage(format!("--url: {err}")))?;
@@ -48,13 +49,15 @@ pub(crate) async fn run(global: &Global, task: &str) -> Result<Exit, CliError> {
     Ok(Exit::Ok)
 }
 
-/// The record's summary, then the timeline as a table.
+/// The record's summary, then the timeline as a table. Every string the server supplied is
+/// printed without its control characters: a tool name, a principal or an operator's reason
+/// cannot drive the terminal.
 fn human(body: &Value) -> String {
     let record = &body["record"];
-    let field = |name: &str| record[name].as_str().unwrap_or("").to_owned();
+    let field = |name: &str| clean(record[name].as_str().unwrap_or(""));
     let mut out = format!(
         "{}  {}  {}/{}  {}\n",
-        body["taskId"].as_str().unwrap_or(""),
+        clean(body["taskId"].as_str().unwrap_or("")),
         field("status"),
         field("tenant"),
         field("principal"),
@@ -70,8 +73,8 @@ fn human(body: &Value) -> String {
         });
         let text = |name: &str| match &entry[name] {
             Value::Null => String::new(),
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
+            Value::String(s) => clean(s),
+            other => clean(&other.to_string()),
         };
         table.add_row([
             at.unwrap_or_default(),
@@ -108,5 +111,28 @@ mod tests {
         assert!(text.starts_with("tsk_1  cancelled  acme/alice  sleep\n"), "{text}");
         assert!(text.contains("1970-01-01T00:00:01.500Z") && text.contains("cancel requested"), "{text}");
         assert!(text.contains("ops/op") && text.contains("stuck"), "{text}");
+    }
+
+    #[test]
+    fn server_text_cannot_drive_the_terminal() {
+        let red = "\u{1b}[31m";
+        let body = json!({
+            "taskId": format!("tsk_{red}1"),
+            "record": {
+                "status": format!("failed{red}"),
+                "tenant": format!("{red}acme"),
+                "principal": format!("{red}alice\u{7}"),
+                "tool": format!("{red}sleep"),
+            },
+            "timeline": [{
+                "at": 0, "ev": format!("{red}failed by an operator"), "to": format!("{red}failed"),
+                "fence": format!("{red}1"), "holder": format!("w1{red}"), "by": format!("ops/{red}op"),
+                "why": format!("the approver left{red}\r\n\u{1b}]8;;http://evil\u{7}"), "extra": {"x": red},
+            }],
+        });
+        let text = human(&body);
+        assert!(!text.contains('\u{1b}') && !text.contains('\u{7}') && !text.contains('\r'), "{text:?}");
+        assert!(text.starts_with("tsk_[31m1  failed[31m  [31macme/[31malice  [31msleep\n"), "{text:?}");
+        assert!(text.contains("the approver left[31m]8;;http://evil"), "{text:?}");
     }
 }

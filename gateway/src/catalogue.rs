@@ -4,6 +4,10 @@
 //! bytes on every call and every replica (sorted by name; JSON keys sorted). A `tools/call` for
 //! a name not yet seen refreshes once (at most every [`MISS_REFRESH_GAP`]), so a freshly started
 //! worker's tools are callable at once.
+//!
+//! Prompts, resources and completion follow one rule, [`Catalogue::capabilities`], read through
+//! one path, [`CatalogueCache::offerings`]: `server/discover` and every method that serves them
+//! answer from the same catalogue, re-read the same way, so they never disagree.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -16,6 +20,23 @@ use taskgate_shared::tools::{Execution, ToolSpec};
 use tokio::time::Instant;
 
 const MISS_REFRESH_GAP: Duration = Duration::from_millis(250);
+
+/// The optional capabilities, as what workers publish makes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Capabilities {
+    /// A prompt is published.
+    pub(crate) prompts: bool,
+    /// A resource or a resource template is.
+    pub(crate) resources: bool,
+    /// A prompt or a template is (what completion completes arguments of).
+    pub(crate) completions: bool,
+}
+
+impl Capabilities {
+    fn all(self) -> bool {
+        self.prompts && self.resources && self.completions
+    }
+}
 
 /// A callable tool: its spec and its compiled input schema.
 pub(crate) struct Tool {
@@ -40,11 +61,18 @@ pub(crate) struct Catalogue {
     listing: Value,
     /// Prompts, resources and templates by catalogue key (`prompt/<name>`, …), in key order.
     offerings: BTreeMap<String, Offering>,
+    /// When this replica first held this content.
+    since: Instant,
 }
 
 impl Default for Catalogue {
     fn default() -> Self {
-        Self { tools: BTreeMap::new(), listing: Value::Array(Vec::new()), offerings: BTreeMap::new() }
+        Self {
+            tools: BTreeMap::new(),
+            listing: Value::Array(Vec::new()),
+            offerings: BTreeMap::new(),
+            since: Instant::now(),
+        }
     }
 }
 
@@ -75,7 +103,24 @@ impl Catalogue {
             }
         }
         let listing = tools.values().map(|t| listed(&t.spec)).collect::<Vec<_>>().into();
-        Self { tools, listing, offerings }
+        Self { tools, listing, offerings, since: Instant::now() }
+    }
+
+    /// What `server/discover` declares besides tools, and what the methods serve: the one rule
+    /// both follow.
+    pub(crate) fn capabilities(&self) -> Capabilities {
+        let (prompts, templates) = (self.offers("prompt"), self.offers("template"));
+        Capabilities { prompts, resources: templates || self.offers("resource"), completions: prompts || templates }
+    }
+
+    /// Whether no worker has published anything (as far as this replica has read).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.tools.is_empty() && self.offerings.is_empty()
+    }
+
+    /// How long this replica has held this content.
+    pub(crate) fn age(&self) -> Duration {
+        self.since.elapsed()
     }
 
     /// The prompts, resources or templates (`kind`: the key prefix), in key order.
@@ -93,7 +138,7 @@ impl Catalogue {
     }
 
     /// Whether anything of `kind` is offered.
-    pub(crate) fn offers(&self, kind: &str) -> bool {
+    fn offers(&self, kind: &str) -> bool {
         self.offered(kind).next().is_some()
     }
 
@@ -114,18 +159,25 @@ impl Catalogue {
 pub(crate) struct CatalogueCache {
     store: Store,
     current: RwLock<Arc<Catalogue>>,
-    /// When a miss last refreshed. An async lock held across that refresh, so misses that
-    /// arrive while it runs wait for its result instead of answering from the stale catalogue
-    /// ("unknown tool" to every concurrent first call of a fresh gateway).
-    last_miss_refresh: tokio::sync::Mutex<Option<Instant>>,
+    /// When a miss of a tool last refreshed. An async lock held across that refresh, so misses
+    /// that arrive while it runs wait for its result instead of answering from the stale
+    /// catalogue ("unknown tool" to every concurrent first call of a fresh gateway).
+    last_miss_refresh: Gate,
+    /// The same for discovery and the prompt, resource and completion methods. Their own, so
+    /// that a discovery does not use up the refresh that a `tools/call` right after it needs,
+    /// and one for them all, so that they refresh alike and agree.
+    last_offerings_refresh: Gate,
 }
+
+type Gate = tokio::sync::Mutex<Option<Instant>>;
 
 impl CatalogueCache {
     pub(crate) fn new(store: Store) -> Self {
         Self {
             store,
             current: RwLock::new(Arc::new(Catalogue::default())),
-            last_miss_refresh: tokio::sync::Mutex::new(None),
+            last_miss_refresh: Gate::default(),
+            last_offerings_refresh: Gate::default(),
         }
     }
 
@@ -153,19 +205,30 @@ impl CatalogueCache {
         if let Some(tool) = self.current().get(name) {
             return Some(tool);
         }
-        self.refresh_soon().await;
+        self.refresh_soon(&self.last_miss_refresh).await;
         self.current().get(name)
     }
 
-    /// The catalogue, re-read first (as a miss is) when `found` does not hold for it: a prompt
-    /// or resource a worker published since the last refresh is served at once.
-    pub(crate) async fn fresh_unless(&self, found: impl Fn(&Catalogue) -> bool) -> Arc<Catalogue> {
+    /// The catalogue for discovery and the prompt, resource and completion methods, re-read
+    /// first (as a miss is) when `found` does not hold for it: a prompt or resource a worker
+    /// published since the last refresh is served at once, and discovery, which asks for every
+    /// capability, declares it at once. Whatever a method then serves, a discovery at the same
+    /// moment declares, and the other way round: both read the same catalogue, refreshed
+    /// under the same gate, and judge it by [`Catalogue::capabilities`].
+    pub(crate) async fn offerings(&self, found: impl Fn(&Catalogue) -> bool) -> Arc<Catalogue> {
         let current = self.current();
         if found(&current) {
             return current;
         }
-        self.refresh_soon().await;
+        self.refresh_soon(&self.last_offerings_refresh).await;
         self.current()
+    }
+
+    /// The catalogue for `server/discover`: re-read unless it already offers every optional
+    /// capability (a deployment without prompts re-reads at most once per
+    /// [`MISS_REFRESH_GAP`], as its `prompts/list` does).
+    pub(crate) async fn for_discovery(&self) -> Arc<Catalogue> {
+        self.offerings(|c| c.capabilities().all()).await
     }
 
     /// The catalogue to list. An empty one is most likely one read before any worker published
@@ -175,14 +238,14 @@ impl CatalogueCache {
         if !current.tools.is_empty() || !current.offerings.is_empty() {
             return current;
         }
-        self.refresh_soon().await;
+        self.refresh_soon(&self.last_miss_refresh).await;
         self.current()
     }
 
-    /// Refreshes now unless a miss-driven refresh ran within [`MISS_REFRESH_GAP`]; waits for
-    /// one that is running.
-    async fn refresh_soon(&self) {
-        let mut last = self.last_miss_refresh.lock().await;
+    /// Refreshes now unless a miss-driven refresh under `gate` ran within
+    /// [`MISS_REFRESH_GAP`]; waits for one that is running.
+    async fn refresh_soon(&self, gate: &Gate) {
+        let mut last = gate.lock().await;
         if last.is_some_and(|t| t.elapsed() < MISS_REFRESH_GAP) {
             return;
         }

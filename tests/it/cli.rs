@@ -406,3 +406,31 @@ async fn inline_questions_are_asked_round_by_round() {
     .await;
     assert_eq!(code, 0);
 }
+
+/// `inspect` prints what the server holds (tenant, principal, tool, holder, an operator's
+/// reason) without its control characters: a reason typed into the console cannot drive the
+/// terminal of the operator who inspects the task. The JSON output keeps it as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_prints_no_terminal_escapes() {
+    use crate::console::{As, Console};
+    let stack = crate::console::console_stack(1).await;
+    let alice = stack.client_as(0, "key-alice");
+    let task = alice.create_task("generate_report", json!({})).await;
+    alice.wait_for_status(&task, "input_required", PATIENCE).await;
+    let console = Console::new(&stack.client(0));
+    let csrf = console.get(&format!("/console/tasks/{task}"), As::Bearer("key-op")).await.csrf();
+    let reason = "\u{1b}[31mred\u{1b}[0m \u{1b}]8;;https://evil.example\u{7}approver left";
+    let form = [("csrf", csrf.as_str()), ("reason", reason)];
+    let failed = console.post(&format!("/console/tasks/{task}/fail"), As::Bearer("key-op"), &form, None).await;
+    assert_eq!(failed.status, 303, "{}", failed.body);
+
+    let cli = Cli::new(stack.client(0).base());
+    let ran = cli.run(&["inspect", &task, "--token", "key-op"]).await;
+    assert_code(&ran, 0);
+    assert!(!ran.stdout.contains('\u{1b}') && !ran.stdout.contains('\u{7}'), "{:?}", ran.stdout);
+    assert!(ran.stdout.contains("[31mred[0m ]8;;https://evil.exampleapprover left"), "{:?}", ran.stdout);
+    let json = cli.run(&["inspect", &task, "--token", "key-op", "--output", "json"]).await;
+    assert_code(&json, 0);
+    let last = json.json()["timeline"].as_array().and_then(|t| t.last().cloned()).unwrap_or_default();
+    assert_eq!(last["why"], reason, "{last}");
+}

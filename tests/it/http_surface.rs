@@ -30,7 +30,8 @@ async fn discover_returns_versions_capabilities_and_cache_hints() {
             "resultType": "complete",
             "supportedVersions": ["2026-07-28"],
             "capabilities": {"tools": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}},
-            "ttlMs": 60000,
+            // Nothing is published yet: not to be cached.
+            "ttlMs": 0,
             "cacheScope": "public",
             "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "taskgate", "version": env!("CARGO_PKG_VERSION")}}
         }})

@@ -40,6 +40,47 @@ async fn capabilities_are_advertised_only_while_something_is_served() {
     assert_eq!(listed.status, 200, "{}", listed.text);
 }
 
+/// A gateway that starts before its workers (every pod of a fresh rollout does) and re-reads its
+/// catalogue only every ten minutes: as soon as a worker has published prompts and resources,
+/// `server/discover` declares what `prompts/list` serves, and asks caches not to keep it while
+/// the catalogue is empty or has just changed. A discovery's refresh does not take the one a
+/// `tools/call` right after it needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_agrees_with_the_methods_on_a_gateway_that_started_first() {
+    let mut stack =
+        Stack::builder().workers(0).gateways(2).gateway_args(&["--catalogue-refresh-ms", "600000"]).spawn().await;
+    let (first, second) = (stack.client(0), stack.client(1));
+
+    // Nothing published: tools only, not to be cached.
+    let discovered = first.call("server/discover", json!({})).await.result().clone();
+    assert_eq!(discovered["capabilities"], json!({"tools": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}));
+    assert_eq!(discovered["ttlMs"], 0, "{discovered}");
+    // A worker with tools only: the call right after that discovery finds its tool.
+    stack.add_worker(&[]).await;
+    let called = first.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 0}})).await;
+    assert_eq!(called.result()["resultType"], "task", "{}", called.text);
+
+    // The second gateway has read the tools-only catalogue (as a list does)...
+    let tools = second.call("tools/list", json!({})).await;
+    assert_eq!(tools.status, 200, "{}", tools.text);
+    // ... when a worker with prompts and resources joins: discovery declares them at once.
+    stack.add_worker(&["--tools", "conformance"]).await;
+    let discovered = second.call("server/discover", json!({})).await.result().clone();
+    let prompts = second.call("prompts/list", json!({})).await;
+    assert_eq!(prompts.status, 200, "{}", prompts.text);
+    assert!(!prompts.result()["prompts"].as_array().unwrap().is_empty(), "{}", prompts.text);
+    let caps = &discovered["capabilities"];
+    assert_eq!(
+        (&caps["prompts"], &caps["resources"], &caps["completions"]),
+        (&json!({}), &json!({}), &json!({})),
+        "prompts/list serves prompts, so discovery declares them: {discovered}"
+    );
+    // The catalogue has just changed: a cache keeps this answer for less than a second.
+    assert_eq!(discovered["ttlMs"], 0, "{discovered}");
+    let resources = second.call("resources/list", json!({})).await;
+    assert_eq!(resources.status, 200, "{}", resources.text);
+}
+
 /// A worker without providers that claims a prompt's hidden task hands it back to one with
 /// them, as it does with a tool it does not serve.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -61,7 +61,7 @@ pub(crate) async fn handle(
     let id = message.id.as_ref().unwrap_or(&Value::Null);
     let call = Call { state, headers, principal, meta, params: &params, id };
     match method {
-        Method::Discover => Ok(Reply::Result(methods::discover::run(&call))),
+        Method::Discover => Ok(Reply::Result(methods::discover::run(&call).await)),
         Method::ToolsList => methods::tools_list::run(&call).await.map(Reply::Result),
         Method::ToolsCall => methods::tools_call::run(&call).await,
         Method::TasksGet => methods::tasks_get::run(&call).await.map(Reply::Encoded),

@@ -10,16 +10,11 @@ use crate::catalogue::Catalogue;
 use crate::error::GatewayError;
 use crate::mcp::{Call, Reply};
 
-/// Whether completions are offered: a prompt or a template is published.
-pub(crate) fn offered(catalogue: &Catalogue) -> bool {
-    catalogue.offers("prompt") || catalogue.offers("template")
-}
-
 pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     let (reference, argument) = (params::value(call.params.reference), params::value(call.params.argument));
     let (reference, argument) = (reference.as_ref(), argument.as_ref());
-    let catalogue = call.state.catalogue.fresh_unless(|c| check(c, reference, argument).is_ok()).await;
-    if !offered(&catalogue) {
+    let catalogue = call.state.catalogue.offerings(|c| check(c, reference, argument).is_ok()).await;
+    if !catalogue.capabilities().completions {
         return Err(GatewayError::Envelope(RpcError::method_not_found()));
     }
     let cap = call.state.config.max_argument_bytes;

@@ -1,38 +1,52 @@
 //! `server/discover`: versions, capabilities and cache hints. Identity goes in `_meta`, not in a
 //! top-level `serverInfo` (removed from SEP-2575 by PR #3002).
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 use taskgate_shared::protocol::{SUPPORTED_VERSIONS, TASKS_EXTENSION, result};
 
-use super::{completion_complete, resources_list};
+use crate::catalogue::Catalogue;
 use crate::mcp::Call;
 
-/// Discovery is the same for every caller and replica, so shared caches may keep it; no longer
-/// than the lists, since the capabilities follow what workers publish.
-const TTL_MS: u64 = 60_000;
+/// The longest discovery may be kept: as long as the lists.
+const MAX_TTL: Duration = Duration::from_secs(60);
 
-/// Prompts, resources and completions are advertised only while a live worker publishes
-/// something for them, so the capabilities match what the methods answer.
-///
-/// It reads the catalogue as it is, without the refresh a list or a call's miss makes: a
-/// discovery must not use up the refresh that a `tools/call` right after it needs.
-pub(crate) fn run(call: &Call<'_>) -> Value {
-    let catalogue = call.state.catalogue.current();
+/// Prompts, resources and completions are declared by the rule the methods serve them by
+/// ([`Catalogue::capabilities`]), on the catalogue they read, re-read as they re-read it: a
+/// gateway that started before its workers declares what `prompts/list` would serve at the same
+/// moment, not what it read before any worker had published.
+pub(crate) async fn run(call: &Call<'_>) -> Value {
+    let catalogue = call.state.catalogue.for_discovery().await;
+    let offered = catalogue.capabilities();
     let mut capabilities = json!({ "tools": {}, "extensions": { TASKS_EXTENSION: {} } });
-    if catalogue.offers("prompt") {
+    if offered.prompts {
         capabilities["prompts"] = json!({});
     }
-    if resources_list::offered(&catalogue) {
+    if offered.resources {
         capabilities["resources"] = json!({});
     }
-    if completion_complete::offered(&catalogue) {
+    if offered.completions {
         capabilities["completions"] = json!({});
     }
     let fields = json!({
         "supportedVersions": SUPPORTED_VERSIONS,
         "capabilities": capabilities,
-        "ttlMs": TTL_MS,
+        "ttlMs": ttl_ms(&catalogue),
         "cacheScope": "public",
     });
     result::complete(fields.as_object().cloned().unwrap_or_default())
+}
+
+/// Discovery is the same for every caller, so shared caches may keep it, but its capabilities
+/// follow what workers publish. Kept no longer than the catalogue has stood unchanged (in
+/// whole seconds, at most [`MAX_TTL`]), and not at all while nothing is published: a cache
+/// does not keep for a minute the answer of a gateway that is still waiting for its workers,
+/// or that has just seen a worker join.
+fn ttl_ms(catalogue: &Catalogue) -> u64 {
+    if catalogue.is_empty() {
+        return 0;
+    }
+    let stable = catalogue.age().min(MAX_TTL).as_secs();
+    stable * 1000
 }

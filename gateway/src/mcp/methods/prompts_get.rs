@@ -11,8 +11,8 @@ use crate::mcp::{Call, Reply};
 pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     let name = params::text(call.params.name).unwrap_or_default();
     let key = format!("prompt/{name}");
-    let catalogue = call.state.catalogue.fresh_unless(|c| c.offering(&key).is_some()).await;
-    if !catalogue.offers("prompt") {
+    let catalogue = call.state.catalogue.offerings(|c| c.offering(&key).is_some()).await;
+    if !catalogue.capabilities().prompts {
         return Err(GatewayError::Envelope(RpcError::method_not_found()));
     }
     let cap = call.state.config.max_argument_bytes;

@@ -8,8 +8,8 @@ use crate::error::GatewayError;
 use crate::mcp::Call;
 
 pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
-    let catalogue = call.state.catalogue.fresh_unless(|c| c.offers("prompt")).await;
-    if !catalogue.offers("prompt") {
+    let catalogue = call.state.catalogue.offerings(|c| c.capabilities().prompts).await;
+    if !catalogue.capabilities().prompts {
         // Not advertised, so not served: as for any method this server does not have.
         return Err(GatewayError::Envelope(RpcError::method_not_found()));
     }

@@ -5,14 +5,8 @@ use serde_json::Value;
 use taskgate_shared::protocol::RpcError;
 
 use super::pages;
-use crate::catalogue::Catalogue;
 use crate::error::GatewayError;
 use crate::mcp::Call;
-
-/// Whether the resources capability is offered: a resource or a template is published.
-pub(crate) fn offered(catalogue: &Catalogue) -> bool {
-    catalogue.offers("resource") || catalogue.offers("template")
-}
 
 pub(crate) async fn resources(call: &Call<'_>) -> Result<Value, GatewayError> {
     list(call, "resource", "resources").await
@@ -23,8 +17,8 @@ pub(crate) async fn templates(call: &Call<'_>) -> Result<Value, GatewayError> {
 }
 
 async fn list(call: &Call<'_>, kind: &str, field: &str) -> Result<Value, GatewayError> {
-    let catalogue = call.state.catalogue.fresh_unless(offered).await;
-    if !offered(&catalogue) {
+    let catalogue = call.state.catalogue.offerings(|c| c.capabilities().resources).await;
+    if !catalogue.capabilities().resources {
         return Err(GatewayError::Envelope(RpcError::method_not_found()));
     }
     Ok(pages::page(catalogue.offered(kind).cloned().collect(), call.params.cursor, field)?)

@@ -5,7 +5,7 @@ use serde_json::json;
 use taskgate_shared::protocol::{RpcError, params};
 use taskgate_shared::tools::offerings::{RESOURCES_READ, template_matches};
 
-use super::{hidden, resources_list};
+use super::hidden;
 use crate::catalogue::Catalogue;
 use crate::error::GatewayError;
 use crate::mcp::{Call, Reply};
@@ -16,8 +16,8 @@ const CACHE: (u64, &str) = (0, "private");
 pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     let uri = params::text(call.params.uri);
     let uri = uri.as_deref();
-    let catalogue = call.state.catalogue.fresh_unless(|c| uri.is_some_and(|uri| reads(c, uri))).await;
-    if !resources_list::offered(&catalogue) {
+    let catalogue = call.state.catalogue.offerings(|c| uri.is_some_and(|uri| reads(c, uri))).await;
+    if !catalogue.capabilities().resources {
         return Err(GatewayError::Envelope(RpcError::method_not_found()));
     }
     let Some(uri) = uri else {
