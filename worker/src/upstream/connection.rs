@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{Transport, UpstreamConfig};
 use super::handler::Bridge;
+use super::http::{HttpClient, error_chain, without_urls};
 use crate::metrics::METRICS;
 
 /// The environment a stdio child gets from the worker besides what its entry configures: enough
@@ -204,7 +205,7 @@ async fn supervise(
                 let waiting = running.waiting();
                 tokio::pin!(waiting);
                 let reason = tokio::select! {
-                    quit = &mut waiting => format!("the connection ended ({quit:?})"),
+                    quit = &mut waiting => without_urls(&format!("the connection ended ({quit:?})")),
                     () = kill.notified() => {
                         tracing::warn!(upstream = %name, instance = index, "upstream stopped answering: restarting it");
                         stop.cancel();
@@ -353,7 +354,11 @@ fn handshake_failed(err: ClientInitializeError) -> Opened {
         {
             Opened::OlderOnly
         }
-        other => Opened::Failed(format!("handshake failed: {other}")),
+        // Its transport error is no `source`: the cause is taken from the field.
+        ClientInitializeError::TransportError { error, context } => {
+            Opened::Failed(format!("handshake failed ({context}): {}", error_chain(&error)))
+        }
+        other => Opened::Failed(format!("handshake failed: {}", error_chain(&other))),
     }
 }
 
@@ -388,7 +393,11 @@ async fn open(
                 }
                 bridge.serve_with_lifecycle(child, lifecycle).await.map_err(handshake_failed)
             }
-            Transport::Http { url, headers } => {
+            Transport::Http { url, headers, read_timeout } => {
+                // Neither the URL nor its resolution error is ever repeated: it may carry a
+                // credential.
+                let url = url.resolve().map_err(|e| Opened::Failed(format!("url: {e}")))?;
+                super::config::check_url(&url).map_err(|e| Opened::Failed(format!("url: {e}")))?;
                 let mut custom = std::collections::HashMap::new();
                 for (name, value) in headers {
                     let value = value.resolve().map_err(|e| Opened::Failed(format!("header {name}: {e}")))?;
@@ -398,8 +407,10 @@ async fn open(
                         .map_err(|_| Opened::Failed(format!("header {name} has a value that is not valid in HTTP")))?;
                     custom.insert(name, value);
                 }
+                let client = HttpClient::new(config.connect_timeout, *read_timeout)
+                    .map_err(|err| Opened::Failed(format!("cannot make its HTTP client: {}", error_chain(&err))))?;
                 let transport = StreamableHttpClientTransport::with_client(
-                    reqwest::Client::new(),
+                    client,
                     StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom),
                 );
                 bridge.serve_with_lifecycle(transport, lifecycle).await.map_err(handshake_failed)

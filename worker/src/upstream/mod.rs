@@ -5,6 +5,7 @@ pub mod config;
 mod connection;
 mod followed;
 mod handler;
+mod http;
 mod provided;
 mod rounds;
 mod stderr;

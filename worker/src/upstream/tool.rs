@@ -20,6 +20,7 @@ use super::config::Resolved;
 use super::connection::Upstream;
 use super::followed::{self, Follow};
 use super::handler::{Bridge, CallEvent, declined_status};
+use super::http::error_chain;
 use super::rounds::{self, Saved};
 use crate::metrics::METRICS;
 use crate::tool::{BoxFuture, Tool, ToolContext, ToolError, ToolOutput};
@@ -346,25 +347,12 @@ impl UpstreamTool {
                 ErrorKind::Internal,
                 format!("upstream server {upstream:?} closed the connection during the call (it may have crashed)"),
             ),
-            other => {
-                RpcError::new(ErrorKind::Internal, format!("upstream server {upstream:?} failed the call: {other}"))
-            }
+            other => RpcError::new(
+                ErrorKind::Internal,
+                format!("upstream server {upstream:?} failed the call: {}", error_chain(&other)),
+            ),
         })
     }
-}
-
-/// An error and its sources, `a: b: c`, so that the root cause (a refused connection, say) shows.
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text = format!("{text}: {cause_text}");
-        }
-        source = cause.source();
-    }
-    text
 }
 
 fn unavailable(upstream: &str, why: &str) -> ToolError {
