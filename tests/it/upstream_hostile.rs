@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
-use taskgate_tests::upstream::{HttpFixture, upstreams_file, wait_for_tool};
-use taskgate_tests::{Stack, eventually};
+use taskgate_tests::upstream::{HttpFixture, fixture_log, upstreams_file, wait_for_tool};
+use taskgate_tests::{Scrape, Stack, eventually, free_port};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 
-use crate::upstream::{FIXTURE, PATIENCE, run};
+use crate::upstream::{FIXTURE, PATIENCE, Transport, run, stack_from, stack_with};
 
 /// A stack whose one worker serves the upstreams file `body`.
 async fn stack_serving(builder: taskgate_tests::StackBuilder, body: &str) -> Stack {
@@ -195,4 +195,109 @@ async fn a_silent_http_server_is_cut_by_the_read_timeout() {
     assert!(!reason.contains("no handshake within"), "{reason}");
     assert!(reason.contains("timed out"), "{reason}");
     assert!(connections.load(Ordering::SeqCst) >= 1);
+}
+
+/// A stdio table of the fixture named `name`, logging to `log`, with `env` added to its
+/// environment (`, KEY = "value"`) and `extra` lines.
+fn stdio_table(name: &str, log: &std::path::Path, legacy: bool, env: &str, extra: &str) -> String {
+    let legacy = if legacy { ", \"--legacy\"" } else { "" };
+    format!(
+        "[[upstream]]\nname = \"{name}\"\ncommand = {FIXTURE:?}\nargs = [\"stdio\"{legacy}]\n\
+         env = {{ FIXTURE_LOG = {:?}{env} }}\n{extra}\n",
+        log.to_str().unwrap()
+    )
+}
+
+/// A tool error (`isError`) or a JSON-RPC error over the result cap fails the task with a
+/// fixed error, and the giant payload is stored nowhere.
+#[tokio::test]
+async fn oversized_errors_fail_the_task_with_a_fixed_error() {
+    let args = ["--max-result-bytes", "65536"];
+    let (stack, _file, _log) = stack_from(Stack::builder(), Transport::Stdio { legacy: false }, "", &args).await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__huge_error", PATIENCE).await;
+    for rpc in [true, false] {
+        let done = run(&client, "fx__huge_error", json!({ "bytes": 200_000, "rpc": rpc })).await;
+        assert_eq!(done["status"], "failed", "rpc {rpc}");
+        let shown = done.to_string();
+        assert!(shown.len() < 4096, "rpc {rpc}: {} bytes shown", shown.len());
+        assert!(shown.contains("over the 65536-byte limit"), "{shown}");
+    }
+}
+
+/// A progress message becomes the task's status cut to 1 KiB, without control characters,
+/// and with the amount kept.
+#[tokio::test]
+async fn a_progress_message_is_cut_and_cleaned() {
+    let (stack, _file, _log) = stack_with(Transport::Stdio { legacy: false }, "").await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__loud_progress", PATIENCE).await;
+    let task = client.create_task("fx__loud_progress", json!({ "bytes": 100_000, "ms": 60_000 })).await;
+    let status = eventually(PATIENCE, "the loud progress", || async {
+        let task = client.get_task(&task).await.result().clone();
+        task["statusMessage"].as_str().filter(|m| m.contains("LOUD")).map(str::to_owned)
+    })
+    .await;
+    assert!(status.len() <= 1024, "{} bytes", status.len());
+    assert!(!status.chars().any(char::is_control), "{status:?}");
+    assert!(status.ends_with("… (1/2)"), "{status}");
+    client.cancel_task(&task).await;
+}
+
+/// A question over 64 KiB is never stored: held mid-call, it is refused to the server with a
+/// JSON-RPC error and the call goes on; asked as a 2026-07-28 round, it fails the task.
+#[tokio::test]
+async fn an_oversized_question_is_refused() {
+    let mut stack = Stack::builder().workers(0).spawn().await;
+    let log = stack.scratch_dir().join("fixture.log");
+    let body = stdio_table("fx", &log, true, "", "elicitation = \"hold\"") + &stdio_table("fn", &log, false, "", "");
+    let file = upstreams_file(stack.scratch_dir(), "upstreams.toml", &body);
+    stack.add_worker(&["--tools", "", "--upstreams", file.to_str().unwrap()]).await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__ask_huge", PATIENCE).await;
+    wait_for_tool(&client, "fn__ask_huge", PATIENCE).await;
+
+    let held = run(&client, "fx__ask_huge", json!({ "bytes": 100_000 })).await;
+    assert_eq!(held["status"], "completed", "{held}");
+    let text = held["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.starts_with("ask_huge refused") && text.contains("64 KiB"), "{text}");
+
+    let round = run(&client, "fn__ask_huge", json!({ "bytes": 100_000, "round": true })).await;
+    assert_eq!(round["status"], "failed", "{round}");
+    assert!(round["statusMessage"].as_str().unwrap_or_default().contains("asked for input over 64 KiB"), "{round}");
+    assert!(round.to_string().len() < 4096);
+}
+
+/// A server whose every page names a next one is read for 100 pages, then listed with what
+/// those held; the cut is logged once.
+#[tokio::test]
+async fn an_endless_listing_is_cut_at_its_page_limit() {
+    let mut stack = Stack::builder().workers(0).spawn().await;
+    let log = stack.scratch_dir().join("fixture.log");
+    let body = stdio_table("fx", &log, false, ", FIXTURE_ENDLESS_PAGES = \"1\"", "");
+    let file = upstreams_file(stack.scratch_dir(), "upstreams.toml", &body);
+    stack.add_worker(&["--tools", "", "--upstreams", file.to_str().unwrap()]).await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__echo", PATIENCE).await;
+    assert_eq!(fixture_log(&log).matches("list page ").count(), 100);
+    let cut = log_lines(&stack, "the upstream's listing goes on past the page limit; keeping the pages read");
+    assert_eq!(cut.len(), 1, "{cut:?}");
+    assert_eq!(cut[0]["upstream"], "fx");
+}
+
+/// A storm of `list_changed` costs at most one listing a second, and the change the storm ends
+/// with still reaches the catalogue.
+#[tokio::test]
+async fn a_storm_of_list_changes_relists_at_most_once_a_second() {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let args = ["--metrics-listen", listen.as_str()];
+    let (stack, _file, _log) = stack_from(Stack::builder(), Transport::Stdio { legacy: false }, "", &args).await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fx__storm", PATIENCE).await;
+    let done = run(&client, "fx__storm", json!({ "count": 40, "every_ms": 25 })).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    wait_for_tool(&client, "fx__late", PATIENCE).await;
+    let scrape = Scrape::of(&format!("http://{listen}/metrics")).await;
+    let relists = scrape.get("taskgate_upstream_list_refreshes_total", &[("upstream", "fx")]);
+    assert!((1.0..=3.0).contains(&relists), "{relists} listings for a one-second storm");
 }
