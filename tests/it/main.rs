@@ -33,4 +33,5 @@ mod run_local;
 mod single_slot;
 mod state_machine;
 mod upstream;
+mod upstream_hostile;
 mod upstream_servers;

@@ -10,17 +10,17 @@ use taskgate_shared::task::TaskId;
 use taskgate_tests::upstream::{HttpFixture, fixture_log, upstreams_file, wait_for_no_tool, wait_for_tool};
 use taskgate_tests::{McpClient, Scrape, Stack, StackBuilder, eventually, free_port};
 
-const FIXTURE: &str = env!("CARGO_BIN_EXE_upstream-fixture");
-const PATIENCE: Duration = Duration::from_secs(30);
+pub(crate) const FIXTURE: &str = env!("CARGO_BIN_EXE_upstream-fixture");
+pub(crate) const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A stack whose one worker serves the fixture (stdio, or the given URL) as `fx`, with `extra`
 /// lines in its `[[upstream]]` table. Returns the stack, the upstreams file and the fixture log.
-async fn stack_with(transport: Transport<'_>, extra: &str) -> (Stack, PathBuf, PathBuf) {
+pub(crate) async fn stack_with(transport: Transport<'_>, extra: &str) -> (Stack, PathBuf, PathBuf) {
     stack_from(Stack::builder(), transport, extra, &[]).await
 }
 
 /// [`stack_with`] from a given builder, with more worker arguments.
-async fn stack_from(
+pub(crate) async fn stack_from(
     builder: StackBuilder,
     transport: Transport<'_>,
     extra: &str,
@@ -46,7 +46,7 @@ pub(crate) async fn fixture_stack(mut stack: Stack) -> Stack {
 }
 
 /// Runs `tool` as a task to its end and returns the task.
-async fn run(client: &McpClient, tool: &str, arguments: Value) -> Value {
+pub(crate) async fn run(client: &McpClient, tool: &str, arguments: Value) -> Value {
     let task = client.create_task(tool, arguments).await;
     terminal(client, &task).await
 }
@@ -58,7 +58,7 @@ async fn whoami(client: &McpClient) -> Value {
     serde_json::from_str(done["result"]["content"][0]["text"].as_str().expect("a text answer")).expect("JSON")
 }
 
-enum Transport<'a> {
+pub(crate) enum Transport<'a> {
     Stdio { legacy: bool },
     Http(&'a str),
 }
@@ -78,7 +78,7 @@ fn upstream_table(transport: &Transport<'_>, log: &std::path::Path, extra: &str)
 }
 
 /// Polls `tasks/get` until the task is terminal; returns the last result.
-async fn terminal(client: &McpClient, task: &str) -> Value {
+pub(crate) async fn terminal(client: &McpClient, task: &str) -> Value {
     eventually(PATIENCE, "the task to end", || async {
         let task = client.get_task(task).await.result().clone();
         matches!(task["status"].as_str(), Some("completed" | "failed" | "cancelled")).then_some(task)
@@ -235,7 +235,7 @@ async fn lease_and_now(stack: &Stack, task: &str) -> Option<(u64, u64)> {
 }
 
 /// The held question, once the task shows it: its key and the request.
-async fn held_question(client: &McpClient, task: &str) -> (String, Value) {
+pub(crate) async fn held_question(client: &McpClient, task: &str) -> (String, Value) {
     let requests = parked_requests(client, task).await;
     let (key, request) = requests.as_object().unwrap().iter().next().expect("one question");
     assert_eq!(requests.as_object().unwrap().len(), 1, "{requests}");

@@ -72,6 +72,9 @@ impl tokio::io::AsyncRead for FreezableStdin {
     }
 }
 
+/// Set by `storm` before its last notification: the next listing has the tool `late`.
+static LATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Calls of `hold` running now, and the most ever at once.
 static HELD: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
@@ -166,6 +169,30 @@ fn tools() -> Vec<Tool> {
             None,
         ),
         tool(
+            "huge_error",
+            "Fails with `bytes` of text: as a tool error (`isError`), or with `rpc` as a JSON-RPC error's data.",
+            json!({ "bytes": { "type": "integer" }, "rpc": { "type": "boolean" } }),
+            None,
+        ),
+        tool(
+            "loud_progress",
+            "Reports progress whose message is `bytes` long and full of control characters, then answers after `ms`.",
+            json!({ "bytes": { "type": "integer" }, "ms": { "type": "integer" } }),
+            None,
+        ),
+        tool(
+            "ask_huge",
+            "Asks a question `bytes` long: mid-call (elicitation/create), or with `round` as a 2026-07-28 input_required.",
+            json!({ "bytes": { "type": "integer" }, "round": { "type": "boolean" } }),
+            None,
+        ),
+        tool(
+            "storm",
+            "Sends `count` notifications/tools/list_changed, one per `every_ms`; the last one lists a new tool, `late`.",
+            json!({ "count": { "type": "integer" }, "every_ms": { "type": "integer" } }),
+            None,
+        ),
+        tool(
             "freeze",
             "Wedges the stdio server: it reads nothing more, so it answers no ping and no cancel.",
             json!({}),
@@ -210,12 +237,24 @@ impl ServerHandler for Fixture {
         Ok(DiscoverResult::from_server_info(self.supported_protocol_versions().into_owned(), self.get_info()))
     }
 
+    /// With `FIXTURE_ENDLESS_PAGES` set, every page names a next one: the tools are on the
+    /// first, nothing is on the others.
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult { tools: tools(), ..Default::default() })
+        let mut tools = tools();
+        if LATE.load(Ordering::SeqCst) {
+            tools.push(tool("late", "Listed after a storm of list changes.", json!({}), None));
+        }
+        if std::env::var_os("FIXTURE_ENDLESS_PAGES").is_none() {
+            return Ok(ListToolsResult { tools, ..Default::default() });
+        }
+        let page: u64 = request.and_then(|r| r.cursor).and_then(|c| c.parse().ok()).unwrap_or(0);
+        log(&format!("list page {page}"));
+        let tools = if page == 0 { tools } else { Vec::new() };
+        Ok(ListToolsResult { tools, next_cursor: Some((page + 1).to_string()), ..Default::default() })
     }
 
     async fn get_task(
@@ -472,6 +511,55 @@ impl ServerHandler for Fixture {
                     (Some(step), Some(action)) => Ok(text(format!("{action} at {step}"))),
                     _ => Err(ErrorData::invalid_params("retried without an answer", None)),
                 }
+            }
+            "huge_error" => {
+                let blob = "x".repeat(int("bytes", 1000) as usize);
+                if args.get("rpc").and_then(Value::as_bool).unwrap_or(false) {
+                    return Err(ErrorData::internal_error("a huge failure", Some(json!({ "blob": blob }))));
+                }
+                Ok(CallToolResponse::Complete(CallToolResult::error(vec![Content::text(blob)])))
+            }
+            "loud_progress" => {
+                if let Some(token) = context.meta.get_progress_token() {
+                    let message = format!("\u{1b}[31mLOUD\n\r{}\u{7}", "y".repeat(int("bytes", 100) as usize));
+                    let progress = ProgressNotificationParam::new(token, 1.0).with_total(2.0).with_message(message);
+                    let _ = context.peer.notify_progress(progress).await;
+                }
+                tokio::time::sleep(Duration::from_millis(int("ms", 100))).await;
+                Ok(text("loud done"))
+            }
+            "ask_huge" => {
+                let message = format!("Huge? {}", "z".repeat(int("bytes", 100) as usize));
+                let form = json!({
+                    "mode": "form",
+                    "message": message,
+                    "requestedSchema": { "type": "object", "properties": { "ok": { "type": "boolean" } } }
+                });
+                if args.get("round").and_then(Value::as_bool).unwrap_or(false) {
+                    let request = serde_json::from_value(json!({ "method": "elicitation/create", "params": form }))
+                        .expect("an input request");
+                    let requests = std::collections::BTreeMap::from([("ok".to_owned(), request)]);
+                    return Ok(CallToolResponse::InputRequired(InputRequiredResult::new(Some(requests), None)));
+                }
+                let params = serde_json::from_value(form).expect("elicitation params");
+                let request = rmcp::model::ServerRequest::ElicitRequest(rmcp::model::Request::new(params));
+                let line = match context.peer.send_request(request).await {
+                    Ok(reply) => format!("ask_huge answered {reply:?}"),
+                    Err(err) => format!("ask_huge refused: {err}"),
+                };
+                log(&line);
+                Ok(text(line))
+            }
+            "storm" => {
+                let count = int("count", 10);
+                for sent in 1..=count {
+                    if sent == count {
+                        LATE.store(true, Ordering::SeqCst);
+                    }
+                    let _ = context.peer.notify_tool_list_changed().await;
+                    tokio::time::sleep(Duration::from_millis(int("every_ms", 10))).await;
+                }
+                Ok(text("stormed"))
             }
             "relist" => {
                 let _ = context.peer.notify_tool_list_changed().await;

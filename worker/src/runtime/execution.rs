@@ -266,7 +266,20 @@ async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) 
         }
         Outcome::Done(Err(ToolError::Rpc(err))) => {
             let error = err.to_value().to_string();
-            finish(store, lease, Finish::Failed { error: &error, message: Some(&err.message) }).await
+            let cap = shared.config.max_result_bytes;
+            if error.len() > cap {
+                // Bounded as results are: an error's message and data are stored and read too.
+                tracing::warn!(task_id = %task_id, bytes = error.len(), cap, "error over the size cap");
+                let error = RpcError::new(
+                    taskgate_shared::protocol::ErrorKind::Internal,
+                    format!("the tool's error was {} bytes, over the {cap}-byte limit", error.len()),
+                );
+                let error_json = error.to_value().to_string();
+                finish(store, lease, Finish::Failed { error: &error_json, message: Some("The error was too large.") })
+                    .await
+            } else {
+                finish(store, lease, Finish::Failed { error: &error, message: Some(&err.message) }).await
+            }
         }
         Outcome::Panicked => {
             tracing::error!(task_id = %task_id, "tool panicked");

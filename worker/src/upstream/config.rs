@@ -18,6 +18,10 @@ const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 const DEFAULT_TTL_MS: u64 = 2 * 3_600_000;
 const DEFAULT_POLL_INTERVAL_MS: u64 = 1_000;
 const DEFAULT_MAX_IN_FLIGHT: u32 = 64;
+/// An HTTP upstream's read timeout (per read: any byte, an SSE keepalive included, restarts
+/// it), unless configured: the longest inactivity timeout of the server's tools, and never
+/// under this. A silence the call itself tolerates is never cut.
+const DEFAULT_READ_TIMEOUT_MS: u64 = DEFAULT_TIMEOUT_MS;
 
 /// One upstream MCP server.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -64,8 +68,20 @@ pub enum ElicitationPolicy {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum Transport {
-    Stdio { command: String, args: Vec<String>, env: BTreeMap<String, Secret>, cwd: Option<PathBuf> },
-    Http { url: String, headers: BTreeMap<String, Secret> },
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, Secret>,
+        cwd: Option<PathBuf>,
+    },
+    Http {
+        /// Given in the file, or read from the environment or a file: hosted servers often
+        /// carry a credential in the path or the query.
+        url: Secret,
+        headers: BTreeMap<String, Secret>,
+        /// Longest silence on one read (a response's headers, or the next bytes of a stream).
+        read_timeout: Duration,
+    },
 }
 
 /// A value read when the worker starts: given in the file (not for secrets), or from the
@@ -197,9 +213,10 @@ struct TomlUpstream {
     #[serde(default)]
     env_from: Vec<String>,
     cwd: Option<PathBuf>,
-    url: Option<String>,
+    url: Option<TomlValue>,
     #[serde(default)]
-    headers: BTreeMap<String, TomlHeader>,
+    headers: BTreeMap<String, TomlValue>,
+    read_timeout_ms: Option<u64>,
     prefix: Option<String>,
     connect_timeout_ms: Option<u64>,
     instances: Option<u16>,
@@ -226,9 +243,10 @@ struct TomlUpstream {
     tool: BTreeMap<String, ToolSettings>,
 }
 
+/// A value given inline, or `{ env = "VAR" }` or `{ file = "PATH" }` with an optional prefix.
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum TomlHeader {
+enum TomlValue {
     Value(String),
     From {
         env: Option<String>,
@@ -265,32 +283,36 @@ fn parse_toml(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError
                     if command.trim().is_empty() {
                         return Err(fail("command", "is empty".into()));
                     }
+                    if raw.read_timeout_ms.is_some() {
+                        return Err(fail("read_timeout_ms", "applies to HTTP upstreams only".into()));
+                    }
                     Transport::Stdio { command, args: raw.args, env, cwd: raw.cwd }
                 }
                 (None, Some(url)) => {
-                    check_url(&url).map_err(|m| fail("url", m))?;
+                    let url = url.into_secret().map_err(|m| fail("url", m))?;
+                    if let Secret::Value(url) = &url {
+                        check_url(url).map_err(|m| fail("url", m))?;
+                    }
                     if !raw.args.is_empty() || !raw.env.is_empty() || !raw.env_from.is_empty() || raw.cwd.is_some() {
                         return Err(fail("url", "an HTTP upstream takes no `args`, `env`, `env_from` or `cwd`".into()));
                     }
                     let mut headers = BTreeMap::new();
                     for (name, header) in raw.headers {
-                        let secret = match header {
-                            TomlHeader::Value(_) if looks_secret(&name) => {
-                                return Err(fail(
-                                    "headers",
-                                    format!("{name:?} carries a credential: give it as {{ env = \"VAR\" }} or {{ file = \"PATH\" }}, never inline"),
-                                ));
-                            }
-                            TomlHeader::Value(value) => Secret::Value(value),
-                            TomlHeader::From { env: Some(var), file: None, prefix } => Secret::Env { name: var, prefix },
-                            TomlHeader::From { env: None, file: Some(file), prefix } => Secret::File { path: file, prefix },
-                            TomlHeader::From { .. } => {
-                                return Err(fail("headers", format!("{name:?}: give exactly one of `env` or `file`")));
-                            }
-                        };
+                        if matches!(header, TomlValue::Value(_)) && looks_secret(&name) {
+                            return Err(fail(
+                                "headers",
+                                format!("{name:?} carries a credential: give it as {{ env = \"VAR\" }} or {{ file = \"PATH\" }}, never inline"),
+                            ));
+                        }
+                        let secret = header.into_secret().map_err(|m| fail("headers", format!("{name:?}: {m}")))?;
                         headers.insert(name, secret);
                     }
-                    Transport::Http { url, headers }
+                    let read_timeout = match raw.read_timeout_ms {
+                        Some(0) => return Err(fail("read_timeout_ms", "must be at least 1".into())),
+                        Some(ms) => ms,
+                        None => longest_timeout(raw.timeout_ms, &raw.tool),
+                    };
+                    Transport::Http { url, headers, read_timeout: Duration::from_millis(read_timeout) }
                 }
                 (Some(_), Some(_)) => return Err(fail("url", "give either `command` (stdio) or `url` (HTTP), not both".into())),
                 (None, None) => return Err(fail("command", "give `command` (stdio) or `url` (HTTP)".into())),
@@ -393,7 +415,10 @@ fn parse_json(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError
                 cwd: server.cwd,
             },
             (None | Some("http" | "streamable-http" | "streamableHttp"), None, Some(url)) => {
-                check_url(&url).map_err(|m| fail("url", m))?;
+                let url = placeholder(url);
+                if let Secret::Value(url) = &url {
+                    check_url(url).map_err(|m| fail("url", m))?;
+                }
                 let mut headers = BTreeMap::new();
                 for (header, value) in server.headers {
                     let secret = placeholder(value);
@@ -407,7 +432,8 @@ fn parse_json(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError
                     }
                     headers.insert(header, secret);
                 }
-                Transport::Http { url, headers }
+                let read_timeout = Duration::from_millis(DEFAULT_READ_TIMEOUT_MS);
+                Transport::Http { url, headers, read_timeout }
             }
             (_, Some(_), Some(_)) => return Err(fail("url", "give either `command` or `url`, not both".into())),
             (Some(other), ..) if !matches!(other, "stdio" | "http" | "streamable-http" | "streamableHttp") => {
@@ -467,11 +493,28 @@ fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn check_url(url: &str) -> Result<(), String> {
+/// The URL is never repeated in the error: it may carry a credential.
+pub(super) fn check_url(url: &str) -> Result<(), String> {
     if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(format!("{url:?} must be an http:// or https:// URL"));
+        return Err("must be an http:// or https:// URL".into());
     }
     Ok(())
+}
+
+impl TomlValue {
+    fn into_secret(self) -> Result<Secret, String> {
+        match self {
+            Self::Value(value) => Ok(Secret::Value(value)),
+            Self::From { env: Some(name), file: None, prefix } => Ok(Secret::Env { name, prefix }),
+            Self::From { env: None, file: Some(path), prefix } => Ok(Secret::File { path, prefix }),
+            Self::From { .. } => Err("give exactly one of `env` or `file`".into()),
+        }
+    }
+}
+
+/// The default read timeout of an HTTP upstream: see [`DEFAULT_READ_TIMEOUT_MS`].
+fn longest_timeout(server: Option<u64>, tools: &BTreeMap<String, ToolSettings>) -> u64 {
+    tools.values().filter_map(|t| t.timeout_ms).chain(server).fold(DEFAULT_READ_TIMEOUT_MS, u64::max)
 }
 
 fn check_settings(s: &ToolSettings) -> Result<(), (&'static str, String)> {
@@ -631,6 +674,32 @@ retry_on_reclaim = true
         assert!(err.to_string().contains("not supported"), "{err}");
         let err = parse("{\"mcpServers\": {\n\"a\": {\"command\": 3}}}", "c.json").unwrap_err();
         assert_eq!(err.line, Some(2), "{err}");
+    }
+
+    #[test]
+    fn an_http_url_comes_inline_or_from_the_environment_or_a_file() {
+        let configs = parse(
+            "[[upstream]]\nname = \"a\"\nurl = { env = \"A_URL\" }\ntimeout_ms = 900000\n\
+             [[upstream]]\nname = \"b\"\nurl = { file = \"/run/b\" }\nread_timeout_ms = 900\n\
+             [[upstream]]\nname = \"c\"\nurl = \"https://h/mcp\"\n",
+            "u.toml",
+        )
+        .unwrap();
+        let http = |i: usize| match &configs[i].transport {
+            Transport::Http { url, read_timeout, .. } => (url.clone(), *read_timeout),
+            Transport::Stdio { .. } => panic!("http"),
+        };
+        // The read timeout never cuts a silence the server's calls tolerate.
+        let env = Secret::Env { name: "A_URL".into(), prefix: String::new() };
+        assert_eq!(http(0), (env, Duration::from_millis(900_000)));
+        let file = Secret::File { path: "/run/b".into(), prefix: String::new() };
+        assert_eq!(http(1), (file, Duration::from_millis(900)));
+        assert_eq!(http(2), (Secret::Value("https://h/mcp".into()), Duration::from_millis(DEFAULT_READ_TIMEOUT_MS)));
+
+        let err = parse("[[upstream]]\nname = \"a\"\nurl = \"ftp://h/SECRET\"\n", "u.toml").unwrap_err();
+        assert!(err.to_string().contains("`url`") && !err.to_string().contains("SECRET"), "{err}");
+        let err = parse("[[upstream]]\nname = \"a\"\ncommand = \"x\"\nread_timeout_ms = 5\n", "u.toml").unwrap_err();
+        assert!(err.to_string().contains("HTTP upstreams only"), "{err}");
     }
 
     #[test]

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{ProtocolVersion, Tool};
+use rmcp::model::{PaginatedRequestParams, ProtocolVersion, Tool};
 use rmcp::service::{
-    ClientInitializeError, ClientLifecycleMode, ClientServiceExt as _, Peer, RoleClient, RunningService,
+    ClientInitializeError, ClientLifecycleMode, ClientServiceExt as _, Peer, RoleClient, RunningService, ServiceError,
 };
 use rmcp::transport::TokioChildProcess;
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, StreamableHttpClientTransportConfig};
@@ -19,12 +19,17 @@ use taskgate_shared::backoff::Backoff;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::bounds::MAX_LIST_PAGES;
 use super::config::{Transport, UpstreamConfig};
 use super::handler::Bridge;
+use super::http::{HttpClient, error_chain, without_urls};
 use crate::metrics::METRICS;
 
 /// The environment a stdio child gets from the worker besides what its entry configures: enough
 /// to find programs and a home, and nothing of the worker's own (no Redis URL, no tokens).
+/// The shortest time between two listings of a server (see [`keep_listing`]).
+const RELIST_EVERY: Duration = Duration::from_secs(1);
+
 const PASSED_ENV: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LC_ALL", "TMPDIR", "TZ"];
 
 /// State of one connection.
@@ -204,7 +209,7 @@ async fn supervise(
                 let waiting = running.waiting();
                 tokio::pin!(waiting);
                 let reason = tokio::select! {
-                    quit = &mut waiting => format!("the connection ended ({quit:?})"),
+                    quit = &mut waiting => without_urls(&format!("the connection ended ({quit:?})")),
                     () = kill.notified() => {
                         tracing::warn!(upstream = %name, instance = index, "upstream stopped answering: restarting it");
                         stop.cancel();
@@ -238,17 +243,25 @@ async fn supervise(
     }
 }
 
-/// Lists the tools now and again on every `list_changed`.
+/// Lists the tools now and again after `list_changed`, at most once per [`RELIST_EVERY`]: a
+/// storm of changes costs one listing (and one catalogue update) a second, and a change that
+/// arrives during a listing or the wait is kept for the next (a `Notify` holds one permit), so
+/// the last one is never lost.
 async fn keep_listing(name: Arc<str>, peer: Peer<RoleClient>, list_changed: Arc<Notify>, listing: Listing) {
     let Listing { tools, offered, changed, wants } = listing;
-    let mut first = true;
+    let mut last: Option<tokio::time::Instant> = None;
     loop {
-        if !first {
+        if let Some(last) = last {
             list_changed.notified().await;
+            tokio::time::sleep_until(last + RELIST_EVERY).await;
             METRICS.upstream_list_refreshes.with_label_values(&[&name]).inc();
         }
-        first = false;
-        match peer.list_all_tools().await {
+        last = Some(tokio::time::Instant::now());
+        let peer = &peer;
+        let listed = pages(&name, "tools", |params| async move {
+            peer.list_tools(params).await.map(|page| (page.tools, page.next_cursor))
+        });
+        match listed.await {
             Ok(listed) => {
                 tracing::info!(upstream = %name, tools = listed.len(), "upstream tools listed");
                 let listed = Arc::new(listed);
@@ -261,12 +274,38 @@ async fn keep_listing(name: Arc<str>, peer: Peer<RoleClient>, list_changed: Arc<
             Err(err) => tracing::warn!(upstream = %name, error = %err, "could not list the upstream's tools"),
         }
         let previous = offered.borrow().clone();
-        let listed = Arc::new(list_offered(&name, &peer, wants, &previous).await);
+        let listed = Arc::new(list_offered(&name, peer, wants, &previous).await);
         if **offered.borrow() != *listed {
             offered.send_replace(listed);
             changed.notify_one();
         }
     }
+}
+
+/// Every page of a listing, up to [`MAX_LIST_PAGES`]; past that the pages read are kept and the
+/// cut is logged (once per listing).
+async fn pages<T, F, Fut>(name: &str, kind: &str, mut page: F) -> Result<Vec<T>, ServiceError>
+where
+    F: FnMut(Option<PaginatedRequestParams>) -> Fut,
+    Fut: Future<Output = Result<(Vec<T>, Option<String>), ServiceError>>,
+{
+    let mut items = Vec::new();
+    let mut cursor = None;
+    for _ in 0..MAX_LIST_PAGES {
+        let (listed, next) = page(Some(PaginatedRequestParams::default().with_cursor(cursor))).await?;
+        items.extend(listed);
+        match next {
+            Some(next) => cursor = Some(next),
+            None => return Ok(items),
+        }
+    }
+    tracing::warn!(
+        upstream = name,
+        kind,
+        pages = MAX_LIST_PAGES,
+        "the upstream's listing goes on past the page limit; keeping the pages read"
+    );
+    Ok(items)
 }
 
 fn json<T: serde::Serialize>(items: &[T]) -> Vec<serde_json::Value> {
@@ -291,17 +330,29 @@ async fn list_offered(name: &str, peer: &Peer<RoleClient>, wants: (bool, bool), 
         offered.templates.clear();
     }
     if wants.0 && capabilities.prompts.is_some() {
-        match peer.list_all_prompts().await {
+        match pages(name, "prompts", |p| async move { peer.list_prompts(p).await.map(|l| (l.prompts, l.next_cursor)) })
+            .await
+        {
             Ok(prompts) => offered.prompts = json(&prompts),
             Err(err) => tracing::warn!(upstream = %name, error = %err, "could not list the upstream's prompts"),
         }
     }
     if wants.1 && capabilities.resources.is_some() {
-        match peer.list_all_resources().await {
+        match pages(
+            name,
+            "resources",
+            |p| async move { peer.list_resources(p).await.map(|l| (l.resources, l.next_cursor)) },
+        )
+        .await
+        {
             Ok(resources) => offered.resources = json(&resources),
             Err(err) => tracing::warn!(upstream = %name, error = %err, "could not list the upstream's resources"),
         }
-        match peer.list_all_resource_templates().await {
+        match pages(name, "resource templates", |p| async move {
+            peer.list_resource_templates(p).await.map(|l| (l.resource_templates, l.next_cursor))
+        })
+        .await
+        {
             Ok(templates) => offered.templates = json(&templates),
             Err(err) => tracing::warn!(upstream = %name, error = %err, "could not list the upstream's templates"),
         }
@@ -353,7 +404,11 @@ fn handshake_failed(err: ClientInitializeError) -> Opened {
         {
             Opened::OlderOnly
         }
-        other => Opened::Failed(format!("handshake failed: {other}")),
+        // Its transport error is no `source`: the cause is taken from the field.
+        ClientInitializeError::TransportError { error, context } => {
+            Opened::Failed(format!("handshake failed ({context}): {}", error_chain(&error)))
+        }
+        other => Opened::Failed(format!("handshake failed: {}", error_chain(&other))),
     }
 }
 
@@ -388,7 +443,11 @@ async fn open(
                 }
                 bridge.serve_with_lifecycle(child, lifecycle).await.map_err(handshake_failed)
             }
-            Transport::Http { url, headers } => {
+            Transport::Http { url, headers, read_timeout } => {
+                // Neither the URL nor its resolution error is ever repeated: it may carry a
+                // credential.
+                let url = url.resolve().map_err(|e| Opened::Failed(format!("url: {e}")))?;
+                super::config::check_url(&url).map_err(|e| Opened::Failed(format!("url: {e}")))?;
                 let mut custom = std::collections::HashMap::new();
                 for (name, value) in headers {
                     let value = value.resolve().map_err(|e| Opened::Failed(format!("header {name}: {e}")))?;
@@ -398,8 +457,10 @@ async fn open(
                         .map_err(|_| Opened::Failed(format!("header {name} has a value that is not valid in HTTP")))?;
                     custom.insert(name, value);
                 }
+                let client = HttpClient::new(config.connect_timeout, *read_timeout)
+                    .map_err(|err| Opened::Failed(format!("cannot make its HTTP client: {}", error_chain(&err))))?;
                 let transport = StreamableHttpClientTransport::with_client(
-                    reqwest::Client::new(),
+                    client,
                     StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom),
                 );
                 bridge.serve_with_lifecycle(transport, lifecycle).await.map_err(handshake_failed)

@@ -92,7 +92,7 @@ pub(super) async fn follow(
             () = ctx.cancelled() => return Err(cancel(tool, peer, ctx, &follow.task).await),
             () = tokio::time::sleep_until(hard) => return Err(too_long(tool, peer, ctx, &follow.task).await),
         };
-        let message = got.task.task.status_message.clone();
+        let message = got.task.task.status_message.as_deref().map(super::bounds::status_text);
         match got.task.payload {
             TaskPayload::Working => {}
             TaskPayload::InputRequired { mut input_requests } => {
@@ -108,7 +108,10 @@ pub(super) async fn follow(
                         )));
                     }
                     let keys: Vec<String> = input_requests.keys().cloned().collect();
-                    let (ours, status) = rounds::our_requests(&tool.remote, 't', follow.round, input_requests)?;
+                    let (ours, status) = match rounds::our_requests(&tool.remote, 't', follow.round, input_requests) {
+                        Ok(ours) => ours,
+                        Err(err) => return Err(abandon(tool, peer, ctx, &follow.task, err).await),
+                    };
                     follow.asked.extend(keys.iter().cloned());
                     let saved = Saved::Task {
                         server: upstream.to_owned(),

@@ -19,6 +19,7 @@ use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext, Ro
 use rmcp::{ClientHandler, ErrorData};
 use tokio::sync::{Notify, mpsc, oneshot};
 
+use super::bounds::MAX_INPUT_BYTES;
 use super::config::ElicitationPolicy;
 
 /// The task's status after the server asked for input (`kind`) and was refused.
@@ -172,6 +173,17 @@ impl ClientHandler for Bridge {
         let Some(events) = self.asker(origin) else {
             return Ok(self.decline_elicitation(origin, "the question cannot be tied to one call"));
         };
+        // Held questions are stored with the task: one over the bound is refused, and the call
+        // goes on (the server decides what a refused question means).
+        let bytes = serde_json::to_string(&request).map_or(usize::MAX, |json| json.len());
+        if bytes > MAX_INPUT_BYTES {
+            tracing::warn!(upstream = %self.upstream, bytes, "refused an elicitation from the upstream server: too large");
+            return Err(ErrorData::new(
+                ErrorCode::INVALID_PARAMS,
+                format!("the elicitation is over the {} KiB this gateway stores", MAX_INPUT_BYTES / 1024),
+                None,
+            ));
+        }
         let (reply, answer) = oneshot::channel();
         if events.send(CallEvent::Elicitation { request, reply }).await.is_err() {
             return Ok(ElicitResult::new(ElicitationAction::Cancel));

@@ -1,10 +1,12 @@
 //! Upstream MCP servers behind the worker (`--upstreams`): each server's tools are published
 //! into the catalogue under a prefix and run as durable tasks, like the built-in packs.
 
+mod bounds;
 pub mod config;
 mod connection;
 mod followed;
 mod handler;
+mod http;
 mod provided;
 mod rounds;
 mod stderr;

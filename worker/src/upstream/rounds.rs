@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use taskgate_shared::protocol::{ErrorKind, RpcError};
 
+use super::bounds::MAX_INPUT_BYTES;
 use crate::tool::{ToolContext, ToolError};
 
 /// Rounds one call may take, parked or not: a server asking without end fails the task.
@@ -90,9 +91,17 @@ pub(super) fn our_requests(
     requests: rmcp::model::InputRequests,
 ) -> Result<(Vec<(String, Value)>, String), ToolError> {
     let mut ours = Vec::with_capacity(requests.len());
+    let mut bytes = 0;
     for (key, request) in requests {
         let request = serde_json::to_value(request)
             .map_err(|_| internal(format!("upstream tool {remote:?} asked for input taskgate cannot store")))?;
+        bytes += key.len() + request.to_string().len();
+        if bytes > MAX_INPUT_BYTES {
+            return Err(internal(format!(
+                "upstream tool {remote:?} asked for input over {} KiB",
+                MAX_INPUT_BYTES / 1024
+            )));
+        }
         ours.push((round_key(prefix, round, &key), request));
     }
     let message =
@@ -152,7 +161,7 @@ pub(super) fn next(ctx: &ToolContext, remote: &str, previous: Option<&Resume>, a
 /// The message of the one elicitation asked, as the task's status while it waits.
 fn single_message(requests: &[(String, Value)]) -> Option<String> {
     let [(_, request)] = requests else { return None };
-    request.pointer("/params/message").and_then(Value::as_str).map(str::to_owned)
+    request.pointer("/params/message").and_then(Value::as_str).map(super::bounds::status_text)
 }
 
 /// `_meta` declaring, as the client's capabilities, the input capabilities the task's creator

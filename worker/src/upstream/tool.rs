@@ -16,10 +16,12 @@ use taskgate_shared::protocol::{ErrorKind, RpcError};
 use taskgate_shared::tools::ToolSpec;
 use tokio::sync::mpsc;
 
+use super::bounds::status_text;
 use super::config::Resolved;
 use super::connection::Upstream;
 use super::followed::{self, Follow};
 use super::handler::{Bridge, CallEvent, declined_status};
+use super::http::error_chain;
 use super::rounds::{self, Saved};
 use crate::metrics::METRICS;
 use crate::tool::{BoxFuture, Tool, ToolContext, ToolError, ToolOutput};
@@ -316,7 +318,7 @@ impl UpstreamTool {
         let message = request
             .pointer("/params/message")
             .and_then(Value::as_str)
-            .map_or_else(|| format!("The upstream tool {:?} asks a question.", self.remote), str::to_owned);
+            .map_or_else(|| format!("The upstream tool {:?} asks a question.", self.remote), status_text);
         tracing::info!(upstream, tool = %self.remote, task_id = %ctx.task_id(), "holding the server's question for the task's creator");
         let answer = ctx.hold_input(&request, &message).await?;
         // The client's answer was checked by the gateway as an elicitation result; one that
@@ -346,25 +348,12 @@ impl UpstreamTool {
                 ErrorKind::Internal,
                 format!("upstream server {upstream:?} closed the connection during the call (it may have crashed)"),
             ),
-            other => {
-                RpcError::new(ErrorKind::Internal, format!("upstream server {upstream:?} failed the call: {other}"))
-            }
+            other => RpcError::new(
+                ErrorKind::Internal,
+                format!("upstream server {upstream:?} failed the call: {}", error_chain(&other)),
+            ),
         })
     }
-}
-
-/// An error and its sources, `a: b: c`, so that the root cause (a refused connection, say) shows.
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text = format!("{text}: {cause_text}");
-        }
-        source = cause.source();
-    }
-    text
 }
 
 fn unavailable(upstream: &str, why: &str) -> ToolError {
@@ -376,13 +365,28 @@ fn unavailable(upstream: &str, why: &str) -> ToolError {
     ToolError::Rpc(RpcError::new(ErrorKind::Internal, message))
 }
 
+/// The status a progress notification shows; the server's message is bounded and cleaned
+/// (see [`status_text`]), the amount kept whole.
 fn progress_message(progress: f64, total: Option<f64>, message: Option<&str>) -> String {
     let amount = match total {
         Some(total) => format!("{progress}/{total}"),
         None => format!("{progress}"),
     };
     match message {
-        Some(message) => format!("{message} ({amount})"),
+        Some(message) => {
+            let amount = format!(" ({amount})");
+            let room = super::bounds::MAX_STATUS_BYTES.saturating_sub(amount.len()).max(1);
+            let mut text = status_text(message);
+            if text.len() > room {
+                let mut end = room.saturating_sub('…'.len_utf8());
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
+                text.push('…');
+            }
+            format!("{text}{amount}")
+        }
         None => format!("Progress {amount}"),
     }
 }
