@@ -40,11 +40,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Stream, GatewayError> {
     // Over a bound is a matter of load, not a bad request: 429, try again later.
     let slot = state
         .listen_streams
-        .acquire(
-            format!("{}/{}", owner.tenant, owner.principal),
-            state.config.listen_max_streams_per_principal,
-            state.config.listen_max_streams,
-        )
+        .acquire(owner.key(), state.config.listen_max_streams_per_principal, state.config.listen_max_streams)
         .ok_or_else(|| crate::limits::refused(Limit::ListenStreams, 1_000))?;
 
     // Unique, well-formed ids in request order.

@@ -84,7 +84,7 @@ enum Hold {
 async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, GatewayError> {
     let state = call.state;
     let pacer = &state.polls;
-    let principal = format!("{}/{}", owner.tenant, owner.principal);
+    let principal = owner.key();
     let tolerance = state.config.poll_tolerance;
     // Answered here recently: hold before asking Redis anything. Not admitted against the
     // request rate: a held poll is paced, one per interval at most.
