@@ -61,12 +61,10 @@ async fn poll(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Polled, Gat
     Ok(polled?)
 }
 
-/// A read with no poll-rate check: ownership only.
+/// A read with no poll-rate check: ownership only (checked in the script, before the record is
+/// read).
 async fn read(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, GatewayError> {
-    match call.state.store.get_task(id).await? {
-        Some(snapshot) if &snapshot.owner == owner => Ok(snapshot),
-        _ => Err(task_not_found().into()),
-    }
+    call.state.store.get_owned_task(id, owner).await?.ok_or_else(|| task_not_found().into())
 }
 
 /// Why a poll is held, and until when.
