@@ -209,10 +209,10 @@ pub struct Cli {
     #[arg(long, env = "TASKGATE_LISTEN_MAX_TASK_IDS", default_value_t = 100)]
     pub listen_max_task_ids: usize,
 
-    /// Open listen streams one principal may hold on one replica. One service account often
-    /// follows the tasks of many end users, so by default it may use the whole replica.
-    #[arg(long, env = "TASKGATE_LISTEN_MAX_STREAMS_PER_PRINCIPAL", default_value_t = 10_000)]
-    pub listen_max_streams_per_principal: usize,
+    /// Open listen streams one principal may hold on one replica. Default: a quarter of
+    /// `--listen-max-streams` (at least 1), so no one caller can take every stream.
+    #[arg(long, env = "TASKGATE_LISTEN_MAX_STREAMS_PER_PRINCIPAL")]
+    pub listen_max_streams_per_principal: Option<usize>,
 
     /// Open listen streams on this replica, all principals together: the memory bound (about
     /// 25 KB each). Beyond it, or the per-principal bound, a listen is refused with 429.
@@ -432,6 +432,9 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
+/// The default per-principal listen-stream cap is this fraction (1/N) of the replica's.
+const PRINCIPAL_SHARE_OF_STREAMS: usize = 4;
+
 fn ms(value: u64) -> Duration {
     Duration::from_millis(value)
 }
@@ -527,7 +530,10 @@ impl Config {
             request_state_keys: SecretKeys(request_state_keys),
             request_state_ttl_ms: cli.request_state_ttl_ms,
             listen_max_task_ids: cli.listen_max_task_ids,
-            listen_max_streams_per_principal: cli.listen_max_streams_per_principal,
+            listen_max_streams_per_principal: cli
+                .listen_max_streams_per_principal
+                .unwrap_or(cli.listen_max_streams / PRINCIPAL_SHARE_OF_STREAMS)
+                .max(1),
             listen_max_streams: cli.listen_max_streams,
             sse_keep_alive: ms(cli.sse_keepalive_ms.max(100)),
             tenant_rps: cli.tenant_rps,
@@ -624,6 +630,16 @@ mod tests {
         assert!(matches!(config.auth, Auth::None));
         let off = parse(&["--auth", "none", "--poll-tolerance", "0"]).unwrap();
         assert_eq!(off.poll_limit, PollLimit::Off);
+    }
+
+    #[test]
+    fn one_principal_gets_a_quarter_of_the_listen_streams_unless_told() {
+        let config = parse(&["--auth", "none"]).unwrap();
+        assert_eq!((config.listen_max_streams, config.listen_max_streams_per_principal), (10_000, 2_500));
+        let small = parse(&["--auth", "none", "--listen-max-streams", "2"]).unwrap();
+        assert_eq!(small.listen_max_streams_per_principal, 1, "never zero");
+        let set = parse(&["--auth", "none", "--listen-max-streams-per-principal", "9000"]).unwrap();
+        assert_eq!(set.listen_max_streams_per_principal, 9_000);
     }
 
     #[test]

@@ -45,11 +45,16 @@ fn signed(claims: &Value, alg: Algorithm, kid: &str, pem_file: &str) -> String {
 }
 
 async fn hs256_stack() -> Stack {
-    let stack = Stack::builder().workers(1).gateways(0).spawn().await;
+    hs256_stack_with(Stack::builder().workers(1), &[]).await
+}
+
+/// A stack of `builder`'s workers and one gateway taking HS256 tokens, with `extra` options.
+async fn hs256_stack_with(builder: taskgate_tests::StackBuilder, extra: &[&str]) -> Stack {
+    let stack = builder.gateways(0).spawn().await;
     let secret = stack.scratch_dir().join("hs256.secret");
     std::fs::write(&secret, SECRET).unwrap();
     let mut stack = stack;
-    let args = [
+    let mut args = vec![
         "--auth",
         "jwt",
         "--jwt-hs256-secret-file",
@@ -65,6 +70,7 @@ async fn hs256_stack() -> Stack {
         "--authorization-servers",
         ISSUER,
     ];
+    args.extend_from_slice(extra);
     stack.add_gateway_with_auth(&args).await;
     stack
 }
@@ -282,4 +288,151 @@ async fn other_principals_and_tenants_see_nothing_and_change_nothing() {
     let after = owner.get_task(&task_id).await;
     assert_eq!(after.result()["status"], "input_required");
     assert_eq!(after.result()["lastUpdatedAt"], parked["lastUpdatedAt"], "nothing changed");
+}
+
+/// Bytes Redis has sent its clients so far (`INFO stats`).
+async fn redis_bytes_out(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("stats").query_async(conn).await.unwrap();
+    info.lines().find_map(|l| l.strip_prefix("total_net_output_bytes:")).unwrap().trim().parse().unwrap()
+}
+
+/// Gives a task a completed status and a result of about `size` bytes, straight in its record.
+async fn give_big_result(stack: &Stack, id: &taskgate_shared::task::TaskId, size: usize) {
+    let result = json!({"content": [{"type": "text", "text": "r".repeat(size)}]}).to_string();
+    let mut conn = stack.redis.connection().await;
+    let record = stack.store().keys().task(id).record;
+    let _: () = redis::cmd("HSET")
+        .arg(record)
+        .arg("status")
+        .arg("completed")
+        .arg("result")
+        .arg(result)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// The owner is compared before the record is read, on every path a client names a task by: a
+/// foreign task gets the bytes an unknown one gets, and Redis sends the gateway nothing of it
+/// (were it read, its size would show in the time the answer takes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_task_is_never_read_before_its_owner_is_compared() {
+    const BIG: usize = 512 * 1024;
+    let stack = Stack::builder().workers(0).gateway_args(&["--poll-limit", "off"]).spawn().await;
+    let client = stack.client(0);
+    let store = stack.store();
+    let mallory = taskgate_shared::task::Owner { tenant: "acme".into(), principal: "mallory".into() };
+    let foreign = taskgate_tests::write_task(&store, &mallory).await;
+    give_big_result(&stack, &foreign, BIG).await;
+    let unknown = taskgate_shared::task::TaskId::generate(4);
+    let mut conn = stack.redis.connection().await;
+
+    // The script's own reply: nothing but "not found" for another owner.
+    let script = redis::Script::new(concat!(
+        include_str!("../../shared/src/store/scripts/prelude.lua"),
+        include_str!("../../shared/src/store/scripts/read_task.lua")
+    ));
+    let keys = store.keys().task(&foreign);
+    let read = |tenant: &str, principal: &str| {
+        let mut call = script.key(&keys.record);
+        call.key(&keys.inputs).arg(tenant).arg(principal).arg("status").arg("result");
+        call
+    };
+    let reply: Vec<redis::Value> = read("default", "anonymous").invoke_async(&mut conn).await.unwrap();
+    // (Compared by shape: a failure must not print half a megabyte.)
+    assert!(matches!(reply[..], [redis::Value::Int(-1)]), "nothing of the record comes back: {} items", reply.len());
+    let reply: Vec<redis::Value> = read("acme", "mallory").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(reply[0], redis::Value::Int(1), "the owner reads it");
+
+    let send = |method: &'static str, params: serde_json::Value| {
+        let body = json!({"jsonrpc": "2.0", "id": 9, "method": method, "params": params});
+        let client = &client;
+        async move { client.send(&standard_headers(&body), body.to_string().into_bytes()).await }
+    };
+    let meta = taskgate_tests::meta();
+    for (method, extra) in [("tasks/get", json!({})), ("tasks/update", json!({"inputResponses": "not an object"}))] {
+        let params = |id: &str| {
+            let mut params = extra.clone();
+            params["taskId"] = json!(id);
+            params["_meta"] = meta.clone();
+            params
+        };
+        let missing = send(method, params(unknown.as_str())).await;
+        let before = redis_bytes_out(&mut conn).await;
+        let got = send(method, params(foreign.as_str())).await;
+        let sent = redis_bytes_out(&mut conn).await - before;
+        assert_eq!((got.status, &got.text), (missing.status, &missing.text), "{method}");
+        assert!(sent < BIG as u64 / 8, "{method}: Redis sent {sent} bytes for a foreign task");
+    }
+    let before = redis_bytes_out(&mut conn).await;
+    let (request, mut stream) =
+        client.open_stream("subscriptions/listen", json!({"notifications": {"taskIds": [foreign.as_str()]}})).await;
+    let ack = stream.next_message(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(ack["params"]["notifications"]["taskIds"], json!([]));
+    let closing = stream.next_message(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(closing["id"], request["id"], "closed at once, as for an unknown id");
+    let sent = redis_bytes_out(&mut conn).await - before;
+    assert!(sent < BIG as u64 / 8, "listen: Redis sent {sent} bytes for a foreign task");
+
+    // The measure sees a read: the caller's own big task is sent whole.
+    let mine = taskgate_tests::write_task(
+        &store,
+        &taskgate_shared::task::Owner { tenant: "default".into(), principal: "anonymous".into() },
+    )
+    .await;
+    give_big_result(&stack, &mine, BIG).await;
+    let before = redis_bytes_out(&mut conn).await;
+    assert_eq!(client.get_task(mine.as_str()).await.result()["status"], "completed");
+    assert!(redis_bytes_out(&mut conn).await - before > BIG as u64);
+}
+
+/// Tenant `a/b` with principal `c`, and tenant `a` with principal `b/c`, join alike as
+/// `a/b/c`; the gateway's per-principal state must still tell them apart: listen-stream slots,
+/// poll pacing (a poll held because another principal was answered lately would reveal that the
+/// task exists) and the subject a `requestState` is bound to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn principals_whose_names_join_alike_share_nothing() {
+    // Polls held as by default (`--poll-limit hold`), `sleep` polled every 10 s.
+    let builder = Stack::builder().gateway_option("--poll-tolerance", "0.5").worker_args(&[
+        "--tools",
+        "demo,conformance",
+        "--tool-poll-ms",
+        "sleep=10000",
+    ]);
+    let stack = hs256_stack_with(builder, &["--listen-max-streams-per-principal", "1"]).await;
+    let left = stack.client_as(0, &hs256(&claims("c", "a/b")));
+    let right = stack.client_as(0, &hs256(&claims("b/c", "a")));
+
+    // Stream slots: one each.
+    let left_task = left.create_task("sleep", json!({"ms": 60_000})).await;
+    let right_task = right.create_task("sleep", json!({"ms": 60_000})).await;
+    let (_, left_stream) =
+        left.open_stream("subscriptions/listen", json!({"notifications": {"taskIds": [left_task]}})).await;
+    assert_eq!(left_stream.status, 200);
+    let (_, right_stream) =
+        right.open_stream("subscriptions/listen", json!({"notifications": {"taskIds": [right_task]}})).await;
+    assert_eq!(right_stream.status, 200, "the other principal's stream does not count against this one");
+
+    // Poll pacing: the owner's answered poll (interval 10 s) does not hold the other's.
+    assert_eq!(left.get_task(&left_task).await.result()["status"], "working");
+    let started = std::time::Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(30), right.get_task(&left_task)).await.expect("answered");
+    assert_eq!(r.body["error"]["message"], "task not found");
+    assert!(started.elapsed() < Duration::from_secs(5), "not held: {:?}", started.elapsed());
+
+    // requestState: bound to one of them only.
+    let elicit = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+    });
+    let tool = "test_input_required_result_multi_round";
+    let asked = left.call("tools/call", json!({"name": tool, "_meta": elicit})).await;
+    let state = asked.result()["requestState"].as_str().expect("a requestState").to_owned();
+    let answers = json!({"step1": {"action": "accept", "content": {"name": "Alice"}}});
+    let r = right
+        .call("tools/call", json!({"name": tool, "inputResponses": answers, "requestState": state, "_meta": elicit}))
+        .await;
+    assert_eq!(r.error_code(), Some(-32602), "{}", r.text);
+    assert_eq!(r.body["error"]["message"], "requestState principal mismatch");
+    drop((left_stream, right_stream));
 }

@@ -140,3 +140,44 @@ async fn oversized_arguments_answers_and_results_are_refused() {
     assert!(message.starts_with("the tool's result was ") && message.ends_with("over the 300-byte limit"), "{message}");
     let _: Value = r.body;
 }
+
+/// The argument limit is on what is stored and sent to a worker, whatever the request's own
+/// text: arguments padded with whitespace past the limit are stored compact, within it; and
+/// `completion/complete`'s `context` counts with its `ref` and `argument`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_stored_counts_against_the_argument_limit() {
+    let stack = Stack::builder()
+        .gateway_args(&["--max-argument-bytes", "1000"])
+        .worker_args(&["--tools", "demo,conformance"])
+        .spawn()
+        .await;
+    let client = stack.client(0);
+
+    // 3,000 bytes as sent, 12 compact.
+    let padded = format!("{{\"ms\": 60000{}}}", " ".repeat(3_000));
+    let envelope = client.envelope("tools/call", json!({"name": "sleep", "arguments": {"ms": 60_000}}));
+    let text = envelope.to_string().replace(r#"{"ms":60000}"#, &padded);
+    assert!(text.contains(&padded));
+    let r = client.send(&taskgate_tests::standard_headers(&envelope), text.into_bytes()).await;
+    let task_id = r.result()["taskId"].as_str().unwrap_or_else(|| panic!("{}", r.text)).to_owned();
+    let id = taskgate_shared::task::TaskId::parse(&task_id).unwrap();
+    let mut conn = stack.redis.connection().await;
+    let stored: String =
+        redis::cmd("HGET").arg(stack.store().keys().task(&id).record).arg("args").query_async(&mut conn).await.unwrap();
+    assert!(stored.len() <= 1000, "{} bytes stored", stored.len());
+    assert_eq!(serde_json::from_str::<Value>(&stored).unwrap(), json!({"ms": 60_000}));
+
+    // Completion: the worker gets ref, argument and context, and all three count.
+    let reference = json!({"type": "ref/prompt", "name": "test_prompt_with_arguments"});
+    let argument = json!({"name": "arg1", "value": "par"});
+    taskgate_tests::eventually(Duration::from_secs(15), "completions to be offered", || async {
+        let r = client.call("completion/complete", json!({"ref": reference, "argument": argument})).await;
+        r.body.get("result").map(drop)
+    })
+    .await;
+    let context = json!({"arguments": {"other": "z".repeat(2_000)}});
+    let r =
+        client.call("completion/complete", json!({"ref": reference, "argument": argument, "context": context})).await;
+    assert_eq!(r.error_code(), Some(-32602), "{}", r.text);
+    assert_eq!(r.body["error"]["message"], "ref, argument and context exceed the 1000-byte limit");
+}

@@ -295,3 +295,31 @@ async fn listen_rules_and_limits(topology: Topology) {
     }
     assert_eq!(stack.gateways[0].wait_exit(PATIENCE).await, Some(0));
 }
+
+/// At the default per-principal cap (a quarter of `--listen-max-streams`), one principal that
+/// opens more than its share is refused 429 while another still gets a stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_principal_cannot_take_every_stream() {
+    use sha2::Digest as _;
+    let mut stack = taskgate_tests::Stack::builder().gateways(0).spawn().await;
+    let file = stack.scratch_dir().join("api-keys");
+    let hash = |key: &str| sha2::Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect::<String>();
+    std::fs::write(&file, format!("{} acme alice\n{} acme bob\n", hash("key-alice"), hash("key-bob"))).unwrap();
+    let auth = ["--auth", "api-keys", "--api-keys-file", file.to_str().unwrap(), "--listen-max-streams", "8"];
+    stack.add_gateway_with_auth(&auth).await;
+    let (alice, bob) = (stack.client_as(0, "key-alice"), stack.client_as(0, "key-bob"));
+    let task_id = alice.create_task("sleep", json!({"ms": 60_000})).await;
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let (_, stream) = listen(&alice, &[&task_id]).await;
+        assert_eq!(stream.status, 200);
+        open.push(stream);
+    }
+    let r = alice.call("subscriptions/listen", json!({"notifications": {"taskIds": [task_id]}})).await;
+    assert_eq!((r.status, r.error_code()), (429, Some(-31429)), "a third of eight is over a quarter: {}", r.text);
+    assert_eq!(r.body["error"]["data"]["limit"], "listen_streams");
+    let theirs = bob.create_task("sleep", json!({"ms": 60_000})).await;
+    let (_, mut stream) = listen(&bob, &[&theirs]).await;
+    assert_eq!(stream.status, 200, "another principal still gets a stream");
+    assert_eq!(stream.next_message(PATIENCE).await.unwrap()["params"]["notifications"]["taskIds"], json!([theirs]));
+}

@@ -182,8 +182,8 @@ impl Listen {
             }
             if let Some(i) = self.dirty.pop_front() {
                 let id = self.tasks[i].id.clone();
-                match self.store.get_task(&id).await {
-                    Ok(Some(snapshot)) if snapshot.owner == self.owner => {
+                match self.store.get_owned_task(&id, &self.owner).await {
+                    Ok(Some(snapshot)) => {
                         self.retry.reset();
                         self.failing = false;
                         if self.take(&snapshot) {

@@ -41,7 +41,7 @@ pub(crate) struct StateKeys {
 /// What a verified state says.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct StatePayload {
-    /// `tenant/principal`.
+    /// The caller, as [`Owner::key`](taskgate_shared::task::Owner::key) names it.
     pub(crate) sub: String,
     pub(crate) method: String,
     pub(crate) tool: String,

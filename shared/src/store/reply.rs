@@ -11,7 +11,7 @@ use super::{
     Admission, Answered, CancelOutcome, Claim, HeldAnswer, Hold, Limit, Parked, Polled, Reclaimed, Released, Renewal,
     Started, StoreError,
 };
-use crate::task::{TaskId, TaskStatus};
+use crate::task::{Snapshot, TaskId, TaskStatus};
 
 /// Script reply codes.
 mod code {
@@ -313,6 +313,19 @@ impl Reply {
     }
 
     /// `poll_task`: the snapshot, not found, or too soon.
+    /// `read_task`: the snapshot, or `None` for an unknown task (or, for a client's read, one
+    /// it does not own).
+    pub(super) fn read(self, id: &TaskId) -> Result<Option<Snapshot>, StoreError> {
+        match self.code()? {
+            code::NOT_FOUND => Ok(None),
+            code::OK => {
+                let fields: Vec<Option<String>> = self.array(1)?.iter().map(as_string).collect();
+                snapshot_from(id, &fields, self.pairs(2)?).map(Some).map_err(|e| StoreError::Corrupt(e.field))
+            }
+            _ => Err(self.unexpected_code()),
+        }
+    }
+
     pub(super) fn polled(self, id: &TaskId) -> Result<Polled, StoreError> {
         match self.code()? {
             code::NOT_FOUND => Ok(Polled::NotFound),

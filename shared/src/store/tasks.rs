@@ -3,7 +3,7 @@
 use redis::Value;
 use serde_json::Map;
 
-use super::reply::{Reply, as_string};
+use super::reply::Reply;
 use super::{Store, StoreError, scripts};
 use crate::task::{Owner, Snapshot, SnapshotError, TaskId, TaskStatus};
 
@@ -129,21 +129,39 @@ impl Store {
         Ok(redis::cmd("HGET").arg(&keys.record).arg("tstate").query_async(&mut self.conn()).await?)
     }
 
-    /// Reads a task in one round trip, its record and outstanding inputs atomically. `None` when
-    /// it does not exist (or expired). Ownership is the caller's check.
+    /// Reads a task in one round trip, its record and outstanding inputs atomically, whoever
+    /// owns it. `None` when it does not exist (or expired). For the service's own reads; a
+    /// client's read is [`Store::get_owned_task`].
     pub async fn get_task(&self, id: &TaskId) -> Result<Option<Snapshot>, StoreError> {
+        self.read_task(id, None).await
+    }
+
+    /// [`Store::get_task`] for a client: `None` also when `owner` does not own it. The owner is
+    /// compared inside the script before the rest of the record is read, so a foreign task
+    /// costs what an unknown one does and nothing of it leaves Redis.
+    pub async fn get_owned_task(&self, id: &TaskId, owner: &Owner) -> Result<Option<Snapshot>, StoreError> {
+        self.read_task(id, Some(owner)).await
+    }
+
+    /// Whether `owner` owns the task: its owner fields alone (one `HMGET`), for a refusal that
+    /// must not tell another principal's task from an unknown one.
+    pub async fn owns_task(&self, id: &TaskId, owner: &Owner) -> Result<bool, StoreError> {
+        let keys = self.keys().task(id);
+        let (tenant, principal): (Option<String>, Option<String>) =
+            redis::cmd("HMGET").arg(&keys.record).arg("tenant").arg("principal").query_async(&mut self.conn()).await?;
+        Ok(tenant.as_deref() == Some(owner.tenant.as_str()) && principal.as_deref() == Some(owner.principal.as_str()))
+    }
+
+    async fn read_task(&self, id: &TaskId, owner: Option<&Owner>) -> Result<Option<Snapshot>, StoreError> {
         let keys = self.keys().task(id);
         let mut call = scripts::READ_TASK.key(&keys.record);
-        call.key(&keys.inputs);
+        call.key(&keys.inputs)
+            .arg(owner.map_or("", |o| o.tenant.as_str()))
+            .arg(owner.map_or("", |o| o.principal.as_str()));
         for field in SNAPSHOT_FIELDS {
             call.arg(field);
         }
-        let reply = Reply::new(call.invoke_async(&mut self.conn()).await?);
-        let fields: Vec<Option<String>> = reply.array(0)?.iter().map(as_string).collect();
-        if fields.iter().all(Option::is_none) {
-            return Ok(None);
-        }
-        snapshot_from(id, &fields, reply.pairs(1)?).map(Some).map_err(|e| StoreError::Corrupt(e.field))
+        Reply::new(call.invoke_async(&mut self.conn()).await?).read(id)
     }
 
     /// Stores answers to outstanding input keys (each answer is JSON text). Ownership is

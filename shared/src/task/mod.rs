@@ -57,3 +57,45 @@ pub struct Owner {
     pub tenant: String,
     pub principal: String,
 }
+
+impl Owner {
+    /// One string naming the pair, for per-principal bookkeeping (stream slots, poll pacing)
+    /// and the subject a `requestState` is bound to. Unambiguous whatever the names hold:
+    /// each part has `%` and `/` percent-escaped before the two are joined with `/`, so
+    /// (`a/b`, `c`) and (`a`, `b/c`) differ. Names with neither character read exactly as the
+    /// plain `tenant/principal` join.
+    pub fn key(&self) -> String {
+        let mut key = String::with_capacity(self.tenant.len() + self.principal.len() + 1);
+        escape_into(&mut key, &self.tenant);
+        key.push('/');
+        escape_into(&mut key, &self.principal);
+        key
+    }
+}
+
+fn escape_into(out: &mut String, part: &str) {
+    for c in part.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '/' => out.push_str("%2F"),
+            c => out.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Owner;
+
+    fn owner(tenant: &str, principal: &str) -> Owner {
+        Owner { tenant: tenant.into(), principal: principal.into() }
+    }
+
+    #[test]
+    fn an_owner_key_is_unambiguous() {
+        assert_ne!(owner("a/b", "c").key(), owner("a", "b/c").key());
+        assert_ne!(owner("a%2Fb", "c").key(), owner("a/b", "c").key());
+        assert_ne!(owner("a%", "2F").key(), owner("a", "%2F").key());
+        assert_eq!(owner("acme", "alice").key(), "acme/alice", "plain names keep the plain join");
+    }
+}

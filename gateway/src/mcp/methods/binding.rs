@@ -24,9 +24,8 @@ pub(crate) struct Binding {
 
 impl Binding {
     pub(crate) fn new(call: &Call<'_>, method: &'static str, tool: &str, arguments: &Value) -> Self {
-        let principal = &call.principal;
         Self {
-            subject: format!("{}/{}", principal.tenant, principal.subject),
+            subject: call.principal.owner().key(),
             method,
             tool: tool.to_owned(),
             args_digest: mrtr::digest(arguments),

@@ -17,26 +17,26 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     if !catalogue.capabilities().completions {
         return Err(GatewayError::Envelope(RpcError::method_not_found()));
     }
+    // The limit is on what the worker is sent: `context` (with its `arguments`) counts too.
     let cap = call.state.config.max_argument_bytes;
     let checked = check(&catalogue, reference, argument).and_then(|names| {
-        let size = reference.map_or(0, |r| r.to_string().len()) + argument.map_or(0, |a| a.to_string().len());
-        if size > cap {
-            return Err(RpcError::invalid_params(format!("ref and argument exceed the {cap}-byte limit")));
+        let arguments = json!({
+            "ref": reference,
+            "argument": argument,
+            "context": params::value(call.params.context).unwrap_or(Value::Null),
+        });
+        if arguments.to_string().len() > cap {
+            return Err(RpcError::invalid_params(format!("ref, argument and context exceed the {cap}-byte limit")));
         }
-        Ok(names)
+        Ok((names, arguments))
     });
-    let names = match checked {
-        Ok(names) => names,
+    let (names, arguments) = match checked {
+        Ok(checked) => checked,
         Err(err) => {
             crate::limits::admit_request(call.state, &call.principal).await?;
             return Err(err.into());
         }
     };
-    let arguments = json!({
-        "ref": reference,
-        "argument": argument,
-        "context": params::value(call.params.context).unwrap_or(Value::Null),
-    });
     hidden::run(call, COMPLETE, &names, arguments, None).await
 }
 

@@ -40,11 +40,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Stream, GatewayError> {
     // Over a bound is a matter of load, not a bad request: 429, try again later.
     let slot = state
         .listen_streams
-        .acquire(
-            format!("{}/{}", owner.tenant, owner.principal),
-            state.config.listen_max_streams_per_principal,
-            state.config.listen_max_streams,
-        )
+        .acquire(owner.key(), state.config.listen_max_streams_per_principal, state.config.listen_max_streams)
         .ok_or_else(|| crate::limits::refused(Limit::ListenStreams, 1_000))?;
 
     // Unique, well-formed ids in request order.
@@ -57,10 +53,12 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Stream, GatewayError> {
     // Watch before reading, so a change between the read and the subscription is not missed.
     let names: Vec<&str> = ids.iter().map(TaskId::as_str).collect();
     let watch = state.events.watch(&names, WAKE_CAPACITY);
-    let reads = join_all(ids.iter().map(|id| state.store.get_task(id))).await;
+    // Ownership is checked in each read's script before the record is read: a foreign id
+    // costs what an unknown one does.
+    let reads = join_all(ids.iter().map(|id| state.store.get_owned_task(id, &owner))).await;
     let mut accepted = Vec::new();
     for read in reads {
-        if let Some(snapshot) = read?.filter(|s| s.owner == owner) {
+        if let Some(snapshot) = read? {
             accepted.push(snapshot);
         }
     }

@@ -61,12 +61,10 @@ async fn poll(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Polled, Gat
     Ok(polled?)
 }
 
-/// A read with no poll-rate check: ownership only.
+/// A read with no poll-rate check: ownership only (checked in the script, before the record is
+/// read).
 async fn read(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, GatewayError> {
-    match call.state.store.get_task(id).await? {
-        Some(snapshot) if &snapshot.owner == owner => Ok(snapshot),
-        _ => Err(task_not_found().into()),
-    }
+    call.state.store.get_owned_task(id, owner).await?.ok_or_else(|| task_not_found().into())
 }
 
 /// Why a poll is held, and until when.
@@ -84,7 +82,7 @@ enum Hold {
 async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, GatewayError> {
     let state = call.state;
     let pacer = &state.polls;
-    let principal = format!("{}/{}", owner.tenant, owner.principal);
+    let principal = owner.key();
     let tolerance = state.config.poll_tolerance;
     // Answered here recently: hold before asking Redis anything. Not admitted against the
     // request rate: a held poll is paced, one per interval at most.

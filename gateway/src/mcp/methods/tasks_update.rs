@@ -19,12 +19,11 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
     let id = task_id(call.params)?;
     let owner = call.principal.owner();
     let Some(responses) = crate::mrtr::input_responses(call.params.input_responses) else {
-        // The lookup comes first: a foreign id must not learn that its
-        // inputResponses were malformed.
-        let exists = call.state.store.get_task(&id).await?;
-        return Err(match exists {
-            Some(s) if s.owner == owner => RpcError::invalid_params("inputResponses must be an object"),
-            _ => task_not_found(),
+        // The lookup comes first: a foreign id must not learn that its inputResponses were
+        // malformed. It reads the owner fields only, so a foreign task costs an unknown one's.
+        return Err(match call.state.store.owns_task(&id, &owner).await? {
+            true => RpcError::invalid_params("inputResponses must be an object"),
+            false => task_not_found(),
         }
         .into());
     };

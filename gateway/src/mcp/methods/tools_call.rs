@@ -8,6 +8,8 @@
 //! Input a tool declares it needs before its task exists is gathered with MRTR rounds first.
 //! An inline tool that asks for input mid-run turns the reply into an InputRequiredResult.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 use taskgate_shared::protocol::params;
 use taskgate_shared::protocol::{RpcError, result};
@@ -36,19 +38,14 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
         Execution::TaskOptional => call.meta.declares_tasks(),
         Execution::SyncOnly => false,
     };
-    // Stored as sent (the task keeps the client's own text); decoded once, for the checks.
-    let stored = match call.params.arguments.map(|raw| raw.get()) {
+    let sent = match call.params.arguments.map(|raw| raw.get()) {
         None | Some("null") => "{}",
         Some(raw) if raw.starts_with('{') => raw,
         Some(_) => return Err(RpcError::invalid_params("arguments must be an object").into()),
     };
-    let arguments: Value = serde_json::from_str(stored).map_err(|_| RpcError::invalid_params("invalid arguments"))?;
-    // The limit is on the compact form (what it was before arguments were kept as sent), so a
-    // client's whitespace or escapes never tip a request over it.
-    let cap = call.state.config.max_argument_bytes;
-    if stored.len() > cap && arguments.to_string().len() > cap {
-        return Err(RpcError::invalid_params(format!("arguments exceed the {cap}-byte limit")).into());
-    }
+    let arguments: Value = serde_json::from_str(sent).map_err(|_| RpcError::invalid_params("invalid arguments"))?;
+    let stored = stored_arguments(sent, &arguments, call.state.config.max_argument_bytes)?;
+    let stored = stored.as_ref();
     tool.check_arguments(&arguments)
         .map_err(|reason| RpcError::invalid_params(format!("invalid arguments: {reason}")))?;
     mirror::check_params(call.headers, &spec.descriptor.input_schema, &arguments)?;
@@ -92,6 +89,20 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     Finisher::new(call, binding, gathered.answers, None).drive(call, run, forwarding).await
 }
 
+/// What is stored of the arguments: the client's own text when it is within `cap`, else their
+/// compact form (so whitespace or escapes never tip a request over the limit), which must then
+/// be within it. The limit is on the bytes stored, whatever was sent.
+fn stored_arguments<'a>(sent: &'a str, arguments: &Value, cap: usize) -> Result<Cow<'a, str>, RpcError> {
+    if sent.len() <= cap {
+        return Ok(Cow::Borrowed(sent));
+    }
+    let compact = arguments.to_string();
+    if compact.len() > cap {
+        return Err(RpcError::invalid_params(format!("arguments exceed the {cap}-byte limit")));
+    }
+    Ok(Cow::Owned(compact))
+}
+
 /// Writes the task and confirms it is durable before any handle leaves (a handle that later
 /// answers "not found" is never acceptable).
 async fn create(
@@ -123,4 +134,18 @@ async fn create(
         error: None,
         version: 1,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_stored_is_within_the_cap() {
+        let padded = format!("{{\"a\": {}\"x\"}}", " ".repeat(100));
+        let value: Value = serde_json::from_str(&padded).unwrap();
+        assert_eq!(stored_arguments(&padded, &value, 1000).unwrap(), padded.as_str(), "as sent, when it fits");
+        assert_eq!(stored_arguments(&padded, &value, 20).unwrap(), r#"{"a":"x"}"#, "compact, when only that fits");
+        assert!(stored_arguments(&padded, &value, 8).is_err(), "refused when neither fits");
+    }
 }

@@ -1,5 +1,6 @@
--- poll_task: tasks/get for a client. Ownership first (a stranger must not be able to throttle
--- the owner), then the poll rate: a read sooner than `tolerance * pollIntervalMs` after the
+-- poll_task: tasks/get for a client. Ownership first, from the owner fields alone (a stranger
+-- must not be able to throttle the owner, nor time the read of a record it does not own), then
+-- the poll rate: a read sooner than `tolerance * pollIntervalMs` after the
 -- previous one is refused, unless the task changed since: the marker holds the version that
 -- poll was answered with. Returns the record fields a snapshot needs, in one round trip.
 -- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] poll marker
@@ -8,9 +9,10 @@
 --       | {-9, retry_after_ms, pollIntervalMs}.
 local rcall = redis.call
 local record, inputs, marker = KEYS[1], KEYS[2], KEYS[3]
+local who = rcall('HMGET', record, 'tenant', 'principal')
+if not who[1] or who[1] ~= ARGV[1] or who[2] ~= ARGV[2] then return {-1} end
 local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'msg', 'created', 'updated', 'ttl', 'poll',
   'result', 'error', 'ver')
-if not f[1] or f[1] ~= ARGV[1] or f[2] ~= ARGV[2] then return {-1} end
 local tolerance = tonumber(ARGV[3])
 local interval = math.floor(tonumber(f[8]) * tolerance)
 if interval > 0 then

@@ -1,8 +1,14 @@
 -- read_task: a task's record fields and its outstanding input requests, read together. A
 -- pipeline of two reads could pair `input_required` at one version with the inputs of a later
 -- round (an answer and a new park landing between the reads); one script cannot.
+-- A client's read names its owner: the owner fields are compared before anything else is
+-- read, so another principal's task costs what an unknown one does and returns nothing of it.
 -- KEYS[1] task record   KEYS[2] inputs hash
--- ARGV[1..] the record fields to read, in order
--- Returns {fields (in ARGV order), inputs (flat k,v)}.
+-- ARGV[1] tenant   ARGV[2] principal (both '' = whoever owns it: a read for the service)
+-- ARGV[3..] the record fields to read, in order
+-- Returns {1, fields (in ARGV order), inputs (flat k,v)} | {-1} not found (or not the owner).
 local rcall = redis.call
-return {rcall('HMGET', KEYS[1], unpack(ARGV)), rcall('HGETALL', KEYS[2])}
+local who = rcall('HMGET', KEYS[1], 'tenant', 'principal')
+if not who[1] then return {-1} end
+if ARGV[1] ~= '' and (who[1] ~= ARGV[1] or who[2] ~= ARGV[2]) then return {-1} end
+return {1, rcall('HMGET', KEYS[1], unpack(ARGV, 3)), rcall('HGETALL', KEYS[2])}
