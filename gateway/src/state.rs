@@ -45,8 +45,6 @@ pub struct Shared {
     /// Set once Redis has proved usable (login, scripts, a read in the namespace): readiness
     /// waits for it, so a replica with a wrong password or ACL never takes traffic.
     pub(crate) redis_usable: Arc<std::sync::atomic::AtomicBool>,
-    /// The console's overview cache and CSRF secret (unused without `--console`).
-    pub(crate) console: crate::console::ConsoleState,
 }
 
 impl AppState {
@@ -81,7 +79,6 @@ impl AppState {
             listen_streams: Arc::default(),
             polls,
             redis_usable: Arc::default(),
-            console: crate::console::ConsoleState::default(),
         })))
     }
 

@@ -18,7 +18,7 @@ const MAX_REACHES: usize = 1024;
 
 /// The console's per-replica state.
 #[derive(Default)]
-pub(crate) struct ConsoleState {
+pub(super) struct ConsoleState {
     overviews: Mutex<HashMap<Reach, (Instant, Arc<super::Overview>)>>,
     /// The CSRF secret, shared by every replica through Redis (read once).
     pub(super) secret: tokio::sync::OnceCell<[u8; 32]>,

@@ -12,6 +12,7 @@ mod views;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -25,7 +26,7 @@ use taskgate_shared::task::TaskId;
 use crate::auth::Authenticator;
 use crate::state::AppState;
 use access::Viewer;
-pub(crate) use cache::ConsoleState;
+use cache::ConsoleState;
 pub(crate) use edge::pipeline_error;
 use views::{ListQuery, Tally, TaskView};
 
@@ -50,6 +51,9 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/console/logout", post(logout))
         .route("/console/assets/{name}", get(assets::serve))
         .layer(axum::middleware::map_response(protect))
+        // The console's own state rides in each request's extensions: the application state
+        // knows nothing of the console.
+        .layer(axum::Extension(Arc::new(ConsoleState::default())))
 }
 
 /// Why a console request was not served. Each is a page, never a stack trace.
@@ -161,8 +165,12 @@ pub(crate) struct Overview {
 /// The overview for this viewer: from memory when one was read within two seconds, else read
 /// afresh. The tools come from Redis, not from this replica's periodically refreshed
 /// catalogue, so a gateway that started before its workers does not show an empty fleet.
-async fn read_overview(state: &AppState, viewer: &Viewer) -> Result<Arc<Overview>, ConsoleError> {
-    if let Some(overview) = state.console.overview(&viewer.reach) {
+async fn read_overview(
+    state: &AppState,
+    console: &ConsoleState,
+    viewer: &Viewer,
+) -> Result<Arc<Overview>, ConsoleError> {
+    if let Some(overview) = console.overview(&viewer.reach) {
         return Ok(overview);
     }
     let Tallies { by_tool: tallies, sampled, held } = tally(state, viewer).await?;
@@ -176,17 +184,25 @@ async fn read_overview(state: &AppState, viewer: &Viewer) -> Result<Arc<Overview
         .map(|(id, status, _)| views::WorkerView { running: held.get(&id).copied(), id, status })
         .collect();
     let overview = Arc::new(Overview { tallies, sampled, workers, tools, read_ms: now_ms() });
-    state.console.keep(viewer.reach.clone(), overview.clone());
+    console.keep(viewer.reach.clone(), overview.clone());
     Ok(overview)
 }
 
-async fn overview(State(state): State<AppState>, viewer: Viewer) -> Result<Response, ConsoleError> {
-    let o = read_overview(&state, &viewer).await?;
+async fn overview(
+    State(state): State<AppState>,
+    Extension(console): Extension<Arc<ConsoleState>>,
+    viewer: Viewer,
+) -> Result<Response, ConsoleError> {
+    let o = read_overview(&state, &console, &viewer).await?;
     Ok(html(views::overview(&viewer, &o.tallies, o.sampled, &o.workers, &o.tools, o.read_ms)))
 }
 
-async fn overview_fragment(State(state): State<AppState>, viewer: Viewer) -> Result<Response, ConsoleError> {
-    let o = read_overview(&state, &viewer).await?;
+async fn overview_fragment(
+    State(state): State<AppState>,
+    Extension(console): Extension<Arc<ConsoleState>>,
+    viewer: Viewer,
+) -> Result<Response, ConsoleError> {
+    let o = read_overview(&state, &console, &viewer).await?;
     Ok(html(views::overview_live(&o.tallies, o.sampled, o.read_ms)))
 }
 
