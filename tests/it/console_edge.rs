@@ -172,6 +172,7 @@ async fn a_reveal_is_written_to_the_timeline_and_a_question_is_not_shown_before_
 
     let shown = console.get(&format!("/console/tasks/{task}?reveal=1"), op).await;
     assert!(shown.body.contains(question), "{}", shown.body);
+    assert!(shown.body.contains(">revealed<"), "the revealed page shows its own reveal: {}", shown.body);
     let timeline = console.timeline(&task, op).await;
     let reveal = timeline.iter().find(|e| e["ev"] == "revealed").expect("the reveal in the timeline");
     assert_eq!(reveal["by"], "ops/op");

@@ -320,11 +320,13 @@ async fn task(
     Path(id): Path<String>,
     Query(params): Query<TaskParams>,
 ) -> Result<Response, ConsoleError> {
-    let (id, inspection) = inspect(&state, &viewer, &id).await?;
+    let (id, mut inspection) = inspect(&state, &viewer, &id).await?;
     let reveal = params.reveal == "1";
     if reveal {
         // Recorded before anything is shown: a reveal that cannot be recorded shows nothing.
-        state.store.record_reveal(&id, &viewer.name(), taskgate_shared::task::now_ms()).await?;
+        // The page shows it too, as the timeline's newest entry.
+        let entry = state.store.record_reveal(&id, &viewer.name(), taskgate_shared::task::now_ms()).await?;
+        inspection.timeline.push(entry);
         tracing::info!(target: "taskgate::audit", action = "reveal", task_id = %id, by = %viewer.name(), "console: sensitive fields shown");
     }
     let view = TaskView { id: id.as_str(), inspection: &inspection, reveal, trace_url: trace_url(&state, &inspection) };

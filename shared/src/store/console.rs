@@ -307,12 +307,14 @@ impl Store {
     }
 
     /// Appends an operator's reveal of a task's sensitive fields to its timeline (`RPUSHX`: a
-    /// task without a timeline gets none). `at` is this gateway's clock, in milliseconds.
-    pub async fn record_reveal(&self, id: &TaskId, by: &str, at_ms: u64) -> Result<(), StoreError> {
+    /// task without a timeline gets none), and returns the entry. `at` is this gateway's clock,
+    /// in milliseconds.
+    pub async fn record_reveal(&self, id: &TaskId, by: &str, at_ms: u64) -> Result<serde_json::Value, StoreError> {
         let keys = self.keys().task(id);
-        let entry = serde_json::json!({ "at": at_ms, "ev": "revealed", "by": by }).to_string();
-        let _: i64 = redis::cmd("RPUSHX").arg(&keys.timeline).arg(entry).query_async(&mut self.conn()).await?;
-        Ok(())
+        let entry = serde_json::json!({ "at": at_ms, "ev": "revealed", "by": by });
+        let _: i64 =
+            redis::cmd("RPUSHX").arg(&keys.timeline).arg(entry.to_string()).query_async(&mut self.conn()).await?;
+        Ok(entry)
     }
 }
 
