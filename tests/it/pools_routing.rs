@@ -68,9 +68,9 @@ async fn default_pool_answers(client: &McpClient) {
 }
 
 /// Two pools, each serving its own tools: `default` (conformance pack, worker 0) and `gpu`
-/// (demo pack, worker 1).
+/// (demo pack, worker 1), behind a gateway with the operator console open.
 async fn two_pools(topology: Topology, worker_args: &[&str]) -> Stack {
-    let mut stack = topology.builder().workers(0).worker_args(worker_args).spawn().await;
+    let mut stack = topology.builder().workers(0).gateway_args(&["--console"]).worker_args(worker_args).spawn().await;
     stack.add_worker_in_pool("default", &["--tools", "conformance"]).await;
     stack.add_worker_in_pool("gpu", &["--tools", "demo"]).await;
     stack
@@ -112,10 +112,25 @@ async fn each_pool_runs_only_its_own_tasks_and_a_stopped_pool_waits(topology: To
     assert_eq!(field(&store, &waiting, "reclaims").await.as_deref(), Some("0"));
     let finisher = field(&store, &waiting, "finisher").await.unwrap_or_default();
     assert!(finisher.starts_with(&gpu_worker), "ran on {finisher}");
+
+    // An answer resumes a parked gpu task onto the gpu queue (the gateway's first guess is the
+    // default pool's queue: the script refuses it and the store sends it again with gpu's).
+    let parked = client.create_task("generate_report", json!({"size": "large"})).await;
+    client.wait_for_status(&parked, "input_required", PATIENCE).await;
+    stack.workers[1].signal("STOP");
+    let answer = json!({"approve_outline": {"action": "accept", "content": {"approved": true}}});
+    let updated = client.update_task(&parked, answer).await;
+    assert!(updated.body.get("error").is_none(), "{}", updated.text);
+    assert_eq!(queued(&store, &parked, "gpu").await, vec![parked.clone()], "resumed on its own pool's queue");
+    assert!(queued(&store, &parked, "default").await.is_empty(), "and on no other");
+    stack.workers[1].signal("CONT");
+    let done = client.wait_for_status(&parked, "completed", PATIENCE).await;
+    assert_eq!(field(&store, &parked, "finisher").await.map(|f| f.starts_with(&gpu_worker)), Some(true), "{done}");
 }
 
 async fn an_expired_lease_is_requeued_on_the_tasks_own_pool(topology: Topology) {
-    let mut stack = two_pools(topology, &["--lease-ms", "1000"]).await;
+    // Heartbeats run out quickly, so the console soon sees that no gpu worker is left.
+    let mut stack = two_pools(topology, &["--lease-ms", "1000", "--catalogue-ttl-ms", "1500"]).await;
     let (client, store) = (stack.client(0), stack.store());
     let task = client.create_task("sleep", json!({"ms": 600_000})).await;
     stack.wait_until_held(&task, PATIENCE).await;
@@ -134,6 +149,14 @@ async fn an_expired_lease_is_requeued_on_the_tasks_own_pool(topology: Topology) 
     // The default worker is reading and answering, and still never takes the gpu task.
     default_pool_answers(&client).await;
     assert_eq!(field(&store, &task, "holder").await, None);
+    // The task's console page says what it waits for once the gpu worker's heartbeat ran out.
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let page = format!("{}/console/tasks/{task}", client.base());
+    eventually(PATIENCE, "the task page to name the pool it waits for", || async {
+        let body = http.get(&page).send().await.ok()?.text().await.ok()?;
+        (body.contains("waiting-for-pool") && body.contains("<code>gpu</code>")).then_some(())
+    })
+    .await;
 
     let replacement = stack.add_worker_in_pool("gpu", &["--tools", "demo"]).await;
     eventually(PATIENCE, "a worker of the task's pool to claim it again", || async {
@@ -143,6 +166,8 @@ async fn an_expired_lease_is_requeued_on_the_tasks_own_pool(topology: Topology) 
     })
     .await;
     assert_eq!(field(&store, &task, "fence").await.as_deref(), Some("2"));
+    let body = http.get(&page).send().await.unwrap().text().await.unwrap();
+    assert!(!body.contains("waiting-for-pool"), "a running task waits for nothing");
 }
 
 /// A rolling move of `sleep` from pool `a` to pool `b`: once `b` serves it, new tasks go to
