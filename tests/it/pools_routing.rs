@@ -183,7 +183,8 @@ async fn a_tool_moved_to_another_pool_leaves_queued_tasks_where_they_are(topolog
 
     stack.workers[0].signal("STOP");
     let queued_on_a = client.create_task("sleep", json!({"ms": 0})).await;
-    stack.add_worker_in_pool("b", &[]).await;
+    // Pool b publishes its own spec of `sleep` (another poll interval).
+    stack.add_worker_in_pool("b", &["--tool-poll-ms", "sleep=777"]).await;
     // The gateways see the new route at their next catalogue refresh; tasks created before
     // then go to `a` and wait there too.
     let mut left_on_a = vec![queued_on_a];
@@ -200,6 +201,7 @@ async fn a_tool_moved_to_another_pool_leaves_queued_tasks_where_they_are(topolog
     };
     let done = client.wait_for_status(&on_b, "completed", PATIENCE).await;
     assert_eq!(done["result"]["structuredContent"]["fencingToken"], 1, "{done}");
+    assert_eq!(done["pollIntervalMs"], 777, "b's spec is the one listed: {done}");
     for id in &left_on_a {
         assert_eq!(field(&store, id, "pool").await.as_deref(), Some("a"));
         assert_eq!(queued(&store, id, "a").await.iter().filter(|q| *q == id).count(), 1, "still queued on a");
@@ -207,6 +209,13 @@ async fn a_tool_moved_to_another_pool_leaves_queued_tasks_where_they_are(topolog
     }
 
     // Pool a comes back: it runs what was queued for it, each once; the route stays with b.
+    let catalogue = store.keys().catalogue();
+    let a_live_until = async || -> f64 {
+        let score: Option<f64> =
+            redis::cmd("ZSCORE").arg(&catalogue.serving).arg("a sleep").query_async(&mut store.conn()).await.unwrap();
+        score.unwrap_or(0.0)
+    };
+    let before = a_live_until().await;
     stack.workers[0].signal("CONT");
     for id in &left_on_a {
         let done = client.wait_for_status(id, "completed", PATIENCE).await;
@@ -214,6 +223,14 @@ async fn a_tool_moved_to_another_pool_leaves_queued_tasks_where_they_are(topolog
         let finisher = field(&store, id, "finisher").await.unwrap_or_default();
         assert!(finisher.starts_with(&Stack::worker_prefix(0)), "ran on {finisher}");
     }
+    eventually(PATIENCE, "pool a to send a heartbeat again", || async {
+        (a_live_until().await > before).then_some(())
+    })
+    .await;
+    let spec: String =
+        redis::cmd("HGET").arg(&catalogue.specs).arg("sleep").query_async(&mut store.conn()).await.unwrap();
+    let spec: serde_json::Value = serde_json::from_str(&spec).unwrap();
+    assert_eq!(spec["pollIntervalMs"], 777, "pool a's heartbeat did not write its own spec over b's");
     let after = client.create_task("sleep", json!({"ms": 0})).await;
     assert_eq!(field(&store, &after, "pool").await.as_deref(), Some("b"), "pool a's heartbeats leave the route");
 }
