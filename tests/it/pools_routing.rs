@@ -12,6 +12,11 @@ use taskgate_tests::{McpClient, Stack, Topology, eventually};
 
 const PATIENCE: Duration = Duration::from_secs(20);
 
+/// A lease short enough that a delivery a stopped worker's read timed out on (it stays pending
+/// under that consumer) is taken over within a few seconds of `SIGCONT`, not after the default
+/// 30 s. No stopped worker holds a lease in these tests.
+const SHORT_LEASE: [&str; 2] = ["--lease-ms", "3000"];
+
 /// `mod name { standalone, cluster }` around `async fn name(Topology)`.
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {$(
@@ -77,7 +82,7 @@ async fn two_pools(topology: Topology, worker_args: &[&str]) -> Stack {
 }
 
 async fn each_pool_runs_only_its_own_tasks_and_a_stopped_pool_waits(topology: Topology) {
-    let stack = two_pools(topology, &[]).await;
+    let stack = two_pools(topology, &SHORT_LEASE).await;
     let (client, store) = (stack.client(0), stack.store());
     let gpu_worker = Stack::worker_prefix(1);
 
@@ -174,7 +179,7 @@ async fn an_expired_lease_is_requeued_on_the_tasks_own_pool(topology: Topology) 
 /// `b` (the pool that most recently started serving it), and a task queued on `a` before stays
 /// there for `a`'s workers.
 async fn a_tool_moved_to_another_pool_leaves_queued_tasks_where_they_are(topology: Topology) {
-    let mut stack = topology.builder().workers(0).spawn().await;
+    let mut stack = topology.builder().workers(0).worker_args(&SHORT_LEASE).spawn().await;
     let (client, store) = (stack.client(0), stack.store());
     stack.add_worker_in_pool("a", &[]).await;
     let on_a = client.create_task("sleep", json!({"ms": 0})).await;
