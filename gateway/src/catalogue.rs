@@ -14,7 +14,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde_json::Value;
-use taskgate_shared::store::{Published, Store, StoreError};
+use taskgate_shared::store::{DEFAULT_POOL, Published, Store, StoreError};
 use taskgate_shared::tools::offerings::Offering;
 use taskgate_shared::tools::{Execution, ToolSpec};
 use tokio::time::Instant;
@@ -38,9 +38,11 @@ impl Capabilities {
     }
 }
 
-/// A callable tool: its spec and its compiled input schema.
+/// A callable tool: its spec, its compiled input schema and the pool its tasks are queued on.
 pub(crate) struct Tool {
     pub(crate) spec: ToolSpec,
+    /// The worker pool whose queue a new task of this tool goes on (the catalogue's route).
+    pub(crate) pool: String,
     validator: jsonschema::Validator,
 }
 
@@ -90,12 +92,17 @@ fn listed(spec: &ToolSpec) -> Value {
 }
 
 impl Catalogue {
-    fn build(specs: BTreeMap<String, ToolSpec>, offerings: BTreeMap<String, Offering>) -> Self {
+    fn build(
+        specs: BTreeMap<String, ToolSpec>,
+        mut routes: BTreeMap<String, String>,
+        offerings: BTreeMap<String, Offering>,
+    ) -> Self {
         let mut tools = BTreeMap::new();
         for (name, spec) in specs {
+            let pool = routes.remove(&name).unwrap_or_else(|| DEFAULT_POOL.to_owned());
             match jsonschema::validator_for(&spec.descriptor.input_schema) {
                 Ok(validator) if spec.descriptor.input_schema.get("type") == Some(&Value::from("object")) => {
-                    tools.insert(name, Arc::new(Tool { spec, validator }));
+                    tools.insert(name, Arc::new(Tool { spec, pool, validator }));
                 }
                 _ => {
                     tracing::error!(tool = %name, "published tool has an invalid inputSchema; not listed")
@@ -153,6 +160,13 @@ impl Catalogue {
     fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
         self.tools.values().map(|t| &t.spec)
     }
+
+    /// Whether these routes are the ones this catalogue holds (a tool moved to another pool
+    /// changes no spec, but must rebuild).
+    fn routes_are(&self, routes: &BTreeMap<String, String>) -> bool {
+        self.tools.len() == routes.len()
+            && self.tools.iter().all(|(name, tool)| routes.get(name).is_some_and(|pool| *pool == tool.pool))
+    }
 }
 
 /// The shared, refreshed catalogue.
@@ -187,15 +201,15 @@ impl CatalogueCache {
 
     /// Re-reads Redis; rebuilds only when a spec changed.
     pub(crate) async fn refresh(&self) -> Result<(), StoreError> {
-        let Published { tools: specs, offerings, bad } = self.store.read_catalogue().await?;
+        let Published { tools: specs, routes, offerings, bad } = self.store.read_catalogue().await?;
         for name in bad {
             tracing::error!(entry = %name, "unreadable entry in the catalogue");
         }
         let current = self.current();
-        if current.specs().eq(specs.values()) && current.offerings == offerings {
+        if current.specs().eq(specs.values()) && current.offerings == offerings && current.routes_are(&routes) {
             return Ok(());
         }
-        let next = Arc::new(Catalogue::build(specs, offerings));
+        let next = Arc::new(Catalogue::build(specs, routes, offerings));
         *self.current.write().expect("lock poisoned: a holder panicked") = next;
         Ok(())
     }

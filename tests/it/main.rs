@@ -26,6 +26,7 @@ mod partition;
 mod pipeline;
 mod polling;
 mod pools;
+mod pools_routing;
 mod record_size;
 mod recovery;
 mod redis_tls;

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use taskgate_shared::store::DEFAULT_POOL;
 use taskgate_shared::task::TaskId;
 use taskgate_tests::Stack;
 
@@ -56,18 +57,21 @@ async fn a_worker_claims_the_capabilities_its_creator_declared() {
     let task = reply.result()["taskId"].as_str().unwrap_or_else(|| panic!("a task: {}", reply.text)).to_owned();
     let id = TaskId::parse(&task).unwrap();
 
-    store.ensure_groups(id.shard() as u16 + 1).await.unwrap();
+    store.ensure_groups(id.shard() as u16 + 1, DEFAULT_POOL).await.unwrap();
     let mut reader = store.blocking_connection().await.unwrap();
     let deadline = tokio::time::Instant::now() + PATIENCE;
     let delivery = loop {
-        let deliveries =
-            store.read_deliveries(&mut reader, &[id.shard()], "w-test", 10, Duration::from_millis(100)).await.unwrap();
+        let deliveries = store
+            .read_deliveries(&mut reader, &[id.shard()], DEFAULT_POOL, "w-test", 10, Duration::from_millis(100))
+            .await
+            .unwrap();
         if let Some(delivery) = deliveries.into_iter().find(|d| d.task_id == id) {
             break delivery;
         }
         assert!(tokio::time::Instant::now() < deadline, "the task was not delivered");
     };
-    let claim = store.claim(&delivery, "w-test", Duration::from_secs(30)).await.unwrap().expect("claimed");
+    let claim =
+        store.claim(&delivery, DEFAULT_POOL, "w-test", Duration::from_secs(30)).await.unwrap().expect("claimed");
     let claimed: Value = serde_json::from_str(&claim.client_capabilities).unwrap();
     assert_eq!(claimed, declared);
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::Value as RedisValue;
 use serde_json::{Value, json};
-use taskgate_shared::store::{Delivery, Finish, Lease, NewTask, Reclaimed, Store, WORKER_GROUP};
+use taskgate_shared::store::{DEFAULT_POOL, Delivery, Finish, Lease, NewTask, Reclaimed, Store, WORKER_GROUP};
 use taskgate_shared::task::{Owner, TaskId};
 use taskgate_tests::{FaultProxy, RedisServer, Stack, StackBuilder, Topology, eventually, meta_without_tasks};
 
@@ -200,14 +200,17 @@ async fn script_replays_answer_what_the_first_run_did(topology: Topology) {
     ensure_group(&store, &keys.stream).await;
     let mut reader = store.blocking_connection().await.unwrap();
     let shard = id.shard();
-    let deliveries =
-        store.read_deliveries(&mut reader, &[shard], "w-replay", 10, Duration::from_millis(100)).await.unwrap();
+    let deliveries = store
+        .read_deliveries(&mut reader, &[shard], DEFAULT_POOL, "w-replay", 10, Duration::from_millis(100))
+        .await
+        .unwrap();
     let delivery: Delivery = deliveries.into_iter().find(|d| d.task_id == id).expect("delivered");
     let lease = Duration::from_secs(30);
-    let first = store.claim(&delivery, "w-replay", lease).await.unwrap().expect("claimed");
-    let again = store.claim(&delivery, "w-replay", lease).await.unwrap().expect("a replayed claim answers");
+    let first = store.claim(&delivery, DEFAULT_POOL, "w-replay", lease).await.unwrap().expect("claimed");
+    let again =
+        store.claim(&delivery, DEFAULT_POOL, "w-replay", lease).await.unwrap().expect("a replayed claim answers");
     assert_eq!((again.fence, &again.tool), (first.fence, &first.tool));
-    assert!(store.claim(&delivery, "w-other", lease).await.unwrap().is_none(), "not another worker's");
+    assert!(store.claim(&delivery, DEFAULT_POOL, "w-other", lease).await.unwrap().is_none(), "not another worker's");
 
     // finish: a replayed completion is reported written, not as a lost lease.
     let held = Lease { task_id: &id, worker: "w-replay", fence: first.fence };
@@ -219,7 +222,7 @@ async fn script_replays_answer_what_the_first_run_did(topology: Topology) {
     assert_eq!(field(&store, &id, "status").await.as_deref(), Some("completed"));
 
     // reclaim: a replay that finds the task already ended says so, with the tenant to release.
-    let reclaimed = store.reclaim(&id, 3, "{}", "failed", "cancelled").await.unwrap();
+    let reclaimed = store.reclaim(&id, DEFAULT_POOL, 3, "{}", "failed", "cancelled").await.unwrap();
     assert_eq!(reclaimed, Reclaimed::AlreadyEnded { tenant: Some("acme".into()) });
 }
 

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use taskgate_shared::store::{CancelOutcome, Delivery, Endpoint, Finish, Lease, Parked, Released, Store};
+use taskgate_shared::store::{CancelOutcome, DEFAULT_POOL, Delivery, Endpoint, Finish, Lease, Parked, Released, Store};
 use taskgate_shared::task::{Owner, TaskStatus};
 use taskgate_tests::RedisServer;
 
@@ -87,7 +87,7 @@ async fn run(store: &Store, conn: &mut redis::aio::MultiplexedConnection, ops: V
                     .await
                     .unwrap();
                 let delivery = Delivery { entry_id: entry, task_id: id.clone() };
-                if let Some(claim) = store.claim(&delivery, &format!("w{w}"), lease_ms).await.unwrap() {
+                if let Some(claim) = store.claim(&delivery, DEFAULT_POOL, &format!("w{w}"), lease_ms).await.unwrap() {
                     prop_assert!(claim.fence > seen.fence, "fences grow");
                     prop_assert_eq!(before.status, TaskStatus::Working);
                     seen.fence = claim.fence;
@@ -136,7 +136,10 @@ async fn run(store: &Store, conn: &mut redis::aio::MultiplexedConnection, ops: V
                     .unwrap();
             }
             Op::Release(c) => {
-                if store.release(Lease { task_id: &id, worker: &worker, fence: fence_for(*c) }, "c").await.unwrap()
+                if store
+                    .release(Lease { task_id: &id, worker: &worker, fence: fence_for(*c) }, DEFAULT_POOL, "c")
+                    .await
+                    .unwrap()
                     != Released::LeaseLost
                 {
                     seen.holder = None;
@@ -167,7 +170,8 @@ async fn run(store: &Store, conn: &mut redis::aio::MultiplexedConnection, ops: V
             Op::Reclaim => {
                 // Expire the lease first so the reaper's step has something to do.
                 let _: () = redis::cmd("HSET").arg(&keys.record).arg("lease").arg(0).query_async(conn).await.unwrap();
-                let _ = store.reclaim(&id, 3, r#"{"code":-32603,"message":"lost"}"#, "f", "c").await.unwrap();
+                let _ =
+                    store.reclaim(&id, DEFAULT_POOL, 3, r#"{"code":-32603,"message":"lost"}"#, "f", "c").await.unwrap();
                 if field(conn, &keys.record, "holder").await.is_none() {
                     seen.holder = None;
                 }
@@ -221,7 +225,7 @@ fn random_transition_sequences_keep_the_invariants() {
     let store = Store::connect_lazy(&Endpoint::new(redis.url()), "prop", Duration::from_secs(2)).unwrap();
     // A multiplexed connection is a cheap clone.
     let conn = runtime.block_on(redis.connection());
-    runtime.block_on(store.ensure_groups(4)).unwrap();
+    runtime.block_on(store.ensure_groups(4, DEFAULT_POOL)).unwrap();
     let config = ProptestConfig { cases: 256, ..ProptestConfig::default() };
     proptest!(config, |(ops in proptest::collection::vec(op(), 1..40))| {
         runtime.block_on(run(&store, &mut conn.clone(), ops))?;

@@ -77,6 +77,7 @@ pub fn sleep_task<'a>(
         id,
         owner,
         tool: "sleep",
+        pool: taskgate_shared::store::DEFAULT_POOL,
         arguments: "{}",
         ttl_ms: 60_000,
         poll_interval_ms: 500,

@@ -258,6 +258,19 @@ impl Stack {
         self.add_worker_via(&url, extra).await
     }
 
+    /// Starts another worker in worker pool `pool` (`--pool`). Returns its index; its worker
+    /// id (and so its lease-holder and consumer name) starts with [`Stack::worker_prefix`].
+    pub async fn add_worker_in_pool(&mut self, pool: &str, extra: &[&str]) -> usize {
+        let mut args = vec!["--pool", pool];
+        args.extend_from_slice(extra);
+        self.add_worker(&args).await
+    }
+
+    /// What the id of worker `i` starts with (`--worker-id w<i>-<random>`).
+    pub fn worker_prefix(i: usize) -> String {
+        format!("w{i}-")
+    }
+
     /// Starts a worker that reaches Redis at `redis_url` (a [`crate::FaultProxy`] in front of
     /// the stack's server, say). Returns its index.
     pub async fn add_worker_via(&mut self, redis_url: &str, extra: &[&str]) -> usize {

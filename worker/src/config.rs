@@ -24,6 +24,12 @@ pub struct Cli {
     #[arg(long, env = "TASKGATE_TOOLS", value_delimiter = ',', default_value = "demo")]
     pub tools: Vec<String>,
 
+    /// The worker pool this worker belongs to: it reads, claims and takes over only this pool's
+    /// queues, and the tools it publishes route new tasks to this pool (1 to 32 characters of
+    /// a-z, 0-9 and -; see docs/design.md, "Worker pools").
+    #[arg(long, env = "TASKGATE_POOL", default_value = "default")]
+    pub pool: String,
+
     /// Upstream MCP servers whose tools this worker serves: a TOML file of `[[upstream]]`
     /// tables, or a desktop client's `mcpServers` JSON (see docs/upstreams.md).
     #[arg(long, env = "TASKGATE_UPSTREAMS")]
@@ -98,6 +104,8 @@ pub enum ConfigError {
     TimeoutTooLong { timeout_ms: u64, lease_ms: u64, max_ms: u64 },
     #[error(transparent)]
     Override(#[from] BadOverride),
+    #[error("invalid --pool {0:?}: a pool name is 1 to 32 characters of a-z, 0-9 and -")]
+    BadPool(String),
 }
 
 /// A `name=ms` override that does not parse or names no served tool.
@@ -129,6 +137,8 @@ impl std::str::FromStr for ToolOverride {
 pub struct Config {
     pub redis: RedisSettings,
     pub tools: Vec<String>,
+    /// The worker pool (validated: [`taskgate_shared::store::is_pool_name`]).
+    pub pool: String,
     pub upstreams: Option<PathBuf>,
     pub catalogue_ttl: Duration,
     pub tool_ttl: Vec<ToolOverride>,
@@ -173,6 +183,9 @@ impl Config {
         };
         let tool_ttl = overrides(&cli.tool_ttl_ms);
         let tool_poll = overrides(&cli.tool_poll_ms);
+        if !taskgate_shared::store::is_pool_name(&cli.pool) {
+            errors.push(ConfigError::BadPool(cli.pool.clone()));
+        }
         let (Some(redis), true) = (redis, errors.is_empty()) else {
             return Err(errors);
         };
@@ -183,6 +196,7 @@ impl Config {
         Ok(Self {
             redis,
             tools: cli.tools,
+            pool: cli.pool,
             upstreams: cli.upstreams,
             catalogue_ttl: Duration::from_millis(cli.catalogue_ttl_ms),
             tool_ttl,
@@ -266,5 +280,15 @@ mod tests {
         assert_eq!(default.redis.timeout, Duration::from_secs(2));
         assert_eq!(default.lease_margin(), Duration::from_secs(3));
         assert!(parse(&["--worker-id", "w1"]).unwrap().worker_id == "w1");
+    }
+
+    #[test]
+    fn the_pool_is_default_unless_named_and_must_be_a_short_lowercase_word() {
+        assert_eq!(parse(&[]).unwrap().pool, "default");
+        assert_eq!(parse(&["--pool", "gpu-2"]).unwrap().pool, "gpu-2");
+        for bad in ["", "GPU", "gpu pool", "{s00}", &"x".repeat(33)] {
+            let errors = parse(&["--pool", bad]).unwrap_err();
+            assert!(matches!(errors.as_slice(), [ConfigError::BadPool(p)] if p == bad), "{bad}: {errors:?}");
+        }
     }
 }

@@ -54,12 +54,12 @@ pub(crate) static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetr
     ready: metrics::gauge("taskgate_worker_ready", "1 when Redis answers and the worker is not draining, else 0."),
     queue_depth: metrics::gauge(
         "taskgate_queue_depth",
-        "Tasks enqueued and not yet claimed, over all shards (read from Redis at scrape).",
+        "Tasks enqueued on this worker's pool and not yet claimed, over all shards (read from Redis at scrape).",
     ),
     queue_oldest_age: {
         let gauge = prometheus::Gauge::new(
             "taskgate_queue_oldest_age_seconds",
-            "Age of the oldest task enqueued and not yet claimed (0 when none; read at scrape).",
+            "Age of the oldest task enqueued on this worker's pool and not yet claimed (0 when none; read at scrape).",
         )
         .expect("a valid gauge definition");
         prometheus::register(Box::new(gauge.clone())).expect("each family registers once");

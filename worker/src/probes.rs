@@ -46,7 +46,7 @@ async fn scrape(State(shared): State<Arc<Shared>>) -> Response {
     METRICS.ready.set(i64::from(is_ready(&shared).await));
     // Tasks held, not semaphore permits: the delivery reader holds free permits while it waits.
     METRICS.slots_busy.set(shared.held.len() as i64);
-    match shared.store.backlog(shared.config.redis.queue_shards).await {
+    match shared.store.backlog(shared.config.redis.queue_shards, &shared.config.pool).await {
         Ok(backlog) => {
             METRICS.queue_depth.set(backlog.depth as i64);
             let age_ms = backlog.oldest_ms.map_or(0, |oldest| taskgate_shared::task::now_ms().saturating_sub(oldest));

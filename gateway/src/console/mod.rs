@@ -329,8 +329,30 @@ async fn task(
         inspection.timeline.push(entry);
         tracing::info!(target: "taskgate::audit", action = "reveal", task_id = %id, by = %viewer.name(), "console: sensitive fields shown");
     }
-    let view = TaskView { id: id.as_str(), inspection: &inspection, reveal, trace_url: trace_url(&state, &inspection) };
+    let waiting_for = waiting_for_pool(&state, &inspection).await;
+    let view = TaskView {
+        id: id.as_str(),
+        inspection: &inspection,
+        reveal,
+        trace_url: trace_url(&state, &inspection),
+        waiting_for,
+    };
     Ok(html(views::task(&viewer, &view)))
+}
+
+/// The pool a queued task waits for, when no live worker of that pool has sent a heartbeat
+/// lately (one read of the live workers, with the page; the self-refreshing part never asks).
+async fn waiting_for_pool(state: &AppState, inspection: &taskgate_shared::store::Inspection) -> Option<String> {
+    use taskgate_shared::store::DEFAULT_POOL;
+    let record = &inspection.record;
+    if record.get("status").map(String::as_str) != Some("working") || record.contains_key("holder") {
+        return None;
+    }
+    // A record or a worker status from before pools is the default pool's.
+    let pool = record.get("pool").map_or(DEFAULT_POOL, String::as_str);
+    let workers = state.store.live_workers().await.ok()?;
+    let served = workers.iter().any(|(_, status, _)| status["pool"].as_str().unwrap_or(DEFAULT_POOL) == pool);
+    (!served).then(|| pool.to_owned())
 }
 
 async fn task_fragment(
@@ -340,7 +362,7 @@ async fn task_fragment(
 ) -> Result<Response, ConsoleError> {
     let (id, inspection) = inspect(&state, &viewer, &id).await?;
     // Never revealed: the fragment refreshes without a page load that could be logged.
-    let view = TaskView { id: id.as_str(), inspection: &inspection, reveal: false, trace_url: None };
+    let view = TaskView { id: id.as_str(), inspection: &inspection, reveal: false, trace_url: None, waiting_for: None };
     Ok(html(views::task_live(&view)))
 }
 

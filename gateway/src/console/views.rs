@@ -119,13 +119,15 @@ pub(super) fn overview(
                 div.scroll {
                     table #workers {
                         thead { tr {
-                            th scope="col" { "Worker" } th scope="col" { "Running now" } th scope="col" { "Busy slots at its heartbeat" } th scope="col" { "Tools" }
+                            th scope="col" { "Worker" } th scope="col" { "Pool" } th scope="col" { "Running now" } th scope="col" { "Busy slots at its heartbeat" } th scope="col" { "Tools" }
                             th scope="col" { "Upstream servers (connections up)" }
                         } }
                         tbody {
                             @for worker in workers {
                                 tr {
                                     td { code { (worker.id) } }
+                                    // Workers from before pools publish none: they were `default`.
+                                    td { code { @if worker.status["pool"].is_string() { (text(&worker.status["pool"])) } @else { "default" } } }
                                     td { (worker.running.unwrap_or(0)) }
                                     td {
                                         (text(&worker.status["busy"])) " / " (text(&worker.status["slots"]))
@@ -316,6 +318,8 @@ pub(super) struct TaskView<'a> {
     pub(super) inspection: &'a Inspection,
     pub(super) reveal: bool,
     pub(super) trace_url: Option<String>,
+    /// The pool this queued task waits for, when none of its workers is alive.
+    pub(super) waiting_for: Option<String>,
 }
 
 pub(super) fn task(viewer: &Viewer, view: &TaskView<'_>) -> Markup {
@@ -331,11 +335,15 @@ pub(super) fn task(viewer: &Viewer, view: &TaskView<'_>) -> Markup {
                 dt { "Tenant" } dd { (field("tenant")) }
                 dt { "Principal" } dd { (field("principal")) }
                 dt { "Tool" } dd { code { (field("tool")) } }
+                dt { "Pool" } dd { code { @if record.contains_key("pool") { (field("pool")) } @else { "default" } } }
                 dt { "Created" } dd { (timestamp(field("created"))) }
                 dt { "Time to live" } dd { (field("ttl")) " ms" }
                 dt { "Poll interval" } dd { (field("poll")) " ms" }
                 dt { "Reclaims" } dd { (field("reclaims")) }
                 @if let Some(url) = &view.trace_url { dt { "Trace" } dd { a href=(url) rel="noreferrer" { "Open the trace" } } }
+            }
+            @if let Some(pool) = &view.waiting_for {
+                p #waiting-for-pool.note { "Waiting for a worker of pool " code { (pool) } ": none has sent a heartbeat lately." }
             }
             h2 { "Arguments" }
             (sensitive(view.reveal, record.get("args").map(String::as_str)))

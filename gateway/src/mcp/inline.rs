@@ -66,6 +66,7 @@ impl InlineRun {
         call: &Call<'_>,
         id: TaskId,
         tool: &str,
+        pool: &str,
         arguments: &str,
         poll_interval_ms: u64,
         gathered: &crate::mrtr::Gathered,
@@ -74,7 +75,7 @@ impl InlineRun {
         let timeout = state.config.inline_timeout;
         let owner = call.principal.owner();
         let watch = state.events.watch(&[id.as_str()], 64);
-        let shape = TaskShape { ttl_ms: hidden_ttl_ms(&state.config), poll_interval_ms, status_message: None };
+        let shape = TaskShape { pool, ttl_ms: hidden_ttl_ms(&state.config), poll_interval_ms, status_message: None };
         write_task(call, &id, tool, arguments, shape, gathered, Durability::Primary).await?;
         Ok(Self {
             state: state.clone(),

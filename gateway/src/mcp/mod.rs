@@ -107,6 +107,8 @@ pub(crate) fn task_id(params: &Params<'_>) -> Result<TaskId, RpcError> {
 
 /// How long a new task lives, how often it may be polled, and how it starts.
 pub(crate) struct TaskShape<'a> {
+    /// The worker pool whose queue the task goes on: the catalogue's route for the tool.
+    pub(crate) pool: &'a str,
     pub(crate) ttl_ms: u64,
     pub(crate) poll_interval_ms: u64,
     pub(crate) status_message: Option<&'a str>,
@@ -145,6 +147,7 @@ pub(crate) async fn write_task(
         id,
         owner: &owner,
         tool,
+        pool: shape.pool,
         arguments,
         ttl_ms: shape.ttl_ms,
         poll_interval_ms: shape.poll_interval_ms,

@@ -1,6 +1,10 @@
 //! The tool catalogue: workers publish their tools' specs as a heartbeat; gateways read the
 //! specs some live worker still serves.
 //!
+//! Each worker belongs to one pool; the catalogue also keeps, per tool, the pool its new tasks
+//! are queued on (the route: the live pool that most recently started serving it; see
+//! `scripts/publish_tools.lua` and docs/design.md, "Worker pools").
+//!
 //! A spec is data, so publishing is idempotent; during a rolling deploy that changes a tool,
 //! `tools/list` changes once, when the first new worker publishes. Every entry carries an expiry
 //! that each heartbeat pushes out, so a tool leaves the listing once no live worker serves it.
@@ -20,6 +24,8 @@ use crate::tools::offerings::Offering;
 pub struct Published {
     /// Tool specs by name.
     pub tools: BTreeMap<String, ToolSpec>,
+    /// The pool each tool's new tasks are queued on, by tool name.
+    pub routes: BTreeMap<String, String>,
     /// Prompts, resources and templates by catalogue key.
     pub offerings: BTreeMap<String, Offering>,
     /// Entries that did not parse (or whose key did not match), by name.
@@ -28,9 +34,10 @@ pub struct Published {
 
 impl Store {
     /// Publishes these specs, offerings and hidden task names (see `tools::offerings`), live for
-    /// `ttl`, with this worker's configuration digest (empty: none) and its status (`worker`:
-    /// its id and status JSON, for the operator console), and removes specs and workers no
-    /// heartbeat renewed. Returns the digests of every live worker (one round trip).
+    /// `ttl`, with this worker's configuration digest (empty: none), its status (`worker`: its
+    /// id and status JSON, for the operator console) and its pool, and removes specs and
+    /// workers no heartbeat renewed. Returns the digests of every live worker (one round trip).
+    #[allow(clippy::too_many_arguments)]
     pub async fn publish_tools(
         &self,
         specs: &[ToolSpec],
@@ -38,16 +45,19 @@ impl Store {
         hidden: &[&str],
         digest: &str,
         worker: (&str, &str),
+        pool: &str,
         ttl: Duration,
     ) -> Result<Vec<String>, StoreError> {
         let keys = self.keys().catalogue();
         let mut invocation = scripts::PUBLISH_TOOLS.key(&keys.specs);
         invocation.key(&keys.live).key(&keys.digests).key(&keys.workers).key(&keys.workers_live);
+        invocation.key(&keys.serving).key(&keys.serving_since).key(&keys.routes);
         invocation
             .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1))
             .arg(digest)
             .arg(worker.0)
-            .arg(worker.1);
+            .arg(worker.1)
+            .arg(pool);
         for spec in specs {
             let json = serde_json::to_string(spec).map_err(|e| StoreError::UnexpectedReply(e.to_string()))?;
             invocation.arg(&spec.descriptor.name).arg(json);
@@ -86,12 +96,25 @@ impl Store {
             .collect())
     }
 
-    /// Whether some live worker serves `tool` (its catalogue entry has not run out by this
-    /// host's clock; the TTL dwarfs any sane skew).
-    pub async fn tool_is_live(&self, tool: &str) -> Result<bool, StoreError> {
+    /// Whether some live worker of `pool` serves `tool` (its catalogue entry has not run out
+    /// by this host's clock; the TTL dwarfs any sane skew). A tool no pool has a route for was
+    /// published only by workers from before pools, which were all `default` ones.
+    pub async fn tool_is_live(&self, tool: &str, pool: &str) -> Result<bool, StoreError> {
         let keys = self.keys().catalogue();
-        let expiry: Option<f64> = redis::cmd("ZSCORE").arg(&keys.live).arg(tool).query_async(&mut self.conn()).await?;
-        Ok(expiry.is_some_and(|ms| ms > crate::task::now_ms() as f64))
+        let (in_pool, anywhere, route): (Option<f64>, Option<f64>, Option<String>) = redis::pipe()
+            .cmd("ZSCORE")
+            .arg(&keys.serving)
+            .arg(format!("{pool} {tool}"))
+            .cmd("ZSCORE")
+            .arg(&keys.live)
+            .arg(tool)
+            .cmd("HGET")
+            .arg(&keys.routes)
+            .arg(tool)
+            .query_async(&mut self.conn())
+            .await?;
+        let live = |expiry: Option<f64>| expiry.is_some_and(|ms| ms > crate::task::now_ms() as f64);
+        Ok(live(in_pool) || (pool == super::DEFAULT_POOL && route.is_none() && live(anywhere)))
     }
 
     /// Reads everything a live worker publishes, tools sorted by name. Entries that do not parse
@@ -99,9 +122,15 @@ impl Store {
     /// `/` is a prompt, resource or template (tool names have none).
     pub async fn read_catalogue(&self) -> Result<Published, StoreError> {
         let keys = self.keys().catalogue();
-        let reply: Vec<Value> =
-            scripts::READ_TOOLS.key(&keys.specs).key(&keys.live).invoke_async(&mut self.conn()).await?;
-        let raw = Reply::new(reply).pairs(1)?;
+        let reply: Vec<Value> = scripts::READ_TOOLS
+            .key(&keys.specs)
+            .key(&keys.live)
+            .key(&keys.routes)
+            .invoke_async(&mut self.conn())
+            .await?;
+        let reply = Reply::new(reply);
+        let raw = reply.pairs(1)?;
+        let mut routes: BTreeMap<String, String> = reply.pairs(2)?.into_iter().collect();
         let mut published = Published::default();
         for (name, json) in raw {
             if name.contains('/') {
@@ -115,6 +144,9 @@ impl Store {
             }
             match serde_json::from_str::<ToolSpec>(&json) {
                 Ok(spec) if spec.descriptor.name == name => {
+                    // A route that could not name a pool is ignored rather than made into a key.
+                    let pool = routes.remove(&name).filter(|p| super::is_pool_name(p));
+                    published.routes.insert(name.clone(), pool.unwrap_or_else(|| super::DEFAULT_POOL.to_owned()));
                     published.tools.insert(name, spec);
                 }
                 _ => published.bad.push(name),

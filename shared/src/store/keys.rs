@@ -16,6 +16,21 @@ use crate::task::TaskId;
 /// The consumer group every worker reads the dispatch streams with.
 pub const WORKER_GROUP: &str = "workers";
 
+/// The worker pool a worker joins unless told otherwise; its queues keep the names they had
+/// before pools existed, so an upgrade moves no key.
+pub const DEFAULT_POOL: &str = "default";
+
+/// The longest pool name: it goes into key names and metrics labels.
+pub const MAX_POOL_LEN: usize = 32;
+
+/// Whether `name` can name a pool: 1 to [`MAX_POOL_LEN`] characters of `[a-z0-9-]`, so it can
+/// never carry a hash tag (`{`), a separator the catalogue splits on (a space) or a label
+/// Prometheus mangles.
+pub fn is_pool_name(name: &str) -> bool {
+    (1..=MAX_POOL_LEN).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
 /// Key and channel names of one namespace.
 #[derive(Debug, Clone)]
 pub struct Keys {
@@ -35,9 +50,11 @@ pub struct TaskKeys {
     pub issued: String,
     /// STRING: the client's last poll, for poll-rate enforcement.
     pub poll: String,
-    /// STREAM: the shard's dispatch queue.
+    /// STREAM: the shard's dispatch queue of the `default` pool (another pool's:
+    /// [`Keys::queue`]).
     pub stream: String,
-    /// ZSET: the shard's lease index, task id -> lease expiry (ms).
+    /// ZSET: the shard's lease index, task id -> lease expiry (ms). One per shard whatever the
+    /// pool, so any worker's reaper finds any expired lease.
     pub leases: String,
     /// LIST: the task's transitions, JSON each (`timeline` in the scripts' prelude).
     pub timeline: String,
@@ -67,11 +84,19 @@ pub struct CatalogueKeys {
     pub workers: String,
     /// ZSET: worker id -> when its last heartbeat runs out (ms).
     pub workers_live: String,
+    /// ZSET: `"<pool> <tool>"` -> when the last heartbeat of a worker of that pool serving that
+    /// tool runs out (ms): liveness per (tool, pool).
+    pub serving: String,
+    /// HASH: `"<pool> <tool>"` -> when that pair last became live (ms): what picks the route.
+    pub serving_since: String,
+    /// HASH: tool -> the pool new tasks of it are queued on (docs/design.md, "Worker pools").
+    pub routes: String,
 }
 
 /// The keys of one queue shard.
 #[derive(Debug, Clone)]
 pub struct ShardKeys {
+    /// The `default` pool's queue of the shard (another pool's: [`Keys::queue`]).
     pub stream: String,
     pub leases: String,
 }
@@ -113,6 +138,13 @@ impl Keys {
         ShardKeys { stream: format!("{ns}:{tag}:queue"), leases: format!("{ns}:{tag}:leases") }
     }
 
+    /// STREAM: the dispatch queue of `pool` on `shard`, in the shard's hash tag (one slot with
+    /// the shard's records and lease index). The `default` pool keeps the pre-pool name.
+    pub fn queue(&self, shard: u8, pool: &str) -> String {
+        let (ns, tag) = (&self.ns, shard_tag(shard));
+        if pool == DEFAULT_POOL { format!("{ns}:{tag}:queue") } else { format!("{ns}:{tag}:pool:{pool}:queue") }
+    }
+
     /// A tenant's limit keys. They share a hash tag derived from the tenant (hashed, so no
     /// tenant name can break the tag), so one script checks them all.
     pub fn tenant(&self, tenant: &str) -> TenantKeys {
@@ -136,6 +168,9 @@ impl Keys {
             digests: format!("{ns}:{{catalogue}}:digests"),
             workers: format!("{ns}:{{catalogue}}:workers"),
             workers_live: format!("{ns}:{{catalogue}}:workers:live"),
+            serving: format!("{ns}:{{catalogue}}:serving"),
+            serving_since: format!("{ns}:{{catalogue}}:serving:since"),
+            routes: format!("{ns}:{{catalogue}}:routes"),
         }
     }
 
@@ -192,5 +227,17 @@ mod tests {
             assert!(key.starts_with("tg:{s0a}:"), "{key}");
         }
         assert_eq!(keys.shard(10).stream, k.stream);
+        assert_eq!(keys.queue(10, DEFAULT_POOL), k.stream, "the default pool keeps the pre-pool name");
+        assert_eq!(keys.queue(10, "gpu"), "tg:{s0a}:pool:gpu:queue");
+    }
+
+    #[test]
+    fn pool_names_are_short_lowercase_words() {
+        for good in ["default", "gpu", "a", "gpu-2", &"x".repeat(32)] {
+            assert!(is_pool_name(good), "{good}");
+        }
+        for bad in ["", "GPU", "gpu pool", "{s00}", "gpu_2", "é", &"x".repeat(33)] {
+            assert!(!is_pool_name(bad), "{bad}");
+        }
     }
 }

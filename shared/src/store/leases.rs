@@ -151,12 +151,12 @@ pub enum Reclaimed {
 }
 
 impl Store {
-    /// Creates the worker consumer group on each shard stream (from the start, so entries
-    /// written before the group existed are delivered too).
-    pub async fn ensure_groups(&self, shards: u16) -> Result<(), StoreError> {
+    /// Creates the worker consumer group on each shard's queue of `pool` (from the start, so
+    /// entries written before the group existed are delivered too).
+    pub async fn ensure_groups(&self, shards: u16, pool: &str) -> Result<(), StoreError> {
         let mut conn = self.conn();
         for shard in 0..shards.min(256) {
-            let stream = self.keys().shard(shard as u8).stream;
+            let stream = self.keys().queue(shard as u8, pool);
             let created: Result<(), _> = redis::cmd("XGROUP")
                 .arg("CREATE")
                 .arg(&stream)
@@ -174,12 +174,14 @@ impl Store {
         Ok(())
     }
 
-    /// Blocks up to `block` (at most [`MAX_BLOCK`]) for at most `count` new deliveries on the
-    /// given shards. Runs on a dedicated connection (see [`Store::blocking_connection`]).
+    /// Blocks up to `block` (at most [`MAX_BLOCK`]) for at most `count` new deliveries on
+    /// `pool`'s queues of the given shards. Runs on a dedicated connection (see
+    /// [`Store::blocking_connection`]).
     pub async fn read_deliveries(
         &self,
         conn: &mut Conn,
         shards: &[u8],
+        pool: &str,
         consumer: &str,
         count: usize,
         block: Duration,
@@ -194,7 +196,7 @@ impl Store {
             .arg(u64::try_from(block.min(MAX_BLOCK).as_millis()).unwrap_or(u64::MAX))
             .arg("STREAMS");
         for shard in shards {
-            cmd.arg(self.keys().shard(*shard).stream);
+            cmd.arg(self.keys().queue(*shard, pool));
         }
         for _ in shards {
             cmd.arg(">");
@@ -203,16 +205,17 @@ impl Store {
         Ok(reply.map(deliveries).unwrap_or_default())
     }
 
-    /// Takes over deliveries that a dead consumer read but never claimed (idle longer than
-    /// `min_idle`), so they are claimed by the normal path.
+    /// Takes over deliveries on `pool`'s queue of a shard that a dead consumer read but never
+    /// claimed (idle longer than `min_idle`), so they are claimed by the normal path.
     pub async fn take_stale_deliveries(
         &self,
         shard: u8,
+        pool: &str,
         consumer: &str,
         min_idle: Duration,
         count: usize,
     ) -> Result<Vec<Delivery>, StoreError> {
-        let stream = self.keys().shard(shard).stream;
+        let stream = self.keys().queue(shard, pool);
         let reply: Value = redis::cmd("XAUTOCLAIM")
             .arg(&stream)
             .arg(WORKER_GROUP)
@@ -233,12 +236,18 @@ impl Store {
         Ok(entries.iter().filter_map(stream_entry).collect())
     }
 
-    /// Deletes the consumers of a shard's group that have nothing pending: `own` (this worker's,
-    /// on a clean exit) whatever its idle time, others idle for at least `min_idle`. Returns how
-    /// many went.
-    pub async fn reap_consumers(&self, shard: u8, own: Option<&str>, min_idle: Duration) -> Result<u64, StoreError> {
+    /// Deletes the consumers of the group on `pool`'s queue of a shard that have nothing
+    /// pending: `own` (this worker's, on a clean exit) whatever its idle time, others idle for at
+    /// least `min_idle`. Returns how many went.
+    pub async fn reap_consumers(
+        &self,
+        shard: u8,
+        pool: &str,
+        own: Option<&str>,
+        min_idle: Duration,
+    ) -> Result<u64, StoreError> {
         let deleted: u64 = scripts::REAP_CONSUMERS
-            .key(self.keys().shard(shard).stream)
+            .key(self.keys().queue(shard, pool))
             .arg(WORKER_GROUP)
             .arg(millis(min_idle))
             .arg(own.unwrap_or(""))
@@ -247,13 +256,20 @@ impl Store {
         Ok(deleted)
     }
 
-    /// Claims a delivered task: fenced lease for `lease`, stream entry acked. Sent again for
-    /// the same worker and entry after a lost reply, it answers the same claim.
-    pub async fn claim(&self, delivery: &Delivery, worker: &str, lease: Duration) -> Result<Option<Claim>, StoreError> {
+    /// Claims a task delivered from `pool`'s queue: fenced lease for `lease`, stream entry
+    /// acked. Sent again for the same worker and entry after a lost reply, it answers the same
+    /// claim.
+    pub async fn claim(
+        &self,
+        delivery: &Delivery,
+        pool: &str,
+        worker: &str,
+        lease: Duration,
+    ) -> Result<Option<Claim>, StoreError> {
         let keys = self.keys().task(&delivery.task_id);
         let reply: Vec<Value> = scripts::CLAIM_TASK
             .key(&keys.record)
-            .key(&keys.stream)
+            .key(self.keys().queue(delivery.task_id.shard(), pool))
             .key(&keys.leases)
             .key(&keys.answers)
             .key(&keys.timeline)
@@ -439,26 +455,30 @@ impl Store {
         Ok(Fenced::try_from(Reply::new(reply))?.written())
     }
 
-    /// Hands a held task back to the queue (draining), or ends it: cancelled when a cancel was
-    /// pending, failed when it holds a question that cannot outlive this worker.
-    pub async fn release(&self, lease: Lease<'_>, cancelled_message: &str) -> Result<Released, StoreError> {
+    /// Hands a held task back to its pool's queue (draining), or ends it: cancelled when a
+    /// cancel was pending, failed when it holds a question that cannot outlive this worker.
+    /// `pool`: the releasing worker's, where the task came from (checked by the script).
+    pub async fn release(&self, lease: Lease<'_>, pool: &str, cancelled_message: &str) -> Result<Released, StoreError> {
         let keys = self.keys().task(lease.task_id);
-        let reply: Vec<Value> = scripts::RELEASE_TASK
-            .key(&keys.record)
-            .key(&keys.leases)
-            .key(&keys.stream)
-            .key(&keys.inputs)
-            .key(&keys.timeline)
-            .arg(lease.task_id.as_str())
-            .arg(lease.worker)
-            .arg(lease.fence)
-            .arg(cancelled_message)
-            .arg(self.events_channel(lease.task_id))
-            .arg(HELD_LOST_ERROR.as_str())
-            .arg(HELD_LOST)
-            .invoke_async(&mut self.conn())
+        let reply = self
+            .on_pool_queue(lease.task_id, pool, |queue: String, pool: &str| {
+                let mut call = scripts::RELEASE_TASK.key(&keys.record);
+                call.key(&keys.leases)
+                    .key(queue)
+                    .key(&keys.inputs)
+                    .key(&keys.timeline)
+                    .arg(lease.task_id.as_str())
+                    .arg(lease.worker)
+                    .arg(lease.fence)
+                    .arg(cancelled_message)
+                    .arg(self.events_channel(lease.task_id))
+                    .arg(HELD_LOST_ERROR.as_str())
+                    .arg(HELD_LOST)
+                    .arg(pool);
+                call
+            })
             .await?;
-        Released::try_from(Reply::new(reply))
+        Released::try_from(reply)
     }
 
     /// Task ids in a shard's lease index whose lease is due by the caller's clock. A hint:
@@ -476,33 +496,39 @@ impl Store {
         Ok(ids.iter().filter_map(|id| TaskId::parse(id)).collect())
     }
 
-    /// Requeues (or fails, past `max_reclaims`) a task whose lease expired.
+    /// Requeues (or fails, past `max_reclaims`) a task whose lease expired, onto the queue of
+    /// the task's own pool (the record's), whichever pool the reaping worker is in: `pool` is
+    /// only the first guess (the reaper's own, right for most of what it finds).
     pub async fn reclaim(
         &self,
         task_id: &TaskId,
+        pool: &str,
         max_reclaims: u32,
         failure_error: &str,
         failure_message: &str,
         cancelled_message: &str,
     ) -> Result<Reclaimed, StoreError> {
         let keys = self.keys().task(task_id);
-        let reply: Vec<Value> = scripts::RECLAIM_TASK
-            .key(&keys.record)
-            .key(&keys.leases)
-            .key(&keys.stream)
-            .key(&keys.inputs)
-            .key(&keys.timeline)
-            .arg(task_id.as_str())
-            .arg(max_reclaims)
-            .arg(failure_error)
-            .arg(failure_message)
-            .arg(cancelled_message)
-            .arg(self.events_channel(task_id))
-            .arg(HELD_LOST_ERROR.as_str())
-            .arg(HELD_LOST)
-            .invoke_async(&mut self.conn())
+        let reply = self
+            .on_pool_queue(task_id, pool, |queue: String, pool: &str| {
+                let mut call = scripts::RECLAIM_TASK.key(&keys.record);
+                call.key(&keys.leases)
+                    .key(queue)
+                    .key(&keys.inputs)
+                    .key(&keys.timeline)
+                    .arg(task_id.as_str())
+                    .arg(max_reclaims)
+                    .arg(failure_error)
+                    .arg(failure_message)
+                    .arg(cancelled_message)
+                    .arg(self.events_channel(task_id))
+                    .arg(HELD_LOST_ERROR.as_str())
+                    .arg(HELD_LOST)
+                    .arg(pool);
+                call
+            })
             .await?;
-        Reclaimed::try_from(Reply::new(reply))
+        Reclaimed::try_from(reply)
     }
 }
 
@@ -543,9 +569,10 @@ pub struct Backlog {
 }
 
 impl Store {
-    /// Reads the backlog of every shard: one round trip per shard, the shards concurrently.
-    pub async fn backlog(&self, shards: u16) -> Result<Backlog, StoreError> {
-        let reads = (0..shards.min(256)).map(|shard| self.shard_backlog(shard as u8));
+    /// Reads the backlog of `pool`'s queues on every shard: one round trip per shard, the
+    /// shards concurrently.
+    pub async fn backlog(&self, shards: u16, pool: &str) -> Result<Backlog, StoreError> {
+        let reads = (0..shards.min(256)).map(|shard| self.shard_backlog(shard as u8, pool));
         let mut total = Backlog::default();
         for shard in futures::future::join_all(reads).await {
             let shard = shard?;
@@ -560,8 +587,8 @@ impl Store {
 
     /// `claim_task` deletes every entry it takes (claimed or skipped), so a shard's stream holds
     /// exactly the entries not yet claimed, oldest first: one pipeline, within the shard's slot.
-    async fn shard_backlog(&self, shard: u8) -> Result<Backlog, StoreError> {
-        let stream = self.keys().shard(shard).stream;
+    async fn shard_backlog(&self, shard: u8, pool: &str) -> Result<Backlog, StoreError> {
+        let stream = self.keys().queue(shard, pool);
         type Entries = Vec<(String, HashMap<String, String>)>;
         let (depth, oldest): (u64, Entries) = redis::pipe()
             .cmd("XLEN")

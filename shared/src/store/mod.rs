@@ -19,6 +19,7 @@ mod error;
 mod keys;
 mod leases;
 mod limits;
+mod pools;
 mod reply;
 mod scripts;
 mod tasks;
@@ -31,7 +32,9 @@ pub use dedicated::{Exclusive, Held, MAX_BLOCK, ShardSubscriber, Subscriber};
 pub use diagnosis::Diagnosis;
 pub use endpoint::{Endpoint, TlsPem, redact};
 pub use error::StoreError;
-pub use keys::{CatalogueKeys, Keys, ShardKeys, TaskKeys, TenantKeys, WORKER_GROUP};
+pub use keys::{
+    CatalogueKeys, DEFAULT_POOL, Keys, MAX_POOL_LEN, ShardKeys, TaskKeys, TenantKeys, WORKER_GROUP, is_pool_name,
+};
 pub use leases::{
     Backlog, Claim, Delivery, Finish, HeldAnswer, Hold, Lease, Parked, Reclaimed, Released, Renewal, Started, entry_ms,
 };

@@ -22,6 +22,7 @@ mod code {
     pub(crate) const KEY_REUSED: i64 = -5;
     pub(crate) const EXISTS: i64 = -6;
     pub(crate) const TOO_SOON: i64 = -9;
+    pub(crate) const OTHER_POOL: i64 = -10;
 }
 
 /// A script's reply array.
@@ -352,6 +353,12 @@ impl Reply {
             code::EXISTS => Err(StoreError::UnexpectedReply("task id already exists".into())),
             _ => Err(self.unexpected_code()),
         }
+    }
+
+    /// The record's pool, when an enqueueing script refused the pool whose queue it was handed
+    /// (`{-10, pool}`, the prelude's `other_pool`).
+    pub(super) fn other_pool(&self) -> Option<String> {
+        (self.code().ok()? == code::OTHER_POOL).then(|| self.string(1).ok()).flatten()
     }
 
     /// A tenant that counts against its active-task cap; empty means the task was not counted.

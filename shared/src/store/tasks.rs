@@ -13,6 +13,9 @@ pub struct NewTask<'a> {
     pub id: &'a TaskId,
     pub owner: &'a Owner,
     pub tool: &'a str,
+    /// The worker pool whose queue the task goes on (the catalogue's route for the tool); kept
+    /// in the record, so every requeue goes to the same pool.
+    pub pool: &'a str,
     /// The arguments as JSON text.
     pub arguments: &'a str,
     pub ttl_ms: u64,
@@ -174,21 +177,29 @@ impl Store {
         resume_message: Option<&str>,
     ) -> Result<Answered, StoreError> {
         let keys = self.keys().task(id);
-        let mut call = scripts::ACCEPT_INPUT.key(&keys.record);
-        call.key(&keys.inputs)
-            .key(&keys.answers)
-            .key(&keys.stream)
-            .key(&keys.timeline)
-            .arg(id.as_str())
-            .arg(&owner.tenant)
-            .arg(&owner.principal)
-            .arg(self.events_channel(id))
-            .arg(resume_message.unwrap_or(""))
-            .arg(self.keys().signal_prefix());
-        for (key, answer) in answers {
-            call.arg(key).arg(answer);
-        }
-        Answered::try_from(Reply::new(call.invoke_async(&mut self.conn()).await?))
+        // The gateway does not know the task's pool without reading the record: it guesses
+        // `default`; a task of another pool costs a second round trip (store/pools.rs).
+        let reply = self
+            .on_pool_queue(id, super::DEFAULT_POOL, |queue: String, pool: &str| {
+                let mut call = scripts::ACCEPT_INPUT.key(&keys.record);
+                call.key(&keys.inputs)
+                    .key(&keys.answers)
+                    .key(queue)
+                    .key(&keys.timeline)
+                    .arg(id.as_str())
+                    .arg(&owner.tenant)
+                    .arg(&owner.principal)
+                    .arg(self.events_channel(id))
+                    .arg(resume_message.unwrap_or(""))
+                    .arg(self.keys().signal_prefix())
+                    .arg(pool);
+                for (key, answer) in answers {
+                    call.arg(key).arg(answer);
+                }
+                call
+            })
+            .await?;
+        Answered::try_from(reply)
     }
 
     /// Publishes an ephemeral notification about a task (see `Keys::notify_channel`).
@@ -248,7 +259,9 @@ impl Store {
 fn create_invocation<'a>(store: &Store, keys: &'a super::TaskKeys, task: &NewTask<'_>) -> redis::ScriptInvocation<'a> {
     let mut call = scripts::CREATE_TASK.key(&keys.record);
     let shard = task.id.shard();
-    call.key(&keys.stream)
+    // The pool's queue is declared like every other key: the create stays one script in one
+    // slot (the shard's), one round trip.
+    call.key(store.keys().queue(shard, task.pool))
         .key(&keys.answers)
         .key(&keys.timeline)
         .key(store.keys().task_index(shard, None))
@@ -267,7 +280,8 @@ fn create_invocation<'a>(store: &Store, keys: &'a super::TaskKeys, task: &NewTas
         .arg(if task.counted { "1" } else { "0" })
         .arg(task.tool_state.unwrap_or(""))
         .arg(if task.declares_tasks { "1" } else { "0" })
-        .arg(if task.history { "1" } else { "0" });
+        .arg(if task.history { "1" } else { "0" })
+        .arg(task.pool);
     for (key, answer) in task.answers {
         call.arg(key).arg(answer);
     }

@@ -1,4 +1,5 @@
-//! Reads deliveries from the shard streams, as many as there are free slots, and claims them.
+//! Reads deliveries from this worker's pool's shard streams (never another pool's: a task is
+//! only ever queued on its own pool's stream), as many as there are free slots, and claims them.
 //!
 //! A reader holds the slots it reads for while it blocks, so it never takes work this worker
 //! cannot start at once. On a standalone Redis one reader blocks on every shard stream with one
@@ -88,7 +89,11 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
             }
         }
         let Some(c) = conn.as_mut() else { continue };
-        match shared.store.read_deliveries(c, &shards, &shared.worker_id, permits.len(), reader.block).await {
+        match shared
+            .store
+            .read_deliveries(c, &shards, &shared.config.pool, &shared.worker_id, permits.len(), reader.block)
+            .await
+        {
             Ok(deliveries) => {
                 backoff.reset();
                 // COUNT applies per stream, so a read over several shards may deliver more
@@ -117,7 +122,9 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
                 if err.is_missing_group() {
                     // Redis lost its data (a restart without persistence): recreate the groups
                     // and the catalogue rather than fail forever.
-                    if let Err(err) = shared.store.ensure_groups(shared.config.redis.queue_shards).await {
+                    if let Err(err) =
+                        shared.store.ensure_groups(shared.config.redis.queue_shards, &shared.config.pool).await
+                    {
                         tracing::warn!(error = %err, "recreating the consumer groups failed");
                     }
                     let _ = super::publish(&shared).await;
@@ -139,7 +146,11 @@ async fn take_stale(shared: &Arc<Shared>, shards: &[u8], permits: &mut Vec<Owned
         if permits.is_empty() || shared.stop_claiming.is_cancelled() {
             return;
         }
-        match shared.store.take_stale_deliveries(*shard, &shared.worker_id, lease, permits.len()).await {
+        match shared
+            .store
+            .take_stale_deliveries(*shard, &shared.config.pool, &shared.worker_id, lease, permits.len())
+            .await
+        {
             Ok(stale) => {
                 for delivery in stale {
                     let Some(permit) = permits.pop() else { break };
@@ -175,7 +186,7 @@ pub(super) fn spawn_claim(shared: &Arc<Shared>, delivery: Delivery, permit: Owne
 async fn claim(shared: &Shared, delivery: &Delivery) -> Option<taskgate_shared::store::Claim> {
     let mut delay = Duration::from_millis(100);
     for attempt in 1..=3 {
-        match shared.store.claim(delivery, &shared.worker_id, shared.config.lease).await {
+        match shared.store.claim(delivery, &shared.config.pool, &shared.worker_id, shared.config.lease).await {
             Ok(claim) => return claim,
             Err(err) => {
                 tracing::warn!(task_id = %delivery.task_id, attempt, error = %err, "claim outcome unknown; asking again");

@@ -131,17 +131,19 @@ async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
     shared.held.remove(&task_id, claim.fence);
 }
 
-/// A claimed tool this worker does not serve. Workers of a namespace should all serve the
-/// same tools, but during a rolling deploy (or with one worker misconfigured) one may claim a
-/// task it cannot run: it hands the task back for another worker rather than failing it. Only
-/// when no live worker serves the tool at all does the task fail.
+/// A claimed tool this worker does not serve. Workers of a pool should all serve the same
+/// tools, but during a rolling deploy (or with one worker misconfigured) one may claim a task
+/// it cannot run: it hands the task back for another worker of its pool rather than failing
+/// it. Only when no live worker of this pool serves the tool does the task fail: a task is
+/// never moved to another pool's queue, and no other pool's worker would claim it here.
 async fn unserved(shared: &Shared, tool: &str) -> Outcome {
-    match shared.store.tool_is_live(tool).await {
+    let pool = &shared.config.pool;
+    match shared.store.tool_is_live(tool, pool).await {
         Ok(false) => {
-            tracing::error!(tool, "claimed a tool that no live worker serves");
+            tracing::error!(tool, pool, "claimed a tool that no live worker of this pool serves");
             Outcome::Done(Err(ToolError::Rpc(RpcError::new(
                 taskgate_shared::protocol::ErrorKind::Internal,
-                format!("no worker serves tool {tool:?}"),
+                format!("no worker of pool {pool:?} serves tool {tool:?}"),
             ))))
         }
         live => {
@@ -294,7 +296,7 @@ async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) 
         }
         Outcome::CancelIgnored => finish(store, lease, Finish::Cancelled { message: CANCELLED }).await,
         Outcome::Release => {
-            return match store.release(lease, CANCELLED).await {
+            return match store.release(lease, &shared.config.pool, CANCELLED).await {
                 Ok(Released::Requeued) => {
                     tracing::info!(task_id = %task_id, fence, "lease released");
                     None

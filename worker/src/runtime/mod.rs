@@ -62,7 +62,7 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
         tokio::spawn(reaper::run(shared.clone())),
     ];
     let dispatcher = tokio::spawn(dispatcher::run(shared.clone()));
-    tracing::info!(worker_id = %shared.worker_id, tools = ?shared.served.current().tools.keys().collect::<Vec<_>>(), "worker running");
+    tracing::info!(worker_id = %shared.worker_id, pool = %shared.config.pool, tools = ?shared.served.current().tools.keys().collect::<Vec<_>>(), "worker running");
 
     shutdown.await;
     tracing::info!(running = shared.held.len(), "draining: no more claims");
@@ -85,7 +85,7 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
 /// attempt; readiness turns on after.
 async fn wait_for_redis(shared: &Shared) {
     let shards = shared.config.redis.queue_shards;
-    shared.store.wait_until_usable(async || shared.store.ensure_groups(shards).await).await;
+    shared.store.wait_until_usable(async || shared.store.ensure_groups(shards, &shared.config.pool).await).await;
     shared.redis_usable.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
@@ -125,6 +125,7 @@ pub(crate) async fn publish(shared: &Shared) -> Result<(), taskgate_shared::stor
             shared.served.hidden(),
             own,
             (&shared.worker_id, &status(shared).to_string()),
+            &shared.config.pool,
             shared.config.catalogue_ttl,
         )
         .await?;
@@ -144,6 +145,7 @@ fn status(shared: &Shared) -> serde_json::Value {
         "slots": shared.config.concurrency,
         "busy": shared.held.len(),
         "tools": shared.served.current().specs.len(),
+        "pool": shared.config.pool,
         "upstreams": upstreams,
         // When these figures were true: the console shows their age beside them.
         "at": taskgate_shared::task::now_ms(),
@@ -155,7 +157,9 @@ fn status(shared: &Shared) -> serde_json::Value {
 /// once it is empty and idle).
 async fn remove_consumers(shared: &Shared) {
     for shard in 0..shared.config.redis.queue_shards.min(256) {
-        if let Err(err) = shared.store.reap_consumers(shard as u8, Some(&shared.worker_id), Duration::MAX).await {
+        if let Err(err) =
+            shared.store.reap_consumers(shard as u8, &shared.config.pool, Some(&shared.worker_id), Duration::MAX).await
+        {
             tracing::warn!(shard, error = %err, "could not delete this worker's consumer");
         }
     }

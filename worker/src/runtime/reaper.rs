@@ -1,8 +1,10 @@
 //! Recovery from dead workers, run by every worker (several racing reapers are safe: each step
 //! re-checks the record inside its script).
 //!
-//! - Expired leases: requeue the task (or fail it past `--max-reclaims`).
-//! - Consumers of dead workers, once nothing is pending on them (the readers take pending
+//! - Expired leases: requeue the task (or fail it past `--max-reclaims`), onto its own pool's
+//!   queue whichever pool this worker is in: the lease index is per shard, not per pool, so a
+//!   pool whose every worker died still gets its tasks requeued for when one comes back.
+//! - Consumers of dead workers of this worker's pool, once nothing is pending on them (the readers take pending
 //!   deliveries over; see the dispatcher).
 
 use std::sync::Arc;
@@ -35,7 +37,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
         for shard in 0..shared.config.redis.queue_shards.min(256) {
             reclaim_shard(&shared, shard as u8, &failure).await;
             // A consumer idle for two leases is not reading: a live worker reads every second.
-            if let Err(err) = shared.store.reap_consumers(shard as u8, None, lease * 2).await {
+            if let Err(err) = shared.store.reap_consumers(shard as u8, &shared.config.pool, None, lease * 2).await {
                 tracing::warn!(shard, error = %err, "deleting idle consumers failed");
             }
         }
@@ -52,6 +54,9 @@ async fn reclaim_shard(shared: &Shared, shard: u8, failure: &str) {
             .store
             .reclaim(
                 &id,
+                // A first guess: the lease index is the shard's, so a lease of another pool's
+                // task is found here too, and the store requeues it onto that pool's queue.
+                &shared.config.pool,
                 shared.config.max_reclaims,
                 failure,
                 "The task failed: its worker was lost too often.",

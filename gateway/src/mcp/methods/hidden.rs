@@ -41,7 +41,10 @@ pub(crate) async fn run(
     };
     let id = TaskId::generate(call.state.config.redis.queue_shards);
     crate::limits::admit_task(call.state, &call.principal, &id, inline::hidden_ttl_ms(&call.state.config)).await?;
-    let run = InlineRun::start(call, id, method, &arguments.to_string(), POLL_MS, &gathered).await?;
+    // Prompts, resources and completions are answered by the `default` pool's workers: the
+    // catalogue routes tools only (docs/design.md, "Worker pools").
+    let pool = taskgate_shared::store::DEFAULT_POOL;
+    let run = InlineRun::start(call, id, method, pool, &arguments.to_string(), POLL_MS, &gathered).await?;
     // These methods have no progress or log notices to forward.
     let forwarding = Forwarding::new(None, None, call.state.config.sse_keep_alive);
     Finisher::new(call, binding, gathered.answers, cache).drive(call, run, forwarding).await

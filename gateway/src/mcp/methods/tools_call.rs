@@ -76,11 +76,11 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     let ttl_ms = if as_task { spec.ttl_ms } else { inline::hidden_ttl_ms(&call.state.config) };
     crate::limits::admit_task(call.state, &call.principal, &id, ttl_ms).await?;
     if as_task {
-        let snapshot = create(call, id, name, stored, spec, &gathered).await?;
+        let snapshot = create(call, id, name, &tool.pool, stored, spec, &gathered).await?;
         return Ok(Reply::Result(result::with_type(result::TASK, snapshot.task_fields())));
     }
 
-    let run = InlineRun::start(call, id, name, stored, spec.poll_interval_ms, &gathered).await?;
+    let run = InlineRun::start(call, id, name, &tool.pool, stored, spec.poll_interval_ms, &gathered).await?;
     let forwarding = Forwarding::new(
         call.meta.progress_token.clone(),
         call.meta.log_level.as_deref(),
@@ -109,12 +109,14 @@ async fn create(
     call: &Call<'_>,
     id: TaskId,
     tool: &str,
+    pool: &str,
     arguments: &str,
     spec: &ToolSpec,
     gathered: &mrtr::Gathered,
 ) -> Result<Snapshot, GatewayError> {
     let owner: Owner = call.principal.owner();
     let shape = TaskShape {
+        pool,
         ttl_ms: spec.ttl_ms,
         poll_interval_ms: spec.poll_interval_ms,
         status_message: spec.status_message.as_deref(),

@@ -3,18 +3,22 @@
 -- When no request is left outstanding the task goes back to working and onto its shard's queue;
 -- a held task (hold_for_input) goes back to the worker holding it instead, through its signal
 -- channel, with "answered <id>".
--- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] answers hash   KEYS[4] shard stream
+-- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] answers hash
+-- KEYS[4] the queue of pool ARGV[7] on the task's shard
 -- KEYS[5] timeline
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] events channel
 -- ARGV[5] status message when resumed ('' = keep)   ARGV[6] signal channel prefix
--- ARGV[7..] key, response JSON pairs
+-- ARGV[7] the pool whose queue KEYS[4] is   ARGV[8..] key, response JSON pairs
 -- Returns {1, version, resumed 0|1, ms spent in input_required when resumed (else -1)}
---       | {0} nothing applied | {-1} not found (or not the owner).
+--       | {0} nothing applied | {-1} not found (or not the owner)
+--       | {-10, pool} the owner's parked task belongs to this other pool: nothing written, ask
+--         again with that pool's queue (checked before any answer is taken, so a retry applies
+--         them exactly once).
 -- Publishes "<id> <version> <status>" when anything changed.
 local rcall = redis.call
 local record, inputs, answers, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'created', 'ttl', 'parked', 'held', 'holder',
-  'lease')
+  'lease', 'pool')
 if not f[1] or f[1] ~= ARGV[2] or f[2] ~= ARGV[3] then return {-1} end
 if f[3] ~= 'input_required' then return {0} end
 local t = rcall('TIME')
@@ -22,8 +26,13 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- A held question whose holder's lease lapsed cannot be answered any more (its session is
 -- gone): nothing is taken, and the reaper fails the task.
 if f[7] and (not f[8] or tonumber(f[9] or '0') <= now) then return {0} end
+-- A held task's answer goes to its holder, not to a queue; a parked one may be requeued.
+if not f[7] then
+  local wrong = other_pool(f[10], ARGV[7])
+  if wrong then return wrong end
+end
 local applied = 0
-for i = 7, #ARGV, 2 do
+for i = 8, #ARGV, 2 do
   if rcall('HDEL', inputs, ARGV[i]) == 1 then
     rcall('HSET', answers, ARGV[i], ARGV[i + 1])
     applied = applied + 1

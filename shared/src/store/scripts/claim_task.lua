@@ -5,7 +5,9 @@
 -- Idempotent for one (worker, entry): a re-sent claim whose first run took the lease (its reply
 -- was lost) answers that same claim again instead of "not claimable", so the lease is not held
 -- by a worker that never runs the task.
--- KEYS[1] task record   KEYS[2] shard stream   KEYS[3] shard lease index   KEYS[4] answers hash
+-- KEYS[1] task record   KEYS[2] the stream it was delivered from (the claiming worker's pool's
+-- queue on the shard; only a task of that pool is ever put there)   KEYS[3] shard lease index
+-- KEYS[4] answers hash
 -- KEYS[5] timeline
 -- ARGV[1] stream entry id   ARGV[2] task id   ARGV[3] worker id   ARGV[4] lease ms
 -- ARGV[5] consumer group

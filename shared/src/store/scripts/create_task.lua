@@ -1,7 +1,8 @@
 -- create_task: write a new task record and enqueue it on its shard, atomically.
 -- Invariants: the record and its queue entry appear together or not at all; the record
 -- expires at createdAt + ttl (PEXPIREAT), which nothing extends.
--- KEYS[1] task record (hash)      KEYS[2] shard dispatch stream   KEYS[3] answers hash
+-- KEYS[1] task record (hash)      KEYS[2] the dispatch stream of the task's pool on its shard
+-- KEYS[3] answers hash
 -- KEYS[4] timeline (list)   KEYS[5] the shard's task index   KEYS[6] the shard's index of the tenant
 --   (sorted sets: task id -> expiry ms; what the operator console lists; readers skip entries
 --   whose record has expired)
@@ -15,7 +16,9 @@
 -- ARGV[14] '1' when the Tasks extension's declaration was left out of ARGV[11] (store/compact.rs)
 -- ARGV[15] '1' to keep the task's history for the operator console: its timeline (which every
 --   later transition appends to, RPUSHX: only where it exists) and its index entries
--- ARGV[16..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
+-- ARGV[16] the worker pool the task is queued for (KEYS[2] is its queue); kept in the record, so
+--   every later requeue goes to the same pool's queue
+-- ARGV[17..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
 -- Returns {1, createdAtMs} | {-6} the id exists for another owner or tool.
 -- Idempotent: the same owner repeating the same id for the same tool (a create re-sent after
 -- its reply was lost) gets the task it made, unchanged, instead of an error it would retry
@@ -39,7 +42,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- One HSET with the optional fields folded in: each command inside a script costs Redis a call.
 local fields = {'tenant', ARGV[2], 'principal', ARGV[3], 'tool', ARGV[4], 'args', ARGV[5],
   'status', 'working', 'created', now, 'updated', now, 'ttl', ARGV[6], 'poll', ARGV[7],
-  'ver', 1, 'fence', 0, 'reclaims', 0, 'caps', ARGV[11], 'counted', ARGV[12]}
+  'ver', 1, 'fence', 0, 'reclaims', 0, 'caps', ARGV[11], 'counted', ARGV[12], 'pool', ARGV[16]}
 local function optional(field, value)
   if value ~= '' then fields[#fields + 1] = field; fields[#fields + 1] = value end
 end
@@ -49,8 +52,8 @@ optional('tstate', ARGV[13])
 if ARGV[14] == '1' then optional('capx', '1') end
 rcall('HSET', record, unpack(fields))
 rcall('PEXPIREAT', record, now + tonumber(ARGV[6]))
-if #ARGV > 15 then
-  for i = 16, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
+if #ARGV > 16 then
+  for i = 17, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
   rcall('PEXPIREAT', answers, now + tonumber(ARGV[6]))
 end
 if ARGV[15] == '1' then

@@ -1,19 +1,23 @@
 -- read_tools: the catalogue as gateways list it: only the specs some live worker still serves
--- (its live-index entry has not expired by Redis's clock).
--- KEYS[1] specs hash   KEYS[2] live index
--- Returns {1, {name, spec JSON, ...}}.
+-- (its live-index entry has not expired by Redis's clock), and the pool each one's new tasks
+-- are queued on (publish_tools keeps the route; none: `default`, as before pools existed).
+-- KEYS[1] specs hash   KEYS[2] live index   KEYS[3] routes (name -> pool)
+-- Returns {1, {name, spec JSON, ...}, {name, pool, ...}}.
 local rcall = redis.call
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local names = rcall('ZRANGEBYSCORE', KEYS[2], '(' .. now, '+inf')
-local out = {}
+local out, routed = {}, {}
 if #names > 0 then
   local values = rcall('HMGET', KEYS[1], unpack(names))
+  local pools = rcall('HMGET', KEYS[3], unpack(names))
   for i, name in ipairs(names) do
     if values[i] then
       out[#out + 1] = name
       out[#out + 1] = values[i]
+      routed[#routed + 1] = name
+      routed[#routed + 1] = pools[i] or 'default'
     end
   end
 end
-return {1, out}
+return {1, out, routed}

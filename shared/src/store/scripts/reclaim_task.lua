@@ -3,19 +3,22 @@
 -- task and counts a reclaim; past the maximum the task fails; a requested cancel ends it
 -- cancelled. Safe when several reapers race. A held task (hold_for_input) whose lease lapsed
 -- lost the upstream session its question belonged to: it fails, it is not requeued.
--- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] shard stream   KEYS[4] inputs hash
+-- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] the queue of pool ARGV[9] on the shard
+-- KEYS[4] inputs hash
 -- KEYS[5] timeline
 -- ARGV[1] task id   ARGV[2] max reclaims   ARGV[3] failure error JSON   ARGV[4] failure message
 -- ARGV[5] cancelled message   ARGV[6] events channel   ARGV[7] held-lost error JSON
--- ARGV[8] held-lost message
+-- ARGV[8] held-lost message   ARGV[9] the pool whose queue KEYS[3] is
 -- Returns {1} requeued | {2, ver, tenant} failed | {3, ver, tenant} cancelled | {0} nothing to do
+--       | {-10, pool} it would be requeued but belongs to this other pool: nothing written, ask
+--         again with that pool's queue
 --       | {4, tenant} the task had already ended (a replay of a reclaim that failed or cancelled
 --         it, whose reply was lost: the caller still releases the active-task slot)
 -- (tenant is '' when the task was not counted as active).
 local rcall = redis.call
 local record, leases, stream, inputs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local f = rcall('HMGET', record, 'status', 'holder', 'lease', 'reclaims', 'cancel', 'tenant', 'counted', 'held',
-  'fence')
+  'fence', 'pool')
 local held = f[1] == 'input_required' and f[8]
 if (f[1] ~= 'working' and not held) or not f[2] then
   rcall('ZREM', leases, ARGV[1])
@@ -29,6 +32,11 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if tonumber(f[3]) > now then
   rcall('ZADD', leases, f[3], ARGV[1])
   return {0}
+end
+-- Only a requeue needs the task's own queue; failing or cancelling it writes no stream.
+if not held and not f[5] and tonumber(f[4] or '0') + 1 <= tonumber(ARGV[2]) then
+  local wrong = other_pool(f[10], ARGV[9])
+  if wrong then return wrong end
 end
 rcall('HDEL', record, 'holder', 'lease', 'held')
 rcall('ZREM', leases, ARGV[1])

@@ -2,16 +2,23 @@
 -- takes it at once instead of after the lease expires. Not counted as a reclaim. A requested
 -- cancel ends the task cancelled instead. A held question (hold_for_input) cannot go with the
 -- task: its session ends with this worker, so the task fails at once instead.
--- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] shard stream   KEYS[4] inputs hash
+-- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] the queue of pool ARGV[8] on the shard
+-- KEYS[4] inputs hash
 -- KEYS[5] timeline
 -- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] cancelled message
 -- ARGV[5] events channel   ARGV[6] held-lost error JSON   ARGV[7] held-lost message
--- Returns {1} requeued | {3, ver} cancelled | {4, ver} failed (held) | {-2} lease lost.
+-- ARGV[8] the pool whose queue KEYS[3] is (the releasing worker's)
+-- Returns {1} requeued | {3, ver} cancelled | {4, ver} failed (held) | {-2} lease lost
+--       | {-10, pool} it would be requeued but belongs to this other pool: nothing written.
 local rcall = redis.call
 local record, leases, stream = KEYS[1], KEYS[2], KEYS[3]
-local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'cancel', 'held')
+local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'cancel', 'held', 'pool')
 local held = f[1] == 'input_required' and f[5]
 if (f[1] ~= 'working' and not held) or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
+if not held and not f[4] then
+  local wrong = other_pool(f[6], ARGV[8])
+  if wrong then return wrong end
+end
 rcall('HDEL', record, 'holder', 'lease', 'held')
 rcall('ZREM', leases, ARGV[1])
 if held then
