@@ -83,6 +83,7 @@ CUSTOM_SCHEMAS = {
             "selector": _LABEL_SELECTOR,
             "namespaceSelector": {"type": "object"},
             "jobLabel": _STR,
+            "podTargetLabels": {"type": "array", "items": _STR},
             "endpoints": {
                 "type": "array", "minItems": 1,
                 "items": {
@@ -264,13 +265,48 @@ def check_probes(target, deployment, container, listen_port):
         fail(f"{target}: {name_of(deployment)}: readiness must be /readyz and liveness /healthz")
 
 
+POOL_NAME = re.compile(r"[a-z0-9-]{1,32}")
+
+
+def cross_check_worker(target, wk, configmaps, gw_env):
+    wk_spec = wk["spec"]["template"]["spec"]
+    wk_c = wk_spec["containers"][0]
+    wk_env = env_of(wk_c, configmaps)
+    metrics = wk_env.get("TASKGATE_METRICS_LISTEN") or flag(wk_c.get("args", []), "--metrics-listen")
+    if not metrics:
+        fail(f"{target}: {name_of(wk)} has no TASKGATE_METRICS_LISTEN / --metrics-listen (its probes need it)")
+    else:
+        check_probes(target, wk, wk_c, port_of(metrics))
+    lease_s = int(wk_env.get("TASKGATE_LEASE_MS") or 30000) / 1000
+    drain_s = int(wk_env.get("TASKGATE_DRAIN_GRACE_MS") or 20000) / 1000
+    grace = wk_spec.get("terminationGracePeriodSeconds", 30)
+    if grace <= lease_s + drain_s:
+        fail(f"{target}: {name_of(wk)}: terminationGracePeriodSeconds {grace} must exceed lease ({lease_s} s) + drain grace ({drain_s} s)")
+    for key in ("TASKGATE_NAMESPACE", "TASKGATE_QUEUE_SHARDS"):
+        if gw_env.get(key) != wk_env.get(key):
+            fail(f"{target}: {key} differs between gateway ({gw_env.get(key)}) and {name_of(wk)} ({wk_env.get(key)})")
+
+
+# Secrets an overlay expects to be created outside kustomize (docs/kubernetes.md).
+EXTERNAL_SECRETS = {
+    "production": {"taskgate-secrets"},
+    "keda": {"taskgate-secrets"},
+    "pools": {"taskgate-secrets", "taskgate-upstream-github"},
+}
+
+
 def cross_checks(target, docs):
     configmaps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d.get("kind") == "ConfigMap"}
     deployments = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "Deployment"}
-    for name in ("taskgate-gateway", "taskgate-worker"):
-        if name not in deployments:
-            fail(f"{target}: no Deployment {name}")
-            return
+    # Workers: taskgate-worker, or one Deployment per pool (overlays/pools).
+    workers = [d for d in deployments.values()
+               if d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "worker"]
+    if "taskgate-gateway" not in deployments:
+        fail(f"{target}: no Deployment taskgate-gateway")
+        return
+    if not workers:
+        fail(f"{target}: no worker Deployment (taskgate-worker, or one per pool)")
+        return
     gw = deployments["taskgate-gateway"]
     gw_spec = gw["spec"]["template"]["spec"]
     gw_c = gw_spec["containers"][0]
@@ -291,23 +327,16 @@ def cross_checks(target, docs):
     if "TASKGATE_REDIS_URL" not in gw_env:
         fail(f"{target}: gateway has no TASKGATE_REDIS_URL")
 
-    wk = deployments["taskgate-worker"]
-    wk_spec = wk["spec"]["template"]["spec"]
-    wk_c = wk_spec["containers"][0]
-    wk_env = env_of(wk_c, configmaps)
-    metrics = wk_env.get("TASKGATE_METRICS_LISTEN") or flag(wk_c.get("args", []), "--metrics-listen")
-    if not metrics:
-        fail(f"{target}: worker has no TASKGATE_METRICS_LISTEN / --metrics-listen (its probes need it)")
-    else:
-        check_probes(target, wk, wk_c, port_of(metrics))
-    lease_s = int(wk_env.get("TASKGATE_LEASE_MS") or 30000) / 1000
-    drain_s = int(wk_env.get("TASKGATE_DRAIN_GRACE_MS") or 20000) / 1000
-    grace = wk_spec.get("terminationGracePeriodSeconds", 30)
-    if grace <= lease_s + drain_s:
-        fail(f"{target}: worker terminationGracePeriodSeconds {grace} must exceed lease ({lease_s} s) + drain grace ({drain_s} s)")
-    for key in ("TASKGATE_NAMESPACE", "TASKGATE_QUEUE_SHARDS"):
-        if gw_env.get(key) != wk_env.get(key):
-            fail(f"{target}: {key} differs between gateway ({gw_env.get(key)}) and worker ({wk_env.get(key)})")
+    pools = {}
+    for wk in workers:
+        cross_check_worker(target, wk, configmaps, gw_env)
+        pool = env_of(wk["spec"]["template"]["spec"]["containers"][0], configmaps).get("TASKGATE_POOL") or "default"
+        if not POOL_NAME.fullmatch(pool):
+            fail(f"{target}: {name_of(wk)}: TASKGATE_POOL {pool!r} is not a pool name ([a-z0-9-], 1 to 32)")
+        if pool in pools:
+            # Two Deployments of one pool would each scale on the same backlog.
+            fail(f"{target}: {name_of(wk)} and {name_of(pools[pool])} are both pool {pool!r}")
+        pools[pool] = wk
 
     for d in docs:
         if d.get("kind") in ("Deployment", "StatefulSet"):
@@ -327,7 +356,7 @@ def cross_checks(target, docs):
     # PodDisruptionBudgets, targets of autoscalers. (production and keda expect the Secret to be
     # created outside kustomize.)
     secrets = {d["metadata"]["name"] for d in docs if d.get("kind") == "Secret"}
-    external_secrets = {"taskgate-secrets"} if target in ("production", "keda") else set()
+    external_secrets = EXTERNAL_SECRETS.get(target, set())
     workloads = [d for d in docs if d.get("kind") in ("Deployment", "StatefulSet")]
     for w in workloads:
         pod = w["spec"]["template"]["spec"]
