@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 use taskgate_shared::store::{Delivery, Lease, Released, Store, WORKER_GROUP};
 use taskgate_shared::task::{Owner, TaskId};
-use taskgate_tests::{Stack, eventually};
+use taskgate_tests::{Stack, Topology, eventually};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -103,11 +103,22 @@ async fn the_replay_after_an_answer_skips_the_recorded_steps() {
     );
 }
 
+mod a_stale_fence_cannot_record_a_step {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn standalone() {
+        super::a_stale_fence_cannot_record_a_step(super::Topology::Standalone).await
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cluster() {
+        super::a_stale_fence_cannot_record_a_step(super::Topology::Cluster).await
+    }
+}
+
 /// A step written under a stale fencing token is refused and writes nothing; the holder's is
-/// recorded, expires with the task, and comes back with the next claim.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stale_fence_cannot_record_a_step() {
-    let stack = Stack::builder().workers(0).spawn().await;
+/// recorded, expires with the task, and comes back with the next claim. On a Cluster too: the
+/// steps hash is in the task's slot, so one script checks the lease and writes the step.
+async fn a_stale_fence_cannot_record_a_step(topology: Topology) {
+    let stack = topology.builder().workers(0).spawn().await;
     let store = stack.store();
     let owner = Owner { tenant: "acme".into(), principal: "alice".into() };
     let id = TaskId::generate(16);
