@@ -68,6 +68,9 @@ const HELD_LOOK_AGAIN: Duration = Duration::from_secs(2);
 pub const MAX_STEP_BYTES: usize = 256 * 1024;
 /// The most durable steps one task may record over its lifetime.
 pub const MAX_STEPS: usize = 1_000;
+/// The most bytes of step results one task may record in all: what every claim of the task
+/// reads back.
+pub const MAX_STEPS_TOTAL_BYTES: usize = 8 * 1024 * 1024;
 /// The longest step name, in bytes.
 pub const MAX_STEP_NAME_BYTES: usize = 256;
 
@@ -177,6 +180,9 @@ pub struct ToolContext {
     /// Step names this run has reached (replayed, running or recorded), and how many steps it
     /// ran or is running (new records, against [`MAX_STEPS`]).
     steps_seen: Mutex<(HashSet<String>, usize)>,
+    /// Bytes of step results recorded so far, the claim's and this run's (against
+    /// [`MAX_STEPS_TOTAL_BYTES`]).
+    steps_bytes: Mutex<usize>,
 }
 
 /// What a suspended call leaves for the park: its requests, the status message, the state.
@@ -213,6 +219,7 @@ impl ToolContext {
             held: AtomicU32::new(0),
             recorded_steps: claim.steps.iter().cloned().collect(),
             steps_seen: Mutex::default(),
+            steps_bytes: Mutex::new(claim.steps.iter().map(|(name, result)| name.len() + result.len()).sum()),
         }
     }
 
@@ -296,7 +303,8 @@ impl ToolContext {
     ///   (or while it runs) is a programming error and fails the task. Names are 1 to
     ///   [`MAX_STEP_NAME_BYTES`] bytes.
     /// - A result is at most [`MAX_STEP_BYTES`] serialized; a task records at most
-    ///   [`MAX_STEPS`] steps. Over either, the step fails the task (nothing is recorded).
+    ///   [`MAX_STEPS`] steps and [`MAX_STEPS_TOTAL_BYTES`] in all (every claim reads them
+    ///   back). Over any, the step fails the task (nothing is recorded).
     /// - A record refused by fencing ends the run as a lost lease ([`ToolError::LeaseLost`]);
     ///   a record whose outcome is unknown (Redis unreachable) does too, so the lease runs out
     ///   and the next run decides from what Redis holds.
@@ -346,6 +354,15 @@ impl ToolContext {
                 "the result of step {name:?} was {} bytes, over the {MAX_STEP_BYTES}-byte limit",
                 text.len()
             )));
+        }
+        {
+            let mut total = self.steps_bytes.lock().expect("lock poisoned: a holder panicked");
+            if *total + name.len() + text.len() > MAX_STEPS_TOTAL_BYTES {
+                return Err(internal(format!(
+                    "step {name:?} would take the task's recorded steps over {MAX_STEPS_TOTAL_BYTES} bytes"
+                )));
+            }
+            *total += name.len() + text.len();
         }
         match self.store.record_step(self.lease(), name, &text).await {
             Ok(true) => Ok(value),
@@ -619,6 +636,9 @@ mod tests {
         let full = context((0..MAX_STEPS).map(|n| (format!("s{n}"), "1".to_owned())).collect());
         let over = full.step("one-more", async { Ok(1_u8) }).await;
         assert!(is_internal(&over, "steps per task"), "{over:?}");
+        let heavy = context((0..32).map(|n| (format!("s{n}"), "x".repeat(MAX_STEP_BYTES - 8))).collect());
+        let over = heavy.step("one-more", async { Ok("y".repeat(1_000)) }).await;
+        assert!(is_internal(&over, "recorded steps over"), "{over:?}");
     }
 
     #[tokio::test]
