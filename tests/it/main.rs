@@ -33,6 +33,7 @@ mod redis_tls;
 mod run_local;
 mod single_slot;
 mod state_machine;
+mod steps;
 mod upstream;
 mod upstream_hostile;
 mod upstream_servers;

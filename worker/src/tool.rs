@@ -13,7 +13,8 @@
 //! - keys are unique over the task's lifetime: a key once asked is never asked with a new
 //!   request (ask a new key instead);
 //! - side effects before a suspension must be idempotent, keyed by the task id (the fencing
-//!   token changes on every run), or checkpointed elsewhere.
+//!   token changes on every run), or checkpointed: in a durable step ([`ToolContext::step`]),
+//!   or elsewhere.
 //!
 //! A tool that would rather continue than replay saves a small JSON state with its requests
 //! ([`ToolContext::suspend_saving`]); the run after the answers reads it back with
@@ -22,17 +23,36 @@
 //! requests parks the task once, under keys of that round, and the next run sends the answers
 //! and the state back to the server instead of starting the call over.
 //!
+//! # Durable steps
+//!
+//! [`ToolContext::step`] runs a piece of work once per task rather than once per run: its
+//! result (JSON) is recorded with the task under the run's fenced lease, and every later run
+//! (after a crash and reclaim, a release, or the replay after an answer) gets the recorded
+//! result instead of running the work again. The recorded steps come with the claim.
+//!
+//! - **Exactly-once: the recorded result.** Once a step is recorded, every run of the task sees
+//!   that value, and a run whose lease was lost cannot record anything.
+//! - **Not exactly-once: the side effect inside a step.** A run that stops after the effect
+//!   and before the record (its worker died, its lease was lost) leaves no record, and the next
+//!   run does the step again: at-least-once within a step. Give effects on other systems an
+//!   idempotency key such as `(task id, step name)`.
+//! - Errors are not recorded: a step that fails runs again on the next run.
+//! - Step names are unique per task (the same name twice in one run fails the task); at most
+//!   [`MAX_STEPS`] steps per task, [`MAX_STEP_BYTES`] per result.
+//!
 //! Cancellation is cooperative: watch [`ToolContext::cancelled`] or call
 //! [`ToolContext::checkpoint`]. A tool that ignores a cancel is stopped after the worker's cancel
 //! grace period.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use taskgate_shared::protocol::{ErrorKind, RpcError};
 use taskgate_shared::store::{Claim, HeldAnswer, Hold, Lease, Started, Store};
@@ -44,9 +64,26 @@ use tokio_util::sync::CancellationToken;
 /// How often a held question's answer is looked up without a signal (pub/sub is lossy).
 const HELD_LOOK_AGAIN: Duration = Duration::from_secs(2);
 
+/// The largest serialized result one durable step may record ([`ToolContext::step`]).
+pub const MAX_STEP_BYTES: usize = 256 * 1024;
+/// The most durable steps one task may record over its lifetime.
+pub const MAX_STEPS: usize = 1_000;
+/// The most bytes of step results one task may record in all: what every claim of the task
+/// reads back.
+pub const MAX_STEPS_TOTAL_BYTES: usize = 8 * 1024 * 1024;
+/// The longest step name, in bytes.
+pub const MAX_STEP_NAME_BYTES: usize = 256;
+
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A tool a worker can run.
+///
+/// A call may run more than once for one task: after its worker dies (the lease runs out and
+/// another worker claims it), after a release, and after every answered question (the replay
+/// contract, above). Work that must not be repeated goes in durable steps
+/// ([`ToolContext::step`]): exactly-once is the recorded result of a step, while the effect
+/// inside a step is at-least-once (a run that died before the record repeats it); keep work
+/// before a suspension idempotent or in steps.
 pub trait Tool: Send + Sync + 'static {
     /// What gateways list and validate against.
     fn spec(&self) -> ToolSpec;
@@ -138,6 +175,14 @@ pub struct ToolContext {
     answered: Arc<Notify>,
     /// Questions held open by this run so far (they number its keys).
     held: AtomicU32,
+    /// Durable steps recorded by earlier runs (returned with the claim), name -> result JSON.
+    recorded_steps: HashMap<String, String>,
+    /// Step names this run has reached (replayed, running or recorded), and how many steps it
+    /// ran or is running (new records, against [`MAX_STEPS`]).
+    steps_seen: Mutex<(HashSet<String>, usize)>,
+    /// Bytes of step results recorded so far, the claim's and this run's (against
+    /// [`MAX_STEPS_TOTAL_BYTES`]).
+    steps_bytes: Mutex<usize>,
 }
 
 /// What a suspended call leaves for the park: its requests, the status message, the state.
@@ -172,6 +217,9 @@ impl ToolContext {
             cancel,
             answered,
             held: AtomicU32::new(0),
+            recorded_steps: claim.steps.iter().cloned().collect(),
+            steps_seen: Mutex::default(),
+            steps_bytes: Mutex::new(claim.steps.iter().map(|(name, result)| name.len() + result.len()).sum()),
         }
     }
 
@@ -228,6 +276,101 @@ impl ToolContext {
                 // Written or not is unknown: start nothing. The lease runs out and the next run
                 // decides, at worst refusing a call that never went out.
                 tracing::warn!(task_id = %self.task_id, error = %err, "could not record the start of a side effect");
+                Err(ToolError::LeaseLost)
+            }
+        }
+    }
+
+    /// Runs `work` as the durable step `name`: once per task, not once per run.
+    ///
+    /// The first run to finish the step records its result (serialized as JSON) with one
+    /// fenced write; every later run of the task (after a crash and reclaim, a release, or the
+    /// replay after an answered question) gets the recorded result back without polling `work`
+    /// at all (a future does nothing until polled, so `ctx.step("charge", async { … })` is
+    /// enough). The recorded steps come with the claim: a replayed step costs no Redis round
+    /// trip, a step that runs costs one (its record).
+    ///
+    /// What is exactly-once is the *recorded result*: every run after the record sees the same
+    /// value. The side effect inside `work` is at-least-once: a run that stops (its worker
+    /// dies, its lease is lost) after the effect and before the record leaves nothing, and the
+    /// next run does the step again. Key such effects by `(task id, step name)` where the other
+    /// system takes an idempotency key.
+    ///
+    /// - An error from `work` is returned and **not** recorded: the next run runs the step
+    ///   again, and this run may call the same step again to retry it (a failure is usually
+    ///   worth retrying; return a value describing the failure when it should stick).
+    /// - Names are unique per task: reaching a step name again in one run after it succeeded
+    ///   (or while it runs) is a programming error and fails the task. Names are 1 to
+    ///   [`MAX_STEP_NAME_BYTES`] bytes.
+    /// - A result is at most [`MAX_STEP_BYTES`] serialized; a task records at most
+    ///   [`MAX_STEPS`] steps and [`MAX_STEPS_TOTAL_BYTES`] in all (every claim reads them
+    ///   back). Over any, the step fails the task (nothing is recorded).
+    /// - A record refused by fencing ends the run as a lost lease ([`ToolError::LeaseLost`]);
+    ///   a record whose outcome is unknown (Redis unreachable) does too, so the lease runs out
+    ///   and the next run decides from what Redis holds.
+    /// - Steps compose with [`input`](Self::input): a tool that asks after its third step is
+    ///   replayed after the answer with steps 1–3 returned from the record.
+    pub async fn step<T, F>(&self, name: &str, work: F) -> Result<T, ToolError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: Future<Output = Result<T, ToolError>>,
+    {
+        let internal = |message: String| ToolError::Rpc(RpcError::new(ErrorKind::Internal, message));
+        if name.is_empty() || name.len() > MAX_STEP_NAME_BYTES {
+            return Err(internal(format!("a step name must be 1 to {MAX_STEP_NAME_BYTES} bytes; got {name:?}")));
+        }
+        {
+            let mut seen = self.steps_seen.lock().expect("lock poisoned: a holder panicked");
+            if !seen.0.insert(name.to_owned()) {
+                return Err(internal(format!("step {name:?} ran twice in one run; step names are unique per task")));
+            }
+            if !self.recorded_steps.contains_key(name) {
+                if self.recorded_steps.len() + seen.1 >= MAX_STEPS {
+                    return Err(internal(format!("step {name:?} is over the limit of {MAX_STEPS} steps per task")));
+                }
+                // Reserved now, so steps run side by side stay within the bound too.
+                seen.1 += 1;
+            }
+        }
+        if let Some(recorded) = self.recorded_steps.get(name) {
+            tracing::debug!(task_id = %self.task_id, step = name, "step replayed from its record");
+            return serde_json::from_str(recorded)
+                .map_err(|err| internal(format!("the recorded result of step {name:?} does not fit its type: {err}")));
+        }
+        let value = match work.await {
+            Ok(value) => value,
+            Err(err) => {
+                // Not recorded: the step may be tried again, in this run or the next.
+                let mut seen = self.steps_seen.lock().expect("lock poisoned: a holder panicked");
+                seen.0.remove(name);
+                seen.1 -= 1;
+                return Err(err);
+            }
+        };
+        let text = serde_json::to_string(&value)
+            .map_err(|err| internal(format!("the result of step {name:?} could not be serialized: {err}")))?;
+        if text.len() > MAX_STEP_BYTES {
+            return Err(internal(format!(
+                "the result of step {name:?} was {} bytes, over the {MAX_STEP_BYTES}-byte limit",
+                text.len()
+            )));
+        }
+        {
+            let mut total = self.steps_bytes.lock().expect("lock poisoned: a holder panicked");
+            if *total + name.len() + text.len() > MAX_STEPS_TOTAL_BYTES {
+                return Err(internal(format!(
+                    "step {name:?} would take the task's recorded steps over {MAX_STEPS_TOTAL_BYTES} bytes"
+                )));
+            }
+            *total += name.len() + text.len();
+        }
+        match self.store.record_step(self.lease(), name, &text).await {
+            Ok(true) => Ok(value),
+            Ok(false) => Err(ToolError::LeaseLost),
+            Err(err) => {
+                // Recorded or not is unknown: go no further. The lease runs out and the next
+                // run replays the step or runs it again, from what Redis holds.
+                tracing::warn!(task_id = %self.task_id, step = name, error = %err, "could not record a step");
                 Err(ToolError::LeaseLost)
             }
         }
@@ -436,4 +579,74 @@ pub fn accepted(answer: &Value) -> Option<&serde_json::Map<String, Value>> {
 /// The action of an elicitation answer (`accept`, `decline` or `cancel`).
 pub fn answer_action(answer: &Value) -> Option<&str> {
     answer.get("action").and_then(Value::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use taskgate_shared::store::{Claim, Endpoint, Store};
+    use taskgate_shared::task::TaskId;
+
+    use super::*;
+
+    /// A context whose claim returned `steps`; its store points nowhere (these checks come
+    /// before any write).
+    fn context(steps: Vec<(String, String)>) -> ToolContext {
+        let claim = Claim {
+            task_id: TaskId::generate(16),
+            fence: 3,
+            tool: "t".into(),
+            arguments: "{}".into(),
+            traceparent: None,
+            cancel_requested: false,
+            answers: Vec::new(),
+            client_capabilities: "{}".into(),
+            tenant: None,
+            tool_state: None,
+            steps,
+        };
+        let store = Store::connect_lazy(&Endpoint::new("redis://127.0.0.1:1"), "t", Duration::from_millis(50))
+            .expect("a lazy store");
+        ToolContext::for_claim(&claim, "w".into(), store, CancellationToken::new(), Arc::default())
+    }
+
+    fn is_internal(result: &Result<impl std::fmt::Debug, ToolError>, needle: &str) -> bool {
+        matches!(result, Err(ToolError::Rpc(err)) if err.message.contains(needle))
+    }
+
+    #[tokio::test]
+    async fn a_recorded_step_is_replayed_without_running() {
+        let ctx = context(vec![("count".into(), "42".into())]);
+        let value: u32 = ctx.step("count", async { panic!("a recorded step must not run") }).await.unwrap();
+        assert_eq!(value, 42);
+        let again = ctx.step("count", async { Ok(1_u32) }).await;
+        assert!(is_internal(&again, "unique per task"), "{again:?}");
+        let wrong: Result<String, _> = ctx.step("other", async { Ok("x".to_owned()) }).await;
+        assert!(matches!(wrong, Err(ToolError::LeaseLost)), "an unreachable store ends the run: {wrong:?}");
+    }
+
+    #[tokio::test]
+    async fn steps_are_bounded() {
+        let ctx = context(Vec::new());
+        let big = ctx.step("big", async { Ok("x".repeat(MAX_STEP_BYTES)) }).await;
+        assert!(is_internal(&big, "-byte limit"), "{big:?}");
+        let unnamed = ctx.step("", async { Ok(1_u8) }).await;
+        assert!(is_internal(&unnamed, "step name"), "{unnamed:?}");
+        let full = context((0..MAX_STEPS).map(|n| (format!("s{n}"), "1".to_owned())).collect());
+        let over = full.step("one-more", async { Ok(1_u8) }).await;
+        assert!(is_internal(&over, "steps per task"), "{over:?}");
+        let heavy = context((0..32).map(|n| (format!("s{n}"), "x".repeat(MAX_STEP_BYTES - 8))).collect());
+        let over = heavy.step("one-more", async { Ok("y".repeat(1_000)) }).await;
+        assert!(is_internal(&over, "recorded steps over"), "{over:?}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_step_may_be_tried_again() {
+        let ctx = context(Vec::new());
+        let failed: Result<u32, _> = ctx.step("flaky", async { Err(ToolError::Cancelled(None)) }).await;
+        assert_eq!(failed, Err(ToolError::Cancelled(None)));
+        let retried: Result<u32, _> = ctx.step("flaky", async { Err(ToolError::Cancelled(None)) }).await;
+        assert_eq!(retried, Err(ToolError::Cancelled(None)), "not refused as a second use of the name");
+    }
 }

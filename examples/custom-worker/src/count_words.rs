@@ -15,6 +15,15 @@
 //!   `ctx.task_id()`;
 //! - ask only for input the caller declared it can give (`ctx.client_declares("elicitation")`);
 //!   otherwise decide without asking.
+//!
+//! # A durable step
+//!
+//! The count is a durable step (`ctx.step("count", async { … })`): the first run records its
+//! result with the task, and the replay after the confirmation gets it back without counting
+//! again. A step's recorded result is exactly-once; what happens inside the step is
+//! at-least-once (a run that dies before the record leaves nothing, and the next run does the
+//! step again), so a step that calls another system should pass it an idempotency key such as
+//! `(ctx.task_id(), step name)`.
 
 use serde_json::{Value, json};
 use taskgate_shared::tools::{Execution, ToolSpec};
@@ -44,7 +53,7 @@ impl Tool for CountWords {
     fn call<'a>(&'a self, arguments: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
             let text = arguments.get("text").and_then(Value::as_str).unwrap_or_default();
-            let words = text.split_whitespace().count();
+            let words: usize = ctx.step("count", async { Ok(text.split_whitespace().count()) }).await?;
             if words > CONFIRM_ABOVE && ctx.client_declares("elicitation") {
                 let question = elicitation_form(
                     &format!("The text has {words} words. Count them?"),

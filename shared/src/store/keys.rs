@@ -48,6 +48,9 @@ pub struct TaskKeys {
     pub answers: String,
     /// SET: every input key ever issued (never reused).
     pub issued: String,
+    /// HASH: the task's recorded durable steps, step name -> result JSON; expires with the
+    /// record.
+    pub steps: String,
     /// STRING: the client's last poll, for poll-rate enforcement.
     pub poll: String,
     /// STREAM: the shard's dispatch queue of the `default` pool (another pool's:
@@ -114,6 +117,7 @@ impl Keys {
             inputs: format!("{ns}:{tag}:task:{id}:in"),
             answers: format!("{ns}:{tag}:task:{id}:ans"),
             issued: format!("{ns}:{tag}:task:{id}:issued"),
+            steps: format!("{ns}:{tag}:task:{id}:steps"),
             poll: format!("{ns}:{tag}:task:{id}:poll"),
             stream: format!("{ns}:{tag}:queue"),
             leases: format!("{ns}:{tag}:leases"),
@@ -223,7 +227,7 @@ mod tests {
         let keys = Keys::new("tg");
         let id = TaskId::parse(&format!("tsk_0a{}", "1".repeat(32))).unwrap();
         let k = keys.task(&id);
-        for key in [&k.record, &k.inputs, &k.answers, &k.issued, &k.stream, &k.leases] {
+        for key in [&k.record, &k.inputs, &k.answers, &k.issued, &k.steps, &k.stream, &k.leases] {
             assert!(key.starts_with("tg:{s0a}:"), "{key}");
         }
         assert_eq!(keys.shard(10).stream, k.stream);

@@ -36,6 +36,9 @@ pub struct Claim {
     pub tenant: Option<String>,
     /// What the tool saved when it last parked the task for input (JSON text).
     pub tool_state: Option<String>,
+    /// The durable steps earlier runs recorded, name -> result JSON text (read by the claim
+    /// itself: no extra round trip).
+    pub steps: Vec<(String, String)>,
 }
 
 /// The identity every fenced write carries.
@@ -273,6 +276,7 @@ impl Store {
             .key(&keys.leases)
             .key(&keys.answers)
             .key(&keys.timeline)
+            .key(&keys.steps)
             .arg(&delivery.entry_id)
             .arg(delivery.task_id.as_str())
             .arg(worker)
@@ -363,6 +367,23 @@ impl Store {
             .arg(lease.worker)
             .arg(lease.fence)
             .arg(state)
+            .invoke_async(&mut self.conn())
+            .await?;
+        Ok(Fenced::try_from(Reply::new(reply))?.written())
+    }
+
+    /// Records the result (JSON text) of durable step `name`, fenced, in the task's steps hash
+    /// (expiring with the record); the next claim returns it. `false` when the lease was lost
+    /// (nothing written). A step already recorded keeps its first result.
+    pub async fn record_step(&self, lease: Lease<'_>, name: &str, result: &str) -> Result<bool, StoreError> {
+        let keys = self.keys().task(lease.task_id);
+        let reply: Vec<Value> = scripts::RECORD_STEP
+            .key(&keys.record)
+            .key(&keys.steps)
+            .arg(lease.worker)
+            .arg(lease.fence)
+            .arg(name)
+            .arg(result)
             .invoke_async(&mut self.conn())
             .await?;
         Ok(Fenced::try_from(Reply::new(reply))?.written())

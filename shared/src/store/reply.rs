@@ -307,6 +307,8 @@ impl Reply {
                     ),
                     tenant: self.counted_tenant(8)?,
                     tool_state: self.string(9).ok().filter(|s| !s.is_empty()),
+                    // Absent from a reply of the script before steps existed (a rolling deploy).
+                    steps: self.pairs(11).unwrap_or_default(),
                 }))
             }
             _ => Err(self.unexpected_code()),

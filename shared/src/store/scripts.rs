@@ -51,6 +51,7 @@ scripts! {
     SAVE_STATE => "save_state",
     WITHDRAW_QUESTION => "withdraw_question",
     FAIL_TASK => "fail_task",
+    RECORD_STEP => "record_step",
 }
 
 /// The script's label for metrics and spans (`script:<name>`), by its SHA-1.

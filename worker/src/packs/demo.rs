@@ -202,6 +202,12 @@ impl Tool for Noop {
 /// Appends one line per step (`<fencing token> <step>`) to `<ledger dir>/<task id>`, a side
 /// effect outside Redis that fencing cannot guard. Two runs of one task overlapped exactly when
 /// the file's tokens ever go down: what the exclusivity tests check.
+///
+/// With `checkpoint: true` each step is a durable step ([`ToolContext::step`], named
+/// `step-<n>`): a later run of the task (after a reclaim, or the replay after an answer) skips
+/// the steps an earlier run recorded, so the file shows each step once unless a run stopped
+/// between a step's line and its record. With `askAfter: k` the tool asks `continue` (an
+/// elicitation form) once steps `0..k` are done.
 struct Ledger {
     dir: Option<std::path::PathBuf>,
 }
@@ -210,10 +216,12 @@ impl Tool for Ledger {
     fn spec(&self) -> ToolSpec {
         spec(
             "ledger",
-            "Appends one line per step to a file named after the task (the worker needs --ledger-dir); shows that two runs of one task never overlap.",
+            "Appends one line per step to a file named after the task (the worker needs --ledger-dir); shows that two runs of one task never overlap. With checkpoint, each step is a durable step that later runs skip; with askAfter, asks to continue after that many steps.",
             json!({"type":"object","properties":{
                 "steps":{"type":"integer","minimum":1,"maximum":10_000},
-                "stepMs":{"type":"integer","minimum":0,"maximum":60_000}
+                "stepMs":{"type":"integer","minimum":0,"maximum":60_000},
+                "checkpoint":{"type":"boolean","default":false},
+                "askAfter":{"type":"integer","minimum":1,"maximum":10_000}
             },"required":["steps"]}),
             3_600_000,
             500,
@@ -231,12 +239,33 @@ impl Tool for Ledger {
             };
             let steps = arguments.get("steps").and_then(Value::as_u64).unwrap_or(1);
             let step = Duration::from_millis(arguments.get("stepMs").and_then(Value::as_u64).unwrap_or(0));
+            let checkpoint = arguments.get("checkpoint").and_then(Value::as_bool).unwrap_or(false);
+            let ask_after = arguments.get("askAfter").and_then(Value::as_u64);
             let path = dir.join(ctx.task_id());
             for n in 0..steps {
                 ctx.checkpoint()?;
-                append_line(&path, &format!("{} {n}\n", ctx.fencing_token())).map_err(|err| {
-                    ToolError::Rpc(RpcError::new(ErrorKind::Internal, format!("ledger not written: {err}")))
-                })?;
+                if ask_after == Some(n) {
+                    let request = elicitation_form(
+                        &format!("{n} ledger steps are done. Continue?"),
+                        json!({"type":"object","properties":{"go":{"type":"boolean"}}}),
+                    );
+                    let answer = ctx.input("continue", request, "Waiting to continue the ledger.")?;
+                    if answer_action(&answer) != Some("accept") {
+                        return Err(ToolError::Cancelled(Some("The ledger was stopped.".into())));
+                    }
+                }
+                let write = || {
+                    append_line(&path, &format!("{} {n}\n", ctx.fencing_token())).map_err(|err| {
+                        ToolError::Rpc(RpcError::new(ErrorKind::Internal, format!("ledger not written: {err}")))
+                    })
+                };
+                if checkpoint {
+                    // The line and its record are one round trip apart: the window in which a
+                    // crash repeats the step. The pause is outside the step.
+                    ctx.step(&format!("step-{n}"), async { write() }).await?;
+                } else {
+                    write()?;
+                }
                 tokio::time::sleep(step).await;
             }
             Ok(ToolOutput::text(format!("Wrote {steps} ledger lines.")).structured(json!({

@@ -8,13 +8,13 @@
 -- KEYS[1] task record   KEYS[2] the stream it was delivered from (the claiming worker's pool's
 -- queue on the shard; only a task of that pool is ever put there)   KEYS[3] shard lease index
 -- KEYS[4] answers hash
--- KEYS[5] timeline
+-- KEYS[5] timeline   KEYS[6] steps hash (the durable steps recorded by earlier runs)
 -- ARGV[1] stream entry id   ARGV[2] task id   ARGV[3] worker id   ARGV[4] lease ms
 -- ARGV[5] consumer group
 -- Returns {1, fence, tool, args, traceparent|'', cancelRequested 0|1, answers (flat k,v list),
 --          the creator's clientCapabilities JSON, tenant if counted as active else '',
 --          the state the last park saved else '', '1' if the clientCapabilities JSON left out
---          the Tasks extension's declaration else '0'}
+--          the Tasks extension's declaration else '0', recorded steps (flat name,result list)}
 --       | {0} not claimable (gone, terminal, parked or held).
 local rcall = redis.call
 local record, stream, leases, answers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -36,4 +36,5 @@ else
   rcall('ZADD', leases, lease_until, ARGV[2])
   timeline(KEYS[5], now, {ev = 'claimed', to = 'working', fence = fence, holder = ARGV[3]})
 end
-return {1, fence, f[3], f[4], f[5] or '', f[6] and 1 or 0, rcall('HGETALL', answers), f[7] or '{}', (f[9] == '1' and f[8]) or '', f[12] or '', f[13] or '0'}
+return {1, fence, f[3], f[4], f[5] or '', f[6] and 1 or 0, rcall('HGETALL', answers), f[7] or '{}', (f[9] == '1' and f[8]) or '', f[12] or '', f[13] or '0',
+  rcall('HGETALL', KEYS[6])}
