@@ -45,6 +45,8 @@ pub struct Shared {
     /// Set once Redis has proved usable (login, scripts, a read in the namespace): readiness
     /// waits for it, so a replica with a wrong password or ACL never takes traffic.
     pub(crate) redis_usable: Arc<std::sync::atomic::AtomicBool>,
+    /// The secret idempotency keys become task ids under, read from Redis once.
+    pub(crate) idempotency_secret: tokio::sync::OnceCell<[u8; 32]>,
 }
 
 impl AppState {
@@ -79,6 +81,7 @@ impl AppState {
             listen_streams: Arc::default(),
             polls,
             redis_usable: Arc::default(),
+            idempotency_secret: tokio::sync::OnceCell::new(),
         })))
     }
 

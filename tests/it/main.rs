@@ -14,6 +14,7 @@ mod durability;
 mod example_worker;
 mod graceful;
 mod http_surface;
+mod idempotency;
 mod inline;
 mod interop;
 mod lifecycle;

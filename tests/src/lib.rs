@@ -89,5 +89,6 @@ pub fn sleep_task<'a>(
         tool_state: None,
         counted: false,
         history: true,
+        fingerprint: None,
     }
 }

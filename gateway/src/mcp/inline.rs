@@ -75,7 +75,13 @@ impl InlineRun {
         let timeout = state.config.inline_timeout;
         let owner = call.principal.owner();
         let watch = state.events.watch(&[id.as_str()], 64);
-        let shape = TaskShape { pool, ttl_ms: hidden_ttl_ms(&state.config), poll_interval_ms, status_message: None };
+        let shape = TaskShape {
+            pool,
+            ttl_ms: hidden_ttl_ms(&state.config),
+            poll_interval_ms,
+            status_message: None,
+            fingerprint: None,
+        };
         write_task(call, &id, tool, arguments, shape, gathered, Durability::Primary).await?;
         Ok(Self {
             state: state.clone(),

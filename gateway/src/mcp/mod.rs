@@ -9,6 +9,7 @@
 //! 6. the Tasks extension, for methods that need it (`-32021`);
 //! 7. the method's own params (in-band errors).
 
+pub(crate) mod idempotency;
 mod inline;
 pub(crate) mod listen;
 mod methods;
@@ -112,6 +113,8 @@ pub(crate) struct TaskShape<'a> {
     pub(crate) ttl_ms: u64,
     pub(crate) poll_interval_ms: u64,
     pub(crate) status_message: Option<&'a str>,
+    /// A keyed create's fingerprint (`idempotency::fingerprint`); `None` without a key.
+    pub(crate) fingerprint: Option<&'a str>,
 }
 
 /// How sure a new task must be before its handle leaves.
@@ -159,6 +162,7 @@ pub(crate) async fn write_task(
         tool_state: gathered.resume.as_deref(),
         counted: counts_active(state),
         history: state.config.console.is_some(),
+        fingerprint: shape.fingerprint,
     };
     tracing::Span::current().record("task_id", id.as_str());
     let replicas = match durability {
@@ -178,6 +182,10 @@ pub(crate) async fn write_task(
             let err = RpcError::new(ErrorKind::Internal, "the task could not be made durable; it was not created");
             return Err(GatewayError::Method(err));
         }
+        Err(taskgate_shared::store::StoreError::KeyReused) => return Err(idempotency::reused().into()),
+        // A keyed create is never abandoned: the task may be the one an earlier request with the
+        // same key made (this one a retry), and a retry of this one finds it by its key.
+        Err(err) if shape.fingerprint.is_some() => return Err(GatewayError::Storage(err)),
         Err(err) => {
             // The script may or may not have run: abandon whatever it left.
             abandon_task(state, id, &owner, "The task could not be created.").await;

@@ -22,6 +22,9 @@ pub struct ValidMeta {
     /// `_meta["io.modelcontextprotocol/logLevel"]`: the least severe log level the client wants
     /// as `notifications/message` (deprecated, but honoured).
     pub log_level: Option<String>,
+    /// `_meta["io.taskgate/idempotencyKey"]`: the body's form of the `Idempotency-Key` header,
+    /// for clients that cannot set a header per request. Checked where it is used.
+    pub idempotency_key: Option<String>,
 }
 
 impl ValidMeta {
@@ -50,7 +53,12 @@ struct Members<'a> {
     progress_token: Option<&'a RawValue>,
     #[serde(rename = "io.modelcontextprotocol/logLevel", default, borrow, deserialize_with = "present")]
     log_level: Option<&'a RawValue>,
+    #[serde(rename = "io.taskgate/idempotencyKey", default, borrow, deserialize_with = "present")]
+    idempotency_key: Option<&'a RawValue>,
 }
+
+/// The `_meta` member that carries an idempotency key.
+pub const IDEMPOTENCY_KEY_META: &str = "io.taskgate/idempotencyKey";
 
 /// Validates `params._meta` in the order the conformance suite expects: `_meta`, version string, version support,
 /// capabilities, then `clientInfo` when present.
@@ -80,12 +88,21 @@ pub fn validate(
         validate_client_info(&value(Some(info)).unwrap_or_default())?;
     }
     let progress_token = value(meta.progress_token).filter(|t| t.is_string() || t.is_i64() || t.is_u64());
+    let idempotency_key = match meta.idempotency_key {
+        None => None,
+        Some(raw) => Some(
+            text(Some(raw))
+                .ok_or_else(|| RpcError::invalid_params(format!("{IDEMPOTENCY_KEY_META} must be a string")))?
+                .into_owned(),
+        ),
+    };
     Ok(ValidMeta {
         protocol_version: version.into_owned(),
         capabilities,
         traceparent: text(meta.traceparent).map(Cow::into_owned),
         progress_token,
         log_level: text(meta.log_level).map(Cow::into_owned),
+        idempotency_key,
     })
 }
 

@@ -292,7 +292,16 @@ impl Store {
     /// makes it (`SET NX`), every reader gets whichever write won. No expiry: deleting the key
     /// rotates it once every gateway has restarted.
     pub async fn console_secret(&self) -> Result<[u8; 32], StoreError> {
-        let key = self.keys().console_secret();
+        self.shared_secret(self.keys().console_secret()).await
+    }
+
+    /// The secret keyed task ids are derived from (an idempotency key's task id is a MAC of
+    /// the owner and the key under it), shared by every gateway like the console's.
+    pub async fn idempotency_secret(&self) -> Result<[u8; 32], StoreError> {
+        self.shared_secret(self.keys().idempotency_secret()).await
+    }
+
+    async fn shared_secret(&self, key: String) -> Result<[u8; 32], StoreError> {
         let fresh: String = rand::random::<[u8; 32]>().iter().map(|b| format!("{b:02x}")).collect();
         let mut pipe = redis::pipe();
         pipe.cmd("SET").arg(&key).arg(&fresh).arg("NX").ignore();

@@ -19,7 +19,7 @@ impl StoreError {
             Self::Timeout(_) => return TIMEOUT,
             Self::Config(_) => return CONFIG,
             Self::PoolExhausted { .. } => return EXHAUSTED,
-            Self::UnexpectedReply(_) | Self::Corrupt(_) => return UNEXPECTED,
+            Self::UnexpectedReply(_) | Self::Corrupt(_) | Self::KeyReused => return UNEXPECTED,
         };
         classify(&code, &text)
     }

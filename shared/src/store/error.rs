@@ -17,6 +17,9 @@ pub enum StoreError {
     /// Where or how to reach Redis cannot work; the text never holds a secret.
     #[error("redis configuration: {0}")]
     Config(String),
+    /// An idempotency key that made a task for another tool or other arguments.
+    #[error("the idempotency key was used for another call")]
+    KeyReused,
 }
 
 impl StoreError {

@@ -184,6 +184,12 @@ impl Keys {
         format!("{}:console:secret", self.ns)
     }
 
+    /// The secret idempotency keys become task ids under: random, written by the first
+    /// gateway that needs it, read by every other.
+    pub fn idempotency_secret(&self) -> String {
+        format!("{}:idempotency:secret", self.ns)
+    }
+
     /// Channel of task change events: `"<taskId> <version> <status>"`. Wake-ups only: readers
     /// re-read the record (invariant 1, docs/architecture.md).
     pub fn events_channel(&self) -> String {

@@ -23,6 +23,7 @@ mod code {
     pub(crate) const EXISTS: i64 = -6;
     pub(crate) const TOO_SOON: i64 = -9;
     pub(crate) const OTHER_POOL: i64 = -10;
+    pub(crate) const IDEMPOTENCY_CONFLICT: i64 = -7;
 }
 
 /// A script's reply array.
@@ -353,6 +354,7 @@ impl Reply {
             // Another owner's task has this id (128 random bits collided, or a forged replay):
             // report it rather than overwrite it.
             code::EXISTS => Err(StoreError::UnexpectedReply("task id already exists".into())),
+            code::IDEMPOTENCY_CONFLICT => Err(StoreError::KeyReused),
             _ => Err(self.unexpected_code()),
         }
     }

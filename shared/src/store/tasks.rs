@@ -40,6 +40,9 @@ pub struct NewTask<'a> {
     /// Keep its history for the operator console: a timeline, and entries in the task indexes
     /// (the gateway's `--console`; docs/console.md).
     pub history: bool,
+    /// A keyed create's fingerprint (a digest of the tool and its arguments): a retry with the
+    /// same key but another tool or other arguments is refused ([`StoreError::KeyReused`]).
+    pub fingerprint: Option<&'a str>,
 }
 
 /// The outcome of `tasks/update`'s write.
@@ -281,7 +284,8 @@ fn create_invocation<'a>(store: &Store, keys: &'a super::TaskKeys, task: &NewTas
         .arg(task.tool_state.unwrap_or(""))
         .arg(if task.declares_tasks { "1" } else { "0" })
         .arg(if task.history { "1" } else { "0" })
-        .arg(task.pool);
+        .arg(task.pool)
+        .arg(task.fingerprint.unwrap_or(""));
     for (key, answer) in task.answers {
         call.arg(key).arg(answer);
     }

@@ -21,6 +21,13 @@ impl TaskId {
         Self(format!("{PREFIX}{shard:02x}{bits:032x}"))
     }
 
+    /// The id on `shard % shards` with these 128 bits: an id derived rather than drawn (an
+    /// idempotency key's, a MAC of its owner and key), so every replica derives the same one.
+    pub fn derived(shards: u16, shard: u16, bits: u128) -> Self {
+        let shard = shard % shards.clamp(1, 256);
+        Self(format!("{PREFIX}{shard:02x}{bits:032x}"))
+    }
+
     /// Parses a client-supplied id. Anything malformed is simply not an id: callers answer it
     /// exactly like an unknown one.
     pub fn parse(s: &str) -> Option<Self> {

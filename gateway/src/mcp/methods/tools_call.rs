@@ -18,7 +18,7 @@ use taskgate_shared::tools::{Execution, ToolSpec};
 
 use crate::error::GatewayError;
 use crate::mcp::inline::{self, Forwarding, InlineRun};
-use crate::mcp::{Call, Durability, Reply, TaskShape, mirror, write_task};
+use crate::mcp::{Call, Durability, Reply, TaskShape, idempotency, mirror, write_task};
 use crate::mrtr;
 
 use super::binding::{Binding, Finisher};
@@ -72,11 +72,27 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
         return Ok(Reply::Result(mrtr::input_required(missing, binding.sign(call, gathered.answers, gathered.resume))));
     }
 
-    let id = TaskId::generate(call.state.config.redis.queue_shards);
+    // A key names the task (the same on every replica); an inline call, which keeps no task
+    // for the client to find again, runs once per request and ignores it.
+    let key = idempotency::key(call.headers, call.meta.idempotency_key.as_deref())?.filter(|_| as_task);
+    let (id, fingerprint) = match key {
+        Some(key) => (
+            idempotency::task_id(call.state, &call.principal.owner(), &key).await?,
+            Some(idempotency::fingerprint(name, &arguments)),
+        ),
+        None => (TaskId::generate(call.state.config.redis.queue_shards), None),
+    };
     let ttl_ms = if as_task { spec.ttl_ms } else { inline::hidden_ttl_ms(&call.state.config) };
     crate::limits::admit_task(call.state, &call.principal, &id, ttl_ms).await?;
     if as_task {
-        let snapshot = create(call, id, name, &tool.pool, stored, spec, &gathered).await?;
+        let shape = TaskShape {
+            pool: &tool.pool,
+            ttl_ms: spec.ttl_ms,
+            poll_interval_ms: spec.poll_interval_ms,
+            status_message: spec.status_message.as_deref(),
+            fingerprint: fingerprint.as_deref(),
+        };
+        let snapshot = create(call, id, name, stored, spec, &gathered, shape).await?;
         return Ok(Reply::Result(result::with_type(result::TASK, snapshot.task_fields())));
     }
 
@@ -109,18 +125,12 @@ async fn create(
     call: &Call<'_>,
     id: TaskId,
     tool: &str,
-    pool: &str,
     arguments: &str,
     spec: &ToolSpec,
     gathered: &mrtr::Gathered,
+    shape: TaskShape<'_>,
 ) -> Result<Snapshot, GatewayError> {
     let owner: Owner = call.principal.owner();
-    let shape = TaskShape {
-        pool,
-        ttl_ms: spec.ttl_ms,
-        poll_interval_ms: spec.poll_interval_ms,
-        status_message: spec.status_message.as_deref(),
-    };
     let created = write_task(call, &id, tool, arguments, shape, gathered, Durability::Replicated).await?;
     Ok(Snapshot {
         task_id: id.to_string(),

@@ -18,16 +18,24 @@
 --   later transition appends to, RPUSHX: only where it exists) and its index entries
 -- ARGV[16] the worker pool the task is queued for (KEYS[2] is its queue); kept in the record, so
 --   every later requeue goes to the same pool's queue
--- ARGV[17..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
--- Returns {1, createdAtMs} | {-6} the id exists for another owner or tool.
+-- ARGV[17] the idempotency fingerprint ('' = the client sent no key): a digest of the tool and
+--   its arguments, kept in the record; the id itself was derived from the key
+-- ARGV[18..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
+-- Returns {1, createdAtMs} | {-6} the id exists for another owner or tool
+--       | {-7} a keyed create whose key made this task for another tool or other arguments.
 -- Idempotent: the same owner repeating the same id for the same tool (a create re-sent after
--- its reply was lost) gets the task it made, unchanged, instead of an error it would retry
--- into a duplicate.
+-- its reply was lost, or a client's retry with the same idempotency key) gets the task it
+-- made, unchanged, instead of an error it would retry into a duplicate.
 -- Publishes "<id> 1 working" on ARGV[10].
 local rcall = redis.call
 local record, stream, answers = KEYS[1], KEYS[2], KEYS[3]
-local existing = rcall('HMGET', record, 'tenant', 'principal', 'tool', 'created')
+local existing = rcall('HMGET', record, 'tenant', 'principal', 'tool', 'created', 'idem')
 if existing[1] then
+  local keyed = ARGV[17] ~= ''
+  if keyed and existing[1] == ARGV[2] and existing[2] == ARGV[3]
+      and (existing[3] ~= ARGV[4] or existing[5] ~= ARGV[17]) then
+    return {-7}
+  end
   if existing[1] == ARGV[2] and existing[2] == ARGV[3] and existing[3] == ARGV[4] then
     -- Write something all the same (the value it already has): a WAIT behind this re-send,
     -- on a fresh connection, must have a write to count, and replication is ordered, so a
@@ -49,11 +57,12 @@ end
 optional('msg', ARGV[8])
 optional('tp', ARGV[9])
 optional('tstate', ARGV[13])
+optional('idem', ARGV[17])
 if ARGV[14] == '1' then optional('capx', '1') end
 rcall('HSET', record, unpack(fields))
 rcall('PEXPIREAT', record, now + tonumber(ARGV[6]))
-if #ARGV > 16 then
-  for i = 17, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
+if #ARGV > 17 then
+  for i = 18, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
   rcall('PEXPIREAT', answers, now + tonumber(ARGV[6]))
 end
 if ARGV[15] == '1' then

@@ -1,0 +1,115 @@
+//! Idempotent task creation through the real binaries: a `tools/call` retried with the same
+//! idempotency key (header or `_meta`), through any replica and even while the first is in
+//! flight, gets the same task and runs the tool once; the same key with other arguments is
+//! refused; another caller's same key is another task.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use taskgate_tests::{McpClient, Reply, Stack, meta, standard_headers};
+
+use crate::console::api_keys;
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// `tools/call` with the key in the header (`Some`) and/or in `_meta`.
+async fn keyed_call(
+    client: &McpClient,
+    tool: &str,
+    arguments: Value,
+    header: Option<&str>,
+    in_meta: Option<&str>,
+) -> Reply {
+    let mut params = json!({ "name": tool, "arguments": arguments, "_meta": meta() });
+    if let Some(key) = in_meta {
+        params["_meta"]["io.taskgate/idempotencyKey"] = json!(key);
+    }
+    let body = client.envelope("tools/call", params);
+    let mut headers = standard_headers(&body);
+    if let Some(key) = header {
+        headers.push(("Idempotency-Key".to_owned(), format!("\"{key}\"")));
+    }
+    client.send(&headers, body.to_string().into_bytes()).await
+}
+
+fn task_id(reply: &Reply) -> String {
+    assert_eq!(reply.result()["resultType"], "task", "{}", reply.text);
+    reply.result()["taskId"].as_str().expect("taskId").to_owned()
+}
+
+async fn fence(stack: &Stack, id: &str) -> String {
+    let store = stack.store();
+    let id = taskgate_shared::task::TaskId::parse(id).unwrap();
+    let fence: Option<String> = redis::cmd("HGET")
+        .arg(store.keys().task(&id).record)
+        .arg("fence")
+        .query_async(&mut store.conn())
+        .await
+        .unwrap();
+    fence.unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_with_the_same_key_through_either_replica_gets_the_same_task_and_one_run() {
+    let stack = Stack::builder().gateways(2).spawn().await;
+    let (a, b) = (stack.client(0), stack.client(1));
+    let arguments = json!({ "ms": 500 });
+    // The second is sent while the first is in flight, through the other replica.
+    let (first, second) = tokio::join!(
+        keyed_call(&a, "sleep", arguments.clone(), Some("order-7f3a"), None),
+        keyed_call(&b, "sleep", arguments.clone(), Some("order-7f3a"), None),
+    );
+    let id = task_id(&first);
+    assert_eq!(task_id(&second), id, "one key, one task");
+    // The body's form of the key names the same task.
+    let third = keyed_call(&b, "sleep", json!({"ms": 500}), None, Some("order-7f3a")).await;
+    assert_eq!(task_id(&third), id);
+    a.wait_for_status(&id, "completed", PATIENCE).await;
+    assert_eq!(fence(&stack, &id).await, "1", "claimed and run once");
+    // A retry after it ended still names it, and runs nothing again.
+    let late = keyed_call(&a, "sleep", arguments, Some("order-7f3a"), None).await;
+    assert_eq!(task_id(&late), id);
+    assert_eq!(a.get_task(&id).await.result()["status"], "completed");
+    assert_eq!(fence(&stack, &id).await, "1");
+    // Without a key, every call is a task of its own.
+    assert_ne!(a.create_task("sleep", json!({"ms": 1})).await, a.create_task("sleep", json!({"ms": 1})).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_key_for_another_call_is_refused_and_bad_keys_are_named() {
+    let stack = Stack::builder().spawn().await;
+    let client = stack.client(0);
+    let id = task_id(&keyed_call(&client, "sleep", json!({"ms": 1}), Some("k-1"), None).await);
+    // The body's form of the key, for the same call, names the same task.
+    assert_eq!(task_id(&keyed_call(&client, "sleep", json!({"ms": 1}), None, Some("k-1")).await), id);
+    for (tool, arguments) in [("sleep", json!({"ms": 2})), ("noop", json!({}))] {
+        let refused = keyed_call(&client, tool, arguments, Some("k-1"), None).await;
+        assert_eq!(refused.error_code(), Some(-32602), "{}", refused.text);
+        assert!(refused.error()["message"].as_str().unwrap().contains("idempotency key was used"), "{}", refused.text);
+    }
+    let too_long = "k".repeat(256);
+    for (header, in_meta) in
+        [(Some(too_long.as_str()), None), (Some("a b"), None), (Some("a"), Some("b")), (None, Some(""))]
+    {
+        let refused = keyed_call(&client, "sleep", json!({"ms": 1}), header, in_meta).await;
+        assert_eq!(refused.error_code(), Some(-32602), "{header:?} {in_meta:?}: {}", refused.text);
+    }
+    // The first task is untouched by the refusals.
+    client.wait_for_status(&id, "completed", PATIENCE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_callers_same_key_is_another_task() {
+    let mut stack = Stack::builder().gateways(0).spawn().await;
+    let keys = api_keys(&stack);
+    stack.add_gateway_with_auth(&["--auth", "api-keys", "--api-keys-file", &keys]).await;
+    let alice = stack.client_as(0, "key-alice");
+    let bob = stack.client_as(0, "key-bob");
+    let admin = stack.client_as(0, "key-admin");
+    let mine = task_id(&keyed_call(&alice, "sleep", json!({"ms": 1}), Some("shared-key"), None).await);
+    let theirs = task_id(&keyed_call(&bob, "sleep", json!({"ms": 2}), Some("shared-key"), None).await);
+    let same_tenant = task_id(&keyed_call(&admin, "sleep", json!({"ms": 3}), Some("shared-key"), None).await);
+    assert_ne!(mine, theirs, "another tenant");
+    assert_ne!(mine, same_tenant, "another principal of the same tenant");
+    assert_eq!(task_id(&keyed_call(&alice, "sleep", json!({"ms": 1}), Some("shared-key"), None).await), mine);
+}
