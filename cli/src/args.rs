@@ -119,6 +119,11 @@ pub(crate) struct CallArgs {
     /// Print the task id and return at once, without following the task.
     #[arg(long)]
     pub(crate) detach: bool,
+    /// The call's idempotency key: the same key (by the same caller, with the same arguments)
+    /// always names the same task, so running the command again after a lost answer does not
+    /// run the tool twice. Without it, each run makes a fresh key, re-sent on its own retries.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) idempotency_key: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -73,6 +73,31 @@ fn find<'a>(tools: &'a [Value], name: &str) -> Result<&'a Value, CliError> {
     })
 }
 
+/// The `_meta` member a call's idempotency key travels in (the SDK sets no per-request header).
+const IDEMPOTENCY_KEY_META: &str = "io.taskgate/idempotencyKey";
+/// Sends after a transport error, in all: the key makes each one name the same task.
+const CALL_ATTEMPTS: u32 = 3;
+
+/// A key for one run of `taskgate call`: 128 random bits.
+fn fresh_key() -> String {
+    format!("tg-{:032x}", rand::random::<u128>())
+}
+
+/// `tools/call`, sent again (with the same key) when the gateway could not be reached or did
+/// not answer: the answer to the first may have been lost after the task was made.
+async fn send_call(conn: &Connection, params: &CallToolRequestParams) -> Result<CallToolResponse, CliError> {
+    let mut attempt = 1;
+    loop {
+        match conn.call("tools/call", conn.peer().call_tool_once(params.clone())).await {
+            Err(err) if err.exit == Exit::Transport && attempt < CALL_ATTEMPTS => {
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 async fn call(conn: &mut Connection, global: &Global, args: &CallArgs) -> Result<Exit, CliError> {
     let tools = list_tools(conn).await?;
     let tool = find(&tools, &args.tool)?;
@@ -89,10 +114,14 @@ async fn call(conn: &mut Connection, global: &Global, args: &CallArgs) -> Result
     };
     let arguments = arguments::build(base.as_deref(), &args.args, &tool["inputSchema"])?;
     let interactive = prompt::interactive();
+    let key = args.idempotency_key.clone().unwrap_or_else(fresh_key);
+    let mut meta = rmcp::model::RequestMetaObject::default();
+    meta.insert(IDEMPOTENCY_KEY_META.to_owned(), Value::from(key.as_str()));
     let mut params = CallToolRequestParams::new(args.tool.clone()).with_arguments(arguments);
+    params.meta = Some(meta);
     let mut rounds = 0;
     loop {
-        let response = conn.call("tools/call", conn.peer().call_tool_once(params.clone())).await?;
+        let response = send_call(conn, &params).await?;
         match response {
             CallToolResponse::Complete(result) => {
                 let result = serde_json::to_value(&result).unwrap_or(Value::Null);
@@ -105,7 +134,11 @@ async fn call(conn: &mut Connection, global: &Global, args: &CallArgs) -> Result
                 let id = created.task.task_id.clone();
                 if args.detach {
                     match global.output {
-                        Output::Json => render::json_line(&serde_json::to_value(&created.task).unwrap_or(Value::Null)),
+                        Output::Json => {
+                            let mut task = serde_json::to_value(&created.task).unwrap_or(Value::Null);
+                            task["idempotencyKey"] = Value::from(key.as_str());
+                            render::json_line(&task)
+                        }
                         Output::Human => println!("{id}"),
                     }
                     return Ok(Exit::Ok);

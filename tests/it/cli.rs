@@ -434,3 +434,24 @@ async fn inspect_prints_no_terminal_escapes() {
     let last = json.json()["timeline"].as_array().and_then(|t| t.last().cloned()).unwrap_or_default();
     assert_eq!(last["why"], reason, "{last}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_carries_an_idempotency_key_and_the_same_key_names_the_same_task() {
+    let stack = Stack::builder().gateways(2).spawn().await;
+    let (first, second) = (cli(&stack, 0), cli(&stack, 1));
+    let keyed = ["--output", "json", "call", "sleep", "--arg", "ms=100", "--detach", "--idempotency-key", "deploy-42"];
+    let ran = first.run(&keyed).await;
+    assert_code(&ran, 0);
+    let id = ran.json()["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(ran.json()["idempotencyKey"], "deploy-42", "{ran:?}");
+    // Run again, through the other replica: the same task, not a second one.
+    let again = second.run(&keyed).await;
+    assert_code(&again, 0);
+    assert_eq!(again.json()["taskId"], id.as_str(), "{again:?}");
+    // Without one, each run makes a fresh key: two runs are two tasks.
+    let unkeyed = ["--output", "json", "call", "sleep", "--arg", "ms=1", "--detach"];
+    let (a, b) = (first.run(&unkeyed).await.json(), first.run(&unkeyed).await.json());
+    assert_ne!(a["taskId"], b["taskId"]);
+    let (ka, kb) = (a["idempotencyKey"].as_str().unwrap(), b["idempotencyKey"].as_str().unwrap());
+    assert!(ka.starts_with("tg-") && ka != kb, "{ka} {kb}");
+}

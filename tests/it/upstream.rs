@@ -419,6 +419,13 @@ async fn after_a_worker_dies_mid_call_only_retry_safe_tools_run_again() {
     })
     .await;
     assert_eq!(effects("once"), 1, "{}", fixture_log(&log));
+    // Both runs of the retried call carried the task's id as their idempotency key, so a
+    // server that honours keys could have run it once.
+    let keys: Vec<String> = fixture_log(&log)
+        .lines()
+        .filter_map(|l| l.strip_prefix("key side_effect allowed ").map(str::to_owned))
+        .collect();
+    assert_eq!(keys, [allowed.clone(), allowed.clone()], "{}", fixture_log(&log));
     assert_eq!(client.get_task(&idempotent).await.result()["status"], "working");
     assert_eq!(client.get_task(&allowed).await.result()["status"], "working");
 }

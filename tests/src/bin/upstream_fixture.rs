@@ -337,6 +337,9 @@ impl ServerHandler for Fixture {
         let int = |key: &str, default: u64| args.get(key).and_then(Value::as_u64).unwrap_or(default);
         let tag = args.get("tag").and_then(Value::as_str).unwrap_or("").to_owned();
         log(&format!("call {} {tag}", request.name));
+        // The idempotency key the worker passes: a retried call must carry the same one.
+        let key = context.meta.get("io.taskgate/idempotencyKey").and_then(Value::as_str).unwrap_or("-");
+        log(&format!("key {} {tag} {key}", request.name));
         match request.name.as_ref() {
             "echo" => Ok(text(args.get("text").and_then(Value::as_str).unwrap_or("").to_owned())),
             "slow" => {

@@ -12,6 +12,7 @@ use rmcp::model::{
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 use serde_json::Value;
 use taskgate_shared::protocol::capabilities::check_input_requests;
+use taskgate_shared::protocol::meta::IDEMPOTENCY_KEY_META;
 use taskgate_shared::protocol::{ErrorKind, RpcError};
 use taskgate_shared::tools::ToolSpec;
 use tokio::sync::mpsc;
@@ -167,6 +168,11 @@ impl UpstreamTool {
         let mut options = PeerRequestOptions::no_options();
         // The server may ask only for input the task's creator can give.
         options.meta = rounds::creator_capabilities(ctx, self.upstream.config.follow_tasks);
+        // The task's id as an idempotency key: the same on every run of the task (a retry after
+        // a crash, a replay after an answer), so a server that honours keys runs the call once.
+        // A task made with a client's key has an id derived from that key.
+        let meta = options.meta.get_or_insert_with(Default::default);
+        meta.insert(IDEMPOTENCY_KEY_META.to_owned(), Value::from(ctx.task_id()));
         let in_flight = METRICS.upstream_in_flight.with_label_values(&[upstream]);
         in_flight.inc();
         let _in_flight = scopeguard(move || in_flight.dec());
