@@ -113,3 +113,39 @@ async fn another_callers_same_key_is_another_task() {
     assert_ne!(mine, same_tenant, "another principal of the same tenant");
     assert_eq!(task_id(&keyed_call(&alice, "sleep", json!({"ms": 1}), Some("shared-key"), None).await), mine);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_a_lost_answer_gets_the_task_the_first_call_made_and_one_run() {
+    let ledger = tempfile::tempdir().unwrap();
+    let dir = ledger.path().to_str().unwrap().to_owned();
+    let stack = Stack::builder().worker_args(&["--ledger-dir", &dir]).spawn().await;
+    let gateway: std::net::SocketAddr = stack.client(0).base().trim_start_matches("http://").parse().unwrap();
+    let proxy = taskgate_tests::FaultProxy::start(gateway).await;
+    let client = McpClient::new(&format!("http://127.0.0.1:{}", proxy.port()));
+    let arguments = json!({ "steps": 3, "stepMs": 50 });
+
+    // The gateway makes the task and answers; the answer is lost with the connection.
+    proxy.drop_reply_to(b"ledger-run-1");
+    let params = json!({ "name": "ledger", "arguments": arguments, "_meta": meta() });
+    let body = client.envelope("tools/call", params);
+    let mut request = client.http().post(client.url()).body(body.to_string());
+    for (name, value) in standard_headers(&body) {
+        request = request.header(name, value);
+    }
+    let lost = request.header("Idempotency-Key", "\"ledger-run-1\"").send().await;
+    let lost = match lost {
+        Ok(response) => response.text().await.map(|_| ()),
+        Err(err) => Err(err),
+    };
+    assert!(lost.is_err(), "the first answer must not arrive");
+    assert_eq!(proxy.captured().len(), 1, "the call reached the gateway");
+
+    // The client retries with the same key: the task the first call made, run once.
+    let retry = keyed_call(&client, "ledger", arguments, Some("ledger-run-1"), None).await;
+    let id = task_id(&retry);
+    client.wait_for_status(&id, "completed", PATIENCE).await;
+    let files: Vec<_> = std::fs::read_dir(ledger.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(files, [std::ffi::OsString::from(&id)], "one task was made");
+    let lines = std::fs::read_to_string(ledger.path().join(&id)).unwrap();
+    assert_eq!(lines.lines().collect::<Vec<_>>(), ["1 0", "1 1", "1 2"], "one run of three steps");
+}

@@ -35,6 +35,9 @@ struct State {
     /// Cut every connection right after forwarding the reply to a request containing these
     /// bytes (once).
     cut_after_reply_to: Option<Vec<u8>>,
+    /// With `cut_after_reply_to`: drop that reply instead of forwarding it (the server answered;
+    /// the client never hears it).
+    drop_reply: bool,
 }
 
 /// Client chunks (what one read from the client returned) that contained a watched pattern.
@@ -53,7 +56,8 @@ impl FaultProxy {
     pub async fn start(target: SocketAddr) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("the proxy binds");
         let port = listener.local_addr().expect("bound").port();
-        let (state, _) = watch::channel(State { fault: Fault::None, generation: 0, cut_after_reply_to: None });
+        let (state, _) =
+            watch::channel(State { fault: Fault::None, generation: 0, cut_after_reply_to: None, drop_reply: false });
         let state = Arc::new(state);
         let captured = Captured::default();
         let (accepting, capturing) = (state.clone(), captured.clone());
@@ -105,6 +109,16 @@ impl FaultProxy {
     /// that request and loses the connection before it can send anything else on it.
     pub fn cut_after_reply_to(&self, pattern: &[u8]) {
         self.state.send_modify(|s| s.cut_after_reply_to = Some(pattern.to_vec()));
+    }
+
+    /// Once a request containing `pattern` has gone through, drops the next reply chunk on that
+    /// connection and cuts every connection: the server has answered (a task was made, say),
+    /// and the client loses the answer with the connection.
+    pub fn drop_reply_to(&self, pattern: &[u8]) {
+        self.state.send_modify(|s| {
+            s.cut_after_reply_to = Some(pattern.to_vec());
+            s.drop_reply = true;
+        });
     }
 
     /// The client chunks seen so far that contained the pattern of
@@ -196,6 +210,17 @@ async fn pump(
                 captured.lock().expect("not poisoned").push(buf[..n].to_vec());
                 armed.store(true, Ordering::SeqCst);
             }
+        }
+        if let Direction::Down(armed) = &direction
+            && armed.load(Ordering::SeqCst)
+            && state.borrow().drop_reply
+        {
+            sender.send_modify(|s| {
+                s.cut_after_reply_to = None;
+                s.drop_reply = false;
+                s.generation += 1;
+            });
+            return;
         }
         if to.write_all(&buf[..n]).await.is_err() {
             return;
