@@ -149,3 +149,21 @@ async fn a_retry_after_a_lost_answer_gets_the_task_the_first_call_made_and_one_r
     let lines = std::fs::read_to_string(ledger.path().join(&id)).unwrap();
     assert_eq!(lines.lines().collect::<Vec<_>>(), ["1 0", "1 1", "1 2"], "one run of three steps");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_work_on_a_cluster_where_the_key_picks_the_tasks_slot() {
+    let stack = Stack::builder().cluster(3).gateways(2).spawn().await;
+    let (a, b) = (stack.client(0), stack.client(1));
+    let mut ids = std::collections::HashSet::new();
+    // Keys land on different shards (so different nodes); each names one task.
+    for n in 0..8 {
+        let key = format!("cluster-key-{n}");
+        let first = task_id(&keyed_call(&a, "sleep", json!({"ms": 1}), Some(&key), None).await);
+        let again = task_id(&keyed_call(&b, "sleep", json!({"ms": 1}), None, Some(&key)).await);
+        assert_eq!(first, again, "{key}");
+        let refused = keyed_call(&b, "sleep", json!({"ms": 2}), Some(&key), None).await;
+        assert_eq!(refused.error_code(), Some(-32602), "{}", refused.text);
+        ids.insert(first[4..6].to_owned());
+    }
+    assert!(ids.len() > 1, "the keys spread over shards: {ids:?}");
+}
