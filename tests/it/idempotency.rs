@@ -167,3 +167,16 @@ async fn keys_work_on_a_cluster_where_the_key_picks_the_tasks_slot() {
     }
     assert!(ids.len() > 1, "the keys spread over shards: {ids:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_call_ignores_a_key_and_runs_each_time() {
+    let stack = Stack::builder().worker_args(&["--tools", "conformance"]).spawn().await;
+    let client = stack.client(0);
+    // `greet` runs inline: no task for a retry to find, so any key, even a malformed one, is
+    // not read, and each call runs and answers.
+    for key in ["greet-1", "greet-1", "not a key"] {
+        let reply = keyed_call(&client, "greet", json!({"name": "Ada"}), Some(key), None).await;
+        assert_eq!(reply.result()["resultType"], "complete", "{}", reply.text);
+        assert_eq!(reply.result()["content"][0]["text"], "Hello, Ada!");
+    }
+}

@@ -74,7 +74,10 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
 
     // A key names the task (the same on every replica); an inline call, which keeps no task
     // for the client to find again, runs once per request and ignores it.
-    let key = idempotency::key(call.headers, call.meta.idempotency_key.as_deref())?.filter(|_| as_task);
+    let key = match as_task {
+        true => idempotency::key(call.headers, call.meta.idempotency_key.as_deref())?,
+        false => None,
+    };
     let (id, fingerprint) = match key {
         Some(key) => (
             idempotency::task_id(call.state, &call.principal.owner(), &key).await?,
