@@ -243,6 +243,12 @@ pub struct Cli {
     #[arg(long, env = "TASKGATE_TENANT_MAX_ACTIVE_TASKS", default_value_t = 10_000)]
     pub tenant_max_active_tasks: u64,
 
+    /// A tenant's share of a pool's workers while several tenants have tasks queued,
+    /// `TENANT=WEIGHT` (repeat, or comma-separate in the variable); a weight from 0.01 to 100.
+    /// Unnamed tenants weigh 1: a tenant of weight 2 gets two claims to their one.
+    #[arg(long = "tenant-weight", env = "TASKGATE_TENANT_WEIGHTS", value_delimiter = ',', value_parser = parse_weight)]
+    pub tenant_weights: Vec<(String, f64)>,
+
     /// What an early `tasks/get` gets: `hold` (answered at the task's next change, or once its
     /// `pollIntervalMs` since the previous poll has passed), `refuse` (429 with Retry-After) or
     /// `off` (every poll is read).
@@ -422,6 +428,8 @@ pub struct Config {
     pub tenant_create_rps: f64,
     pub tenant_create_burst: u32,
     pub tenant_max_active_tasks: u64,
+    /// `--tenant-weight`: tenant -> its weight in fair dispatch (absent: 1).
+    pub tenant_weights: std::collections::HashMap<String, f64>,
     /// `--poll-limit`, already `Off` when `--poll-tolerance` is 0.
     pub poll_limit: PollLimit,
     pub poll_tolerance: f64,
@@ -434,6 +442,19 @@ pub struct Config {
 
 /// The default per-principal listen-stream cap is this fraction (1/N) of the replica's.
 const PRINCIPAL_SHARE_OF_STREAMS: usize = 4;
+
+/// The lightest and heaviest `--tenant-weight`: within them a tag step (1/weight) stays exact
+/// enough in a double for as long as a pool runs.
+const WEIGHTS: std::ops::RangeInclusive<f64> = 0.01..=100.0;
+
+fn parse_weight(value: &str) -> Result<(String, f64), String> {
+    let (tenant, weight) = value.rsplit_once('=').ok_or_else(|| format!("{value:?} is not TENANT=WEIGHT"))?;
+    let weight: f64 = weight.trim().parse().map_err(|_| format!("{weight:?} is not a number"))?;
+    if tenant.is_empty() || !WEIGHTS.contains(&weight) {
+        return Err(format!("a weight is from {} to {}, for a named tenant", WEIGHTS.start(), WEIGHTS.end()));
+    }
+    Ok((tenant.to_owned(), weight))
+}
 
 fn ms(value: u64) -> Duration {
     Duration::from_millis(value)
@@ -541,6 +562,7 @@ impl Config {
             tenant_create_rps: cli.tenant_create_rps,
             tenant_create_burst: cli.tenant_create_burst,
             tenant_max_active_tasks: cli.tenant_max_active_tasks,
+            tenant_weights: cli.tenant_weights.iter().cloned().collect(),
             poll_limit: if cli.poll_tolerance <= 0.0 { PollLimit::Off } else { cli.poll_limit },
             poll_tolerance: cli.poll_tolerance,
             max_held_polls: cli.max_held_polls,

@@ -146,8 +146,8 @@ async fn metrics_after_a_full_lifecycle() {
     assert_eq!(runs("sleep", "cancelled"), 1.0);
 
     // Backlog and capacity, read when scraped.
-    assert_eq!(w.present("taskgate_queue_depth", &[]), 0.0);
-    assert_eq!(w.present("taskgate_queue_oldest_age_seconds", &[]), 0.0);
+    assert_eq!(w.present("taskgate_queue_depth", &[("pool", "default")]), 0.0);
+    assert_eq!(w.present("taskgate_queue_oldest_age_seconds", &[("pool", "default")]), 0.0);
     assert_eq!(w.present("taskgate_worker_slots", &[]), 16.0);
     assert_eq!(w.present("taskgate_worker_slots_busy", &[]), 0.0);
     assert_eq!(w.present("taskgate_worker_ready", &[]), 1.0);

@@ -46,7 +46,7 @@ async fn field(store: &Store, id: &str, name: &str) -> Option<String> {
 
 /// The task ids queued on `pool`'s stream of `id`'s shard.
 async fn queued(store: &Store, id: &str, pool: &str) -> Vec<String> {
-    let stream = store.keys().queue(TaskId::parse(id).unwrap().shard(), pool);
+    let stream = store.keys().queue(TaskId::parse(id).unwrap().shard(), pool).stream;
     let entries: Vec<(String, Vec<(String, String)>)> =
         redis::cmd("XRANGE").arg(stream).arg("-").arg("+").query_async(&mut store.conn()).await.unwrap();
     entries.into_iter().flat_map(|(_, fields)| fields).filter(|(k, _)| k == "id").map(|(_, v)| v).collect()
@@ -54,7 +54,7 @@ async fn queued(store: &Store, id: &str, pool: &str) -> Vec<String> {
 
 /// The consumers of the worker group on `pool`'s stream of `id`'s shard.
 async fn consumers(store: &Store, id: &str, pool: &str) -> Vec<String> {
-    let stream = store.keys().queue(TaskId::parse(id).unwrap().shard(), pool);
+    let stream = store.keys().queue(TaskId::parse(id).unwrap().shard(), pool).stream;
     let reply: Option<redis::streams::StreamInfoConsumersReply> = redis::cmd("XINFO")
         .arg("CONSUMERS")
         .arg(stream)

@@ -70,8 +70,11 @@ async fn a_worker_claims_the_capabilities_its_creator_declared() {
         }
         assert!(tokio::time::Instant::now() < deadline, "the task was not delivered");
     };
-    let claim =
-        store.claim(&delivery, DEFAULT_POOL, "w-test", Duration::from_secs(30)).await.unwrap().expect("claimed");
+    let claim = store
+        .claim(&mut delivery.clone(), DEFAULT_POOL, "w-test", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .expect("claimed");
     let claimed: Value = serde_json::from_str(&claim.client_capabilities).unwrap();
     assert_eq!(claimed, declared);
 }

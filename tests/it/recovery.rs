@@ -206,11 +206,17 @@ async fn script_replays_answer_what_the_first_run_did(topology: Topology) {
         .unwrap();
     let delivery: Delivery = deliveries.into_iter().find(|d| d.task_id == id).expect("delivered");
     let lease = Duration::from_secs(30);
-    let first = store.claim(&delivery, DEFAULT_POOL, "w-replay", lease).await.unwrap().expect("claimed");
-    let again =
-        store.claim(&delivery, DEFAULT_POOL, "w-replay", lease).await.unwrap().expect("a replayed claim answers");
+    let first = store.claim(&mut delivery.clone(), DEFAULT_POOL, "w-replay", lease).await.unwrap().expect("claimed");
+    let again = store
+        .claim(&mut delivery.clone(), DEFAULT_POOL, "w-replay", lease)
+        .await
+        .unwrap()
+        .expect("a replayed claim answers");
     assert_eq!((again.fence, &again.tool), (first.fence, &first.tool));
-    assert!(store.claim(&delivery, DEFAULT_POOL, "w-other", lease).await.unwrap().is_none(), "not another worker's");
+    assert!(
+        store.claim(&mut delivery.clone(), DEFAULT_POOL, "w-other", lease).await.unwrap().is_none(),
+        "not another worker's"
+    );
 
     // finish: a replayed completion is reported written, not as a lost lease.
     let held = Lease { task_id: &id, worker: "w-replay", fence: first.fence };

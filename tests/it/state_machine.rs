@@ -87,7 +87,10 @@ async fn run(store: &Store, conn: &mut redis::aio::MultiplexedConnection, ops: V
                     .await
                     .unwrap();
                 let delivery = Delivery { entry_id: entry, task_id: id.clone() };
-                if let Some(claim) = store.claim(&delivery, DEFAULT_POOL, &format!("w{w}"), lease_ms).await.unwrap() {
+                if let Some(claim) =
+                    store.claim(&mut delivery.clone(), DEFAULT_POOL, &format!("w{w}"), lease_ms).await.unwrap()
+                {
+                    prop_assert_eq!(&claim.task_id, &id);
                     prop_assert!(claim.fence > seen.fence, "fences grow");
                     prop_assert_eq!(before.status, TaskStatus::Working);
                     seen.fence = claim.fence;
@@ -222,12 +225,16 @@ fn random_transition_sequences_keep_the_invariants() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let _entered = runtime.enter();
     let redis = runtime.block_on(RedisServer::start());
-    let store = Store::connect_lazy(&Endpoint::new(redis.url()), "prop", Duration::from_secs(2)).unwrap();
     // A multiplexed connection is a cheap clone.
     let conn = runtime.block_on(redis.connection());
-    runtime.block_on(store.ensure_groups(4, DEFAULT_POOL)).unwrap();
     let config = ProptestConfig { cases: 256, ..ProptestConfig::default() };
     proptest!(config, |(ops in proptest::collection::vec(op(), 1..40))| {
+        // A namespace per case: a claim takes the fairest task queued on its shard, which must
+        // be this case's task, not one an earlier case left queued.
+        let store =
+            Store::connect_lazy(&Endpoint::new(redis.url()), &taskgate_tests::unique_namespace(), Duration::from_secs(2))
+                .unwrap();
+        runtime.block_on(store.ensure_groups(4, DEFAULT_POOL)).unwrap();
         runtime.block_on(run(&store, &mut conn.clone(), ops))?;
     });
 }

@@ -178,5 +178,5 @@ async fn claim(store: &Store, id: &TaskId, worker: &str) -> taskgate_shared::sto
         .await
         .unwrap();
     let delivery: Delivery = deliveries.into_iter().find(|d| d.task_id == *id).expect("delivered");
-    store.claim(&delivery, DEFAULT_POOL, worker, Duration::from_secs(30)).await.unwrap().expect("claimed")
+    store.claim(&mut delivery.clone(), DEFAULT_POOL, worker, Duration::from_secs(30)).await.unwrap().expect("claimed")
 }

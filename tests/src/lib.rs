@@ -90,5 +90,6 @@ pub fn sleep_task<'a>(
         counted: false,
         history: true,
         fingerprint: None,
+        weight: 1.0,
     }
 }

@@ -1,7 +1,8 @@
 //! The worker's Prometheus families, next to the shared task and Redis families. A leaf: the
 //! `--metrics-listen` server that renders them is the `probes` module.
 
-use std::sync::LazyLock;
+use std::collections::HashSet;
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use prometheus::{HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
@@ -17,8 +18,11 @@ pub(crate) struct WorkerMetrics {
     pub(crate) slots: IntGauge,
     pub(crate) slots_busy: IntGauge,
     pub(crate) ready: IntGauge,
-    pub(crate) queue_depth: IntGauge,
-    pub(crate) queue_oldest_age: prometheus::Gauge,
+    pub(crate) queue_depth: IntGaugeVec,
+    pub(crate) queue_oldest_age: prometheus::GaugeVec,
+    queued_seconds: HistogramVec,
+    /// The tenants `queued_seconds` has a label of its own for (at most [`TENANT_LABELS`]).
+    labelled_tenants: Mutex<HashSet<String>>,
     pub(crate) released_unserved: IntCounterVec,
     pub(crate) config_mismatch: IntGauge,
     pub(crate) upstream_calls: IntCounterVec,
@@ -52,19 +56,39 @@ pub(crate) static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetr
     slots: metrics::gauge("taskgate_worker_slots", "Tools this worker may run at once (--concurrency)."),
     slots_busy: metrics::gauge("taskgate_worker_slots_busy", "Tasks this worker is running now."),
     ready: metrics::gauge("taskgate_worker_ready", "1 when Redis answers and the worker is not draining, else 0."),
-    queue_depth: metrics::gauge(
-        "taskgate_queue_depth",
-        "Tasks enqueued on this worker's pool and not yet claimed, over all shards (read from Redis at scrape).",
-    ),
-    queue_oldest_age: {
-        let gauge = prometheus::Gauge::new(
-            "taskgate_queue_oldest_age_seconds",
-            "Age of the oldest task enqueued on this worker's pool and not yet claimed (0 when none; read at scrape).",
+    queue_depth: {
+        let gauge = IntGaugeVec::new(
+            prometheus::Opts::new(
+                "taskgate_queue_depth",
+                "Tasks enqueued on this worker's pool and not yet claimed, over all shards (read from Redis at scrape).",
+            ),
+            &["pool"],
         )
         .expect("a valid gauge definition");
         prometheus::register(Box::new(gauge.clone())).expect("each family registers once");
         gauge
     },
+    queue_oldest_age: {
+        let gauge = prometheus::GaugeVec::new(
+            prometheus::Opts::new(
+                "taskgate_queue_oldest_age_seconds",
+                "Age of the oldest wake-up still queued on this worker's pool (0 when none; read at scrape). Under fair \
+                 dispatch a busy tenant's older task may wait longer still: see taskgate_task_queued_seconds.",
+            ),
+            &["pool"],
+        )
+        .expect("a valid gauge definition");
+        prometheus::register(Box::new(gauge.clone())).expect("each family registers once");
+        gauge
+    },
+    queued_seconds: metrics::histogram_vec(
+        "taskgate_task_queued_seconds",
+        "Time from enqueue (create, release, reclaim or answer) to claim, by pool and tenant (the first 32 tenants \
+         this worker sees get a label of their own, the rest `_other`).",
+        &["pool", "tenant"],
+        TASK_BUCKETS,
+    ),
+    labelled_tenants: Mutex::new(HashSet::new()),
     released_unserved: metrics::counter_vec(
         "taskgate_worker_released_unserved_total",
         "Tasks this worker claimed for a tool it does not serve and released at once for another worker.",
@@ -106,7 +130,27 @@ pub(crate) static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetr
     ),
 });
 
+/// How many tenants get a `tenant` label of their own on `taskgate_task_queued_seconds`: a bound
+/// on the series one worker exports, whatever the number of tenants.
+const TENANT_LABELS: usize = 32;
+
+/// The label of every tenant past [`TENANT_LABELS`].
+const OTHER_TENANTS: &str = "_other";
+
 impl WorkerMetrics {
+    /// A claimed task waited `waited` in `pool`'s queue.
+    pub(crate) fn queued(&self, pool: &str, tenant: &str, waited: Duration) {
+        let label = {
+            let mut seen = self.labelled_tenants.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if seen.contains(tenant) || (seen.len() < TENANT_LABELS && seen.insert(tenant.to_owned())) {
+                tenant
+            } else {
+                OTHER_TENANTS
+            }
+        };
+        self.queued_seconds.with_label_values(&[pool, label]).observe(waited.as_secs_f64());
+    }
+
     pub(crate) fn tool_run(&self, tool: &str, outcome: &str, spent: Duration) {
         self.tool_seconds.with_label_values(&[tool, outcome]).observe(spent.as_secs_f64());
     }

@@ -48,9 +48,10 @@ async fn scrape(State(shared): State<Arc<Shared>>) -> Response {
     METRICS.slots_busy.set(shared.held.len() as i64);
     match shared.store.backlog(shared.config.redis.queue_shards, &shared.config.pool).await {
         Ok(backlog) => {
-            METRICS.queue_depth.set(backlog.depth as i64);
+            let pool = shared.config.pool.as_str();
+            METRICS.queue_depth.with_label_values(&[pool]).set(backlog.depth as i64);
             let age_ms = backlog.oldest_ms.map_or(0, |oldest| taskgate_shared::task::now_ms().saturating_sub(oldest));
-            METRICS.queue_oldest_age.set(age_ms as f64 / 1000.0);
+            METRICS.queue_oldest_age.with_label_values(&[pool]).set(age_ms as f64 / 1000.0);
         }
         // The gauges keep their last value; the failure shows in taskgate_redis_errors_total.
         Err(err) => tracing::warn!(error = %err, "reading the backlog for /metrics failed"),

@@ -605,6 +605,8 @@ mod tests {
             tenant: None,
             tool_state: None,
             steps,
+            queued_ms: None,
+            owner_tenant: "t".into(),
         };
         let store = Store::connect_lazy(&Endpoint::new("redis://127.0.0.1:1"), "t", Duration::from_millis(50))
             .expect("a lazy store");

@@ -163,6 +163,7 @@ pub(crate) async fn write_task(
         counted: counts_active(state),
         history: state.config.console.is_some(),
         fingerprint: shape.fingerprint,
+        weight: state.config.tenant_weights.get(&owner.tenant).copied().unwrap_or(1.0),
     };
     tracing::Span::current().record("task_id", id.as_str());
     let replicas = match durability {

@@ -96,6 +96,21 @@ pub struct CatalogueKeys {
     pub routes: String,
 }
 
+/// The dispatch keys of one pool on one shard (docs/design.md, "Fair dispatch"). Which task runs
+/// next is decided by `ready`; the stream only wakes workers and carries their deliveries.
+#[derive(Debug, Clone)]
+pub struct QueueKeys {
+    /// STREAM: one wake-up entry per enqueue, read by the pool's workers through the consumer
+    /// group; each claim consumes one, whichever task it takes.
+    pub stream: String,
+    /// ZSET: the queued task ids, each scored by its virtual start tag (start-time fair
+    /// queuing); a claim takes the lowest.
+    pub ready: String,
+    /// HASH: `floor` (the tag of the last task taken) and `t:<tenant>` (the tag of the tenant's
+    /// last enqueued task). Deleted whenever `ready` empties, when every entry is spent.
+    pub fair: String,
+}
+
 /// The keys of one queue shard.
 #[derive(Debug, Clone)]
 pub struct ShardKeys {
@@ -142,11 +157,13 @@ impl Keys {
         ShardKeys { stream: format!("{ns}:{tag}:queue"), leases: format!("{ns}:{tag}:leases") }
     }
 
-    /// STREAM: the dispatch queue of `pool` on `shard`, in the shard's hash tag (one slot with
-    /// the shard's records and lease index). The `default` pool keeps the pre-pool name.
-    pub fn queue(&self, shard: u8, pool: &str) -> String {
+    /// The dispatch keys of `pool` on `shard`, in the shard's hash tag (one slot with the shard's
+    /// records and lease index). The `default` pool keeps the pre-pool stream name.
+    pub fn queue(&self, shard: u8, pool: &str) -> QueueKeys {
         let (ns, tag) = (&self.ns, shard_tag(shard));
-        if pool == DEFAULT_POOL { format!("{ns}:{tag}:queue") } else { format!("{ns}:{tag}:pool:{pool}:queue") }
+        let stream =
+            if pool == DEFAULT_POOL { format!("{ns}:{tag}:queue") } else { format!("{ns}:{tag}:pool:{pool}:queue") };
+        QueueKeys { ready: format!("{stream}:ready"), fair: format!("{stream}:fair"), stream }
     }
 
     /// A tenant's limit keys. They share a hash tag derived from the tenant (hashed, so no
@@ -237,8 +254,12 @@ mod tests {
             assert!(key.starts_with("tg:{s0a}:"), "{key}");
         }
         assert_eq!(keys.shard(10).stream, k.stream);
-        assert_eq!(keys.queue(10, DEFAULT_POOL), k.stream, "the default pool keeps the pre-pool name");
-        assert_eq!(keys.queue(10, "gpu"), "tg:{s0a}:pool:gpu:queue");
+        assert_eq!(keys.queue(10, DEFAULT_POOL).stream, k.stream, "the default pool keeps the pre-pool name");
+        let gpu = keys.queue(10, "gpu");
+        assert_eq!(gpu.stream, "tg:{s0a}:pool:gpu:queue");
+        for key in [&gpu.ready, &gpu.fair] {
+            assert!(key.starts_with("tg:{s0a}:pool:gpu:queue:"), "{key}");
+        }
     }
 
     #[test]

@@ -8,14 +8,24 @@ use redis::Value;
 use redis::streams::StreamReadReply;
 
 use super::reply::{Fenced, Reply, Withdrawn};
-use super::{Conn, MAX_BLOCK, Store, StoreError, WORKER_GROUP, scripts};
+use super::{Conn, MAX_BLOCK, QueueKeys, Store, StoreError, WORKER_GROUP, scripts};
 use crate::task::{TaskId, TaskStatus};
 
-/// A stream entry naming a task to claim.
+/// A stream entry: a wake-up for one claim on its shard. `task_id` is the claim's candidate,
+/// first the task the entry was written for ([`Store::claim`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
     pub entry_id: String,
     pub task_id: TaskId,
+}
+
+/// How many times one claim follows the front of the ready set before it gives up.
+pub const MAX_REDIRECTS: usize = 16;
+
+/// One `claim_task` run: a claim or nothing, or the task at the front to ask for instead.
+pub(super) enum ClaimStep {
+    Done(Option<Claim>),
+    Front(TaskId),
 }
 
 /// A claimed task: what the tool runs with.
@@ -39,6 +49,10 @@ pub struct Claim {
     /// The durable steps earlier runs recorded, name -> result JSON text (read by the claim
     /// itself: no extra round trip).
     pub steps: Vec<(String, String)>,
+    /// When the task was last queued (ms): created, released, reclaimed or answered.
+    pub queued_ms: Option<u64>,
+    /// The owner's tenant (whether counted or not).
+    pub owner_tenant: String,
 }
 
 /// The identity every fenced write carries.
@@ -159,7 +173,7 @@ impl Store {
     pub async fn ensure_groups(&self, shards: u16, pool: &str) -> Result<(), StoreError> {
         let mut conn = self.conn();
         for shard in 0..shards.min(256) {
-            let stream = self.keys().queue(shard as u8, pool);
+            let stream = self.keys().queue(shard as u8, pool).stream;
             let created: Result<(), _> = redis::cmd("XGROUP")
                 .arg("CREATE")
                 .arg(&stream)
@@ -199,7 +213,7 @@ impl Store {
             .arg(u64::try_from(block.min(MAX_BLOCK).as_millis()).unwrap_or(u64::MAX))
             .arg("STREAMS");
         for shard in shards {
-            cmd.arg(self.keys().queue(*shard, pool));
+            cmd.arg(self.keys().queue(*shard, pool).stream);
         }
         for _ in shards {
             cmd.arg(">");
@@ -218,7 +232,7 @@ impl Store {
         min_idle: Duration,
         count: usize,
     ) -> Result<Vec<Delivery>, StoreError> {
-        let stream = self.keys().queue(shard, pool);
+        let stream = self.keys().queue(shard, pool).stream;
         let reply: Value = redis::cmd("XAUTOCLAIM")
             .arg(&stream)
             .arg(WORKER_GROUP)
@@ -250,7 +264,7 @@ impl Store {
         min_idle: Duration,
     ) -> Result<u64, StoreError> {
         let deleted: u64 = scripts::REAP_CONSUMERS
-            .key(self.keys().queue(shard, pool))
+            .key(self.keys().queue(shard, pool).stream)
             .arg(WORKER_GROUP)
             .arg(millis(min_idle))
             .arg(own.unwrap_or(""))
@@ -259,32 +273,48 @@ impl Store {
         Ok(deleted)
     }
 
-    /// Claims a task delivered from `pool`'s queue: fenced lease for `lease`, stream entry
-    /// acked. Sent again for the same worker and entry after a lost reply, it answers the same
-    /// claim.
+    /// Claims the fairest task queued on `pool`'s queue of the delivery's shard: fenced lease
+    /// for `lease`, stream entry acked. `delivery.task_id` is the candidate: first the entry's
+    /// own task, then whichever task the script finds at the front (one more round trip each;
+    /// docs/design.md, "Fair dispatch"). It follows the redirects, so a claim re-sent after an
+    /// error resumes with the task the lost one named, and a replayed claim for the same worker
+    /// and entry answers the same claim. `None`: nothing claimable, or the front kept moving for
+    /// [`MAX_REDIRECTS`] tries (the entry then stays pending and is taken over later).
     pub async fn claim(
         &self,
-        delivery: &Delivery,
+        delivery: &mut Delivery,
         pool: &str,
         worker: &str,
         lease: Duration,
     ) -> Result<Option<Claim>, StoreError> {
-        let keys = self.keys().task(&delivery.task_id);
-        let reply: Vec<Value> = scripts::CLAIM_TASK
-            .key(&keys.record)
-            .key(self.keys().queue(delivery.task_id.shard(), pool))
-            .key(&keys.leases)
-            .key(&keys.answers)
-            .key(&keys.timeline)
-            .key(&keys.steps)
-            .arg(&delivery.entry_id)
-            .arg(delivery.task_id.as_str())
-            .arg(worker)
-            .arg(millis(lease))
-            .arg(WORKER_GROUP)
-            .invoke_async(&mut self.conn())
-            .await?;
-        Reply::new(reply).claim(&delivery.task_id)
+        let queue = self.keys().queue(delivery.task_id.shard(), pool);
+        for _ in 0..MAX_REDIRECTS {
+            let keys = self.keys().task(&delivery.task_id);
+            let reply: Vec<Value> = scripts::CLAIM_TASK
+                .key(&keys.record)
+                .key(&queue.stream)
+                .key(&keys.leases)
+                .key(&keys.answers)
+                .key(&keys.timeline)
+                .key(&keys.steps)
+                .key(&queue.ready)
+                .key(&queue.fair)
+                .arg(&delivery.entry_id)
+                .arg(delivery.task_id.as_str())
+                .arg(worker)
+                .arg(millis(lease))
+                .arg(WORKER_GROUP)
+                .invoke_async(&mut self.conn())
+                .await?;
+            match Reply::new(reply).claim(&delivery.task_id)? {
+                ClaimStep::Front(front) if front.shard() == delivery.task_id.shard() => delivery.task_id = front,
+                ClaimStep::Front(front) => {
+                    return Err(StoreError::UnexpectedReply(format!("{front} queued on another shard's ready set")));
+                }
+                ClaimStep::Done(claim) => return Ok(claim),
+            }
+        }
+        Ok(None)
     }
 
     pub async fn renew(&self, lease: Lease<'_>, duration: Duration) -> Result<Renewal, StoreError> {
@@ -482,12 +512,14 @@ impl Store {
     pub async fn release(&self, lease: Lease<'_>, pool: &str, cancelled_message: &str) -> Result<Released, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let reply = self
-            .on_pool_queue(lease.task_id, pool, |queue: String, pool: &str| {
+            .on_pool_queue(lease.task_id, pool, |queue: QueueKeys, pool: &str| {
                 let mut call = scripts::RELEASE_TASK.key(&keys.record);
                 call.key(&keys.leases)
-                    .key(queue)
+                    .key(queue.stream)
                     .key(&keys.inputs)
                     .key(&keys.timeline)
+                    .key(queue.ready)
+                    .key(queue.fair)
                     .arg(lease.task_id.as_str())
                     .arg(lease.worker)
                     .arg(lease.fence)
@@ -531,12 +563,14 @@ impl Store {
     ) -> Result<Reclaimed, StoreError> {
         let keys = self.keys().task(task_id);
         let reply = self
-            .on_pool_queue(task_id, pool, |queue: String, pool: &str| {
+            .on_pool_queue(task_id, pool, |queue: QueueKeys, pool: &str| {
                 let mut call = scripts::RECLAIM_TASK.key(&keys.record);
                 call.key(&keys.leases)
-                    .key(queue)
+                    .key(queue.stream)
                     .key(&keys.inputs)
                     .key(&keys.timeline)
+                    .key(queue.ready)
+                    .key(queue.fair)
                     .arg(task_id.as_str())
                     .arg(max_reclaims)
                     .arg(failure_error)
@@ -609,7 +643,7 @@ impl Store {
     /// `claim_task` deletes every entry it takes (claimed or skipped), so a shard's stream holds
     /// exactly the entries not yet claimed, oldest first: one pipeline, within the shard's slot.
     async fn shard_backlog(&self, shard: u8, pool: &str) -> Result<Backlog, StoreError> {
-        let stream = self.keys().queue(shard, pool);
+        let stream = self.keys().queue(shard, pool).stream;
         type Entries = Vec<(String, HashMap<String, String>)>;
         let (depth, oldest): (u64, Entries) = redis::pipe()
             .cmd("XLEN")

@@ -5,7 +5,8 @@
 //!   pipeline on a pooled connection, after the pool's `PING` of it;
 //! - get: 1 pipeline (`HMGET` record + `HGETALL` outstanding inputs);
 //! - update, cancel: 1 script each;
-//! - claim: 1 script per delivered task (the blocking `XREADGROUP` that delivers is the wait);
+//! - claim: 1 script per delivered task when it is the fairest queued, 2 when another task is
+//!   at the front (the blocking `XREADGROUP` that delivers is the wait);
 //! - renew, status, park, finish, release: 1 script each.
 
 mod catalogue;
@@ -33,10 +34,12 @@ pub use diagnosis::Diagnosis;
 pub use endpoint::{Endpoint, TlsPem, redact};
 pub use error::StoreError;
 pub use keys::{
-    CatalogueKeys, DEFAULT_POOL, Keys, MAX_POOL_LEN, ShardKeys, TaskKeys, TenantKeys, WORKER_GROUP, is_pool_name,
+    CatalogueKeys, DEFAULT_POOL, Keys, MAX_POOL_LEN, QueueKeys, ShardKeys, TaskKeys, TenantKeys, WORKER_GROUP,
+    is_pool_name,
 };
 pub use leases::{
-    Backlog, Claim, Delivery, Finish, HeldAnswer, Hold, Lease, Parked, Reclaimed, Released, Renewal, Started, entry_ms,
+    Backlog, Claim, Delivery, Finish, HeldAnswer, Hold, Lease, MAX_REDIRECTS, Parked, Reclaimed, Released, Renewal,
+    Started, entry_ms,
 };
 pub use limits::{Admission, Limit, Polled, Rate, TaskAdmission};
 pub use tasks::{Answered, CancelOutcome, NewTask};

@@ -11,7 +11,7 @@
 use redis::{ScriptInvocation, Value};
 
 use super::reply::Reply;
-use super::{Store, StoreError, is_pool_name};
+use super::{QueueKeys, Store, StoreError, is_pool_name};
 use crate::task::TaskId;
 
 impl Store {
@@ -22,7 +22,7 @@ impl Store {
         &self,
         task: &TaskId,
         guess: &str,
-        build: impl Fn(String, &str) -> ScriptInvocation<'static>,
+        build: impl Fn(QueueKeys, &str) -> ScriptInvocation<'static>,
     ) -> Result<Reply, StoreError> {
         let mut pool = guess.to_owned();
         for _ in 0..2 {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::leases::ClaimStep;
 use super::tasks::snapshot_from;
 use super::{
     Admission, Answered, CancelOutcome, Claim, HeldAnswer, Hold, Limit, Parked, Polled, Reclaimed, Released, Renewal,
@@ -24,6 +25,7 @@ mod code {
     pub(crate) const TOO_SOON: i64 = -9;
     pub(crate) const OTHER_POOL: i64 = -10;
     pub(crate) const IDEMPOTENCY_CONFLICT: i64 = -7;
+    pub(crate) const FRONT: i64 = -11;
 }
 
 /// A script's reply array.
@@ -289,12 +291,18 @@ impl TryFrom<Reply> for Admission {
 /// Replies that need the task they are about.
 impl Reply {
     /// `claim_task`: the claim, or `None` when the delivery was stale.
-    pub(super) fn claim(self, task_id: &TaskId) -> Result<Option<Claim>, StoreError> {
+    pub(super) fn claim(self, task_id: &TaskId) -> Result<ClaimStep, StoreError> {
         match self.code()? {
-            code::NOTHING => Ok(None),
+            code::NOTHING => Ok(ClaimStep::Done(None)),
+            code::FRONT => {
+                let front = self.string(1)?;
+                TaskId::parse(&front)
+                    .map(ClaimStep::Front)
+                    .ok_or_else(|| StoreError::UnexpectedReply(format!("queued id {front:?}")))
+            }
             code::OK => {
                 let traceparent = self.string(4)?;
-                Ok(Some(Claim {
+                Ok(ClaimStep::Done(Some(Claim {
                     task_id: task_id.clone(),
                     fence: self.int(1)? as u64,
                     tool: self.string(2)?,
@@ -308,9 +316,10 @@ impl Reply {
                     ),
                     tenant: self.counted_tenant(8)?,
                     tool_state: self.string(9).ok().filter(|s| !s.is_empty()),
-                    // Absent from a reply of the script before steps existed (a rolling deploy).
-                    steps: self.pairs(11).unwrap_or_default(),
-                }))
+                    steps: self.pairs(11)?,
+                    queued_ms: self.string(12)?.parse().ok(),
+                    owner_tenant: self.string(13)?,
+                })))
             }
             _ => Err(self.unexpected_code()),
         }
@@ -451,6 +460,6 @@ mod tests {
         assert_eq!(refused, Admission::Refused { limit: Limit::Creations, retry_after_ms: 1 });
         assert!(reply(vec![Value::Int(-6)]).created_at().is_err());
         assert_eq!(reply(vec![Value::Int(1), Value::Int(42)]).created_at().unwrap(), 42);
-        assert!(reply(vec![Value::Int(0)]).claim(&TaskId::generate(1)).unwrap().is_none());
+        assert!(matches!(reply(vec![Value::Int(0)]).claim(&TaskId::generate(1)).unwrap(), ClaimStep::Done(None)));
     }
 }

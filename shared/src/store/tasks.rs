@@ -43,6 +43,9 @@ pub struct NewTask<'a> {
     /// A keyed create's fingerprint (a digest of the tool and its arguments): a retry with the
     /// same key but another tool or other arguments is refused ([`StoreError::KeyReused`]).
     pub fingerprint: Option<&'a str>,
+    /// The tenant's share of its pool while several tenants have tasks queued (positive;
+    /// 1 unless configured: docs/design.md, "Fair dispatch").
+    pub weight: f64,
 }
 
 /// The outcome of `tasks/update`'s write.
@@ -183,12 +186,14 @@ impl Store {
         // The gateway does not know the task's pool without reading the record: it guesses
         // `default`; a task of another pool costs a second round trip (store/pools.rs).
         let reply = self
-            .on_pool_queue(id, super::DEFAULT_POOL, |queue: String, pool: &str| {
+            .on_pool_queue(id, super::DEFAULT_POOL, |queue: super::QueueKeys, pool: &str| {
                 let mut call = scripts::ACCEPT_INPUT.key(&keys.record);
                 call.key(&keys.inputs)
                     .key(&keys.answers)
-                    .key(queue)
+                    .key(queue.stream)
                     .key(&keys.timeline)
+                    .key(queue.ready)
+                    .key(queue.fair)
                     .arg(id.as_str())
                     .arg(&owner.tenant)
                     .arg(&owner.principal)
@@ -264,11 +269,14 @@ fn create_invocation<'a>(store: &Store, keys: &'a super::TaskKeys, task: &NewTas
     let shard = task.id.shard();
     // The pool's queue is declared like every other key: the create stays one script in one
     // slot (the shard's), one round trip.
-    call.key(store.keys().queue(shard, task.pool))
+    let queue = store.keys().queue(shard, task.pool);
+    call.key(queue.stream)
         .key(&keys.answers)
         .key(&keys.timeline)
         .key(store.keys().task_index(shard, None))
         .key(store.keys().task_index(shard, Some(&task.owner.tenant)))
+        .key(queue.ready)
+        .key(queue.fair)
         .arg(task.id.as_str())
         .arg(&task.owner.tenant)
         .arg(&task.owner.principal)
@@ -285,7 +293,8 @@ fn create_invocation<'a>(store: &Store, keys: &'a super::TaskKeys, task: &NewTas
         .arg(if task.declares_tasks { "1" } else { "0" })
         .arg(if task.history { "1" } else { "0" })
         .arg(task.pool)
-        .arg(task.fingerprint.unwrap_or(""));
+        .arg(task.fingerprint.unwrap_or(""))
+        .arg(task.weight);
     for (key, answer) in task.answers {
         call.arg(key).arg(answer);
     }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use taskgate_shared::backoff::Backoff;
-use taskgate_shared::store::{Delivery, MAX_BLOCK, entry_ms};
+use taskgate_shared::store::{Delivery, MAX_BLOCK};
 use taskgate_shared::telemetry::metrics::TASKS;
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -168,11 +168,13 @@ pub(super) fn spawn_claim(shared: &Arc<Shared>, delivery: Delivery, permit: Owne
     let shared2 = shared.clone();
     shared.executions.spawn(async move {
         let sent = Instant::now();
-        if let Some(claim) = claim(&shared2, &delivery).await {
+        let mut delivery = delivery;
+        if let Some(claim) = claim(&shared2, &mut delivery).await {
             METRICS.leases_taken.inc();
-            if let Some(enqueued) = entry_ms(&delivery.entry_id) {
-                let waited = taskgate_shared::task::now_ms().saturating_sub(enqueued);
-                TASKS.left_state("queued", Duration::from_millis(waited));
+            if let Some(queued) = claim.queued_ms {
+                let waited = Duration::from_millis(taskgate_shared::task::now_ms().saturating_sub(queued));
+                TASKS.left_state("queued", waited);
+                METRICS.queued(&shared2.config.pool, &claim.owner_tenant, waited);
             }
             execution::run(shared2, claim, sent).await
         }
@@ -180,10 +182,12 @@ pub(super) fn spawn_claim(shared: &Arc<Shared>, delivery: Delivery, permit: Owne
     });
 }
 
-/// Claims a delivery. A claim whose outcome is unknown (a timeout, a dropped connection) may
-/// have taken the lease, so it is sent again: the script answers the same claim to the same
-/// worker for the same entry, so the task is never left held by a worker that does not run it.
-async fn claim(shared: &Shared, delivery: &Delivery) -> Option<taskgate_shared::store::Claim> {
+/// Claims the fairest task on a delivery's shard. A claim whose outcome is unknown (a timeout, a
+/// dropped connection) may have taken the lease, so it is sent again, for the task the lost one
+/// was after (`delivery` follows the store's redirects): the script answers the same claim to
+/// the same worker for the same entry, so the task is never left held by a worker that does
+/// not run it.
+async fn claim(shared: &Shared, delivery: &mut Delivery) -> Option<taskgate_shared::store::Claim> {
     let mut delay = Duration::from_millis(100);
     for attempt in 1..=3 {
         match shared.store.claim(delivery, &shared.config.pool, &shared.worker_id, shared.config.lease).await {

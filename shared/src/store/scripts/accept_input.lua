@@ -5,7 +5,7 @@
 -- channel, with "answered <id>".
 -- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] answers hash
 -- KEYS[4] the queue of pool ARGV[7] on the task's shard
--- KEYS[5] timeline
+-- KEYS[5] timeline   KEYS[6] the pool's ready set on the shard   KEYS[7] its fairness tags
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] events channel
 -- ARGV[5] status message when resumed ('' = keep)   ARGV[6] signal channel prefix
 -- ARGV[7] the pool whose queue KEYS[4] is   ARGV[8..] key, response JSON pairs
@@ -44,13 +44,13 @@ local status, resumed, waited = 'input_required', 0, -1
 if rcall('EXISTS', inputs) == 0 then
   status, resumed = 'working', 1
   if f[6] then waited = now - tonumber(f[6]) end
-  rcall('HSET', record, 'status', status)
+  rcall('HSET', record, 'status', status, 'queued', now)
   if ARGV[5] ~= '' then rcall('HSET', record, 'msg', ARGV[5]) end
   if f[7] then
     rcall('HDEL', record, 'held')
     rcall('PUBLISH', ARGV[6] .. f[8], 'answered ' .. ARGV[1])
   else
-    rcall('XADD', stream, '*', 'id', ARGV[1])
+    enqueue(stream, KEYS[6], KEYS[7], ARGV[1])
   end
 end
 rcall('HSET', record, 'updated', now)

@@ -1,40 +1,62 @@
--- claim_task: take a fenced lease on a task delivered from its shard's stream.
--- The stream entry is a hint (invariant 1): it is acked and deleted whatever the outcome, and
--- the record decides. Only a `working` task with no holder is claimable.
+-- claim_task: take a fenced lease on the fairest queued task of the worker's pool on a shard.
+-- A delivery (one stream entry) only wakes a worker: the task it takes is the one with the
+-- lowest tag in the ready set (prelude: enqueue). The caller names a candidate, first the
+-- entry's own task; when another task is at the front, nothing is written and the script names
+-- that task, for the caller to ask again with its keys declared (a script touches only the keys
+-- it is handed). The entry is acked and deleted by the claim that takes a task from the ready
+-- set, or when nothing is queued: each entry takes at most one task, so no task is ever left
+-- queued without an entry to wake a worker for it.
+-- The record decides (invariant 1): only a `working` task with no holder is claimable; one
+-- that is not (cancelled while queued) still leaves the ready set, for nothing.
+-- A candidate that is `working`, unheld and not in the ready set was queued before fair
+-- dispatch existed (a rolling upgrade): its own entry claims it directly.
 -- The claim bumps the fencing token; it changes nothing a client sees, so no version bump.
 -- Idempotent for one (worker, entry): a re-sent claim whose first run took the lease (its reply
 -- was lost) answers that same claim again instead of "not claimable", so the lease is not held
 -- by a worker that never runs the task.
--- KEYS[1] task record   KEYS[2] the stream it was delivered from (the claiming worker's pool's
--- queue on the shard; only a task of that pool is ever put there)   KEYS[3] shard lease index
--- KEYS[4] answers hash
--- KEYS[5] timeline   KEYS[6] steps hash (the durable steps recorded by earlier runs)
--- ARGV[1] stream entry id   ARGV[2] task id   ARGV[3] worker id   ARGV[4] lease ms
+-- KEYS[1] candidate's record   KEYS[2] the stream the entry was delivered from (the claiming
+-- worker's pool's on the shard)   KEYS[3] shard lease index   KEYS[4] candidate's answers hash
+-- KEYS[5] candidate's timeline   KEYS[6] candidate's steps hash   KEYS[7] the pool's ready set on
+-- the shard   KEYS[8] its fairness tags
+-- ARGV[1] stream entry id   ARGV[2] candidate task id   ARGV[3] worker id   ARGV[4] lease ms
 -- ARGV[5] consumer group
 -- Returns {1, fence, tool, args, traceparent|'', cancelRequested 0|1, answers (flat k,v list),
 --          the creator's clientCapabilities JSON, tenant if counted as active else '',
 --          the state the last park saved else '', '1' if the clientCapabilities JSON left out
---          the Tasks extension's declaration else '0', recorded steps (flat name,result list)}
---       | {0} not claimable (gone, terminal, parked or held).
+--          the Tasks extension's declaration else '0', recorded steps (flat name,result list),
+--          when it was queued (ms) else '', tenant}
+--       | {0} nothing claimable (nothing queued, or the task taken had ended)
+--       | {-11, task id} that task is at the front instead: nothing written, ask again with it.
 local rcall = redis.call
-local record, stream, leases, answers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local record, stream, leases, answers, ready = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7]
+local f = rcall('HMGET', record, 'status', 'holder', 'tool', 'args', 'tp', 'cancel', 'caps', 'tenant', 'counted',
+  'entry', 'fence', 'tstate', 'capx', 'queued')
+local function granted(fence)
+  return {1, fence, f[3], f[4], f[5] or '', f[6] and 1 or 0, rcall('HGETALL', answers), f[7] or '{}',
+    (f[9] == '1' and f[8]) or '', f[12] or '', f[13] or '0', rcall('HGETALL', KEYS[6]), f[14] or '', f[8] or ''}
+end
+local unheld = f[1] == 'working' and not f[2]
+if f[1] == 'working' and f[2] == ARGV[3] and f[10] == ARGV[1] then return granted(tonumber(f[11])) end
+local head = rcall('ZRANGE', ready, 0, 0, 'WITHSCORES')
+if head[1] == ARGV[2] then
+  rcall('ZREM', ready, ARGV[2])
+  if rcall('ZCARD', ready) == 0 then
+    -- Every tag is spent: the next enqueue starts afresh.
+    rcall('DEL', KEYS[8])
+  else
+    rcall('HSET', KEYS[8], 'floor', head[2])
+  end
+elseif head[1] and not (unheld and not rcall('ZSCORE', ready, ARGV[2])) then
+  return {-11, head[1]}
+end
 rcall('XACK', stream, ARGV[5], ARGV[1])
 rcall('XDEL', stream, ARGV[1])
-local f = rcall('HMGET', record, 'status', 'holder', 'tool', 'args', 'tp', 'cancel', 'caps', 'tenant', 'counted',
-  'entry', 'fence', 'tstate', 'capx')
-if f[1] ~= 'working' then return {0} end
-local fence
-if f[2] then
-  if f[2] ~= ARGV[3] or f[10] ~= ARGV[1] then return {0} end
-  fence = tonumber(f[11])
-else
-  local t = rcall('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local lease_until = now + tonumber(ARGV[4])
-  fence = rcall('HINCRBY', record, 'fence', 1)
-  rcall('HSET', record, 'holder', ARGV[3], 'lease', lease_until, 'entry', ARGV[1])
-  rcall('ZADD', leases, lease_until, ARGV[2])
-  timeline(KEYS[5], now, {ev = 'claimed', to = 'working', fence = fence, holder = ARGV[3]})
-end
-return {1, fence, f[3], f[4], f[5] or '', f[6] and 1 or 0, rcall('HGETALL', answers), f[7] or '{}', (f[9] == '1' and f[8]) or '', f[12] or '', f[13] or '0',
-  rcall('HGETALL', KEYS[6])}
+if not unheld then return {0} end
+local t = rcall('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease_until = now + tonumber(ARGV[4])
+local fence = rcall('HINCRBY', record, 'fence', 1)
+rcall('HSET', record, 'holder', ARGV[3], 'lease', lease_until, 'entry', ARGV[1])
+rcall('ZADD', leases, lease_until, ARGV[2])
+timeline(KEYS[5], now, {ev = 'claimed', to = 'working', fence = fence, holder = ARGV[3]})
+return granted(fence)

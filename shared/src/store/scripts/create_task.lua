@@ -6,6 +6,7 @@
 -- KEYS[4] timeline (list)   KEYS[5] the shard's task index   KEYS[6] the shard's index of the tenant
 --   (sorted sets: task id -> expiry ms; what the operator console lists; readers skip entries
 --   whose record has expired)
+-- KEYS[7] the pool's ready set on the shard   KEYS[8] its fairness tags (prelude: enqueue)
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] tool   ARGV[5] arguments JSON
 -- ARGV[6] ttl ms    ARGV[7] poll interval ms   ARGV[8] status message ('' = none)
 -- ARGV[9] traceparent ('' = none)   ARGV[10] events channel
@@ -20,7 +21,8 @@
 --   every later requeue goes to the same pool's queue
 -- ARGV[17] the idempotency fingerprint ('' = the client sent no key): a digest of the tool and
 --   its arguments, kept in the record; the id itself was derived from the key
--- ARGV[18..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
+-- ARGV[18] the tenant's weight (its share of the pool when several tenants have tasks queued)
+-- ARGV[19..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
 -- Returns {1, createdAtMs} | {-6} the id exists for another owner or tool
 --       | {-7} a keyed create whose key made this task for another tool or other arguments.
 -- Idempotent: the same owner repeating the same id for the same tool (a create re-sent after
@@ -50,7 +52,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- One HSET with the optional fields folded in: each command inside a script costs Redis a call.
 local fields = {'tenant', ARGV[2], 'principal', ARGV[3], 'tool', ARGV[4], 'args', ARGV[5],
   'status', 'working', 'created', now, 'updated', now, 'ttl', ARGV[6], 'poll', ARGV[7],
-  'ver', 1, 'fence', 0, 'reclaims', 0, 'caps', ARGV[11], 'counted', ARGV[12], 'pool', ARGV[16]}
+  'ver', 1, 'fence', 0, 'reclaims', 0, 'caps', ARGV[11], 'counted', ARGV[12], 'pool', ARGV[16],
+  'queued', now}
 local function optional(field, value)
   if value ~= '' then fields[#fields + 1] = field; fields[#fields + 1] = value end
 end
@@ -61,8 +64,8 @@ optional('idem', ARGV[17])
 if ARGV[14] == '1' then optional('capx', '1') end
 rcall('HSET', record, unpack(fields))
 rcall('PEXPIREAT', record, now + tonumber(ARGV[6]))
-if #ARGV > 17 then
-  for i = 18, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
+if #ARGV > 18 then
+  for i = 19, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
   rcall('PEXPIREAT', answers, now + tonumber(ARGV[6]))
 end
 if ARGV[15] == '1' then
@@ -83,6 +86,6 @@ if ARGV[15] == '1' then
     rcall('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
   end
 end
-rcall('XADD', stream, '*', 'id', ARGV[1])
+enqueue(stream, KEYS[7], KEYS[8], ARGV[1], ARGV[2], tonumber(ARGV[18]))
 publish_event(ARGV[10], ARGV[1] .. ' 1 working')
 return {1, now}

@@ -24,3 +24,22 @@ local function timeline(key, at, fields)
   fields.at = at
   return redis.call('RPUSHX', key, cjson.encode(fields))
 end
+-- enqueue: queues a task for its pool on its shard (docs/design.md, "Fair dispatch": start-time
+-- fair queuing). A new task (`weight` given: its tenant's share) is tagged one step of
+-- 1/weight after its tenant's last queued task, but never from below the floor (the tag of the
+-- task taken last): a tenant with nothing queued starts at the front, one with a backlog
+-- queues behind its own. A requeued task (`weight` nil: released, reclaimed, answered) waited
+-- already, so it goes to the front, at the floor. One wake-up entry goes on the stream either
+-- way; a claim consumes one entry per task it takes.
+local function enqueue(stream, ready, fair, id, tenant, weight)
+  local tag
+  if weight then
+    local f = redis.call('HMGET', fair, 'floor', 't:' .. tenant)
+    tag = math.max(tonumber(f[1] or '0'), tonumber(f[2] or '0')) + 1 / weight
+    redis.call('HSET', fair, 't:' .. tenant, tag)
+  else
+    tag = tonumber(redis.call('HGET', fair, 'floor') or '0')
+  end
+  redis.call('ZADD', ready, tag, id)
+  redis.call('XADD', stream, '*', 'id', id)
+end

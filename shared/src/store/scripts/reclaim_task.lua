@@ -5,7 +5,7 @@
 -- lost the upstream session its question belonged to: it fails, it is not requeued.
 -- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] the queue of pool ARGV[9] on the shard
 -- KEYS[4] inputs hash
--- KEYS[5] timeline
+-- KEYS[5] timeline   KEYS[6] the pool's ready set on the shard   KEYS[7] its fairness tags
 -- ARGV[1] task id   ARGV[2] max reclaims   ARGV[3] failure error JSON   ARGV[4] failure message
 -- ARGV[5] cancelled message   ARGV[6] events channel   ARGV[7] held-lost error JSON
 -- ARGV[8] held-lost message   ARGV[9] the pool whose queue KEYS[3] is
@@ -54,7 +54,8 @@ elseif reclaims > tonumber(ARGV[2]) then
   rcall('DEL', inputs)
   rcall('HSET', record, 'status', status, 'error', ARGV[3], 'msg', ARGV[4], 'updated', now)
 else
-  rcall('XADD', stream, '*', 'id', ARGV[1])
+  rcall('HSET', record, 'queued', now)
+  enqueue(stream, KEYS[6], KEYS[7], ARGV[1])
   timeline(KEYS[5], now, {ev = 'lease expired, requeued', to = 'working', fence = tonumber(f[9]), holder = f[2]})
   return {1}
 end

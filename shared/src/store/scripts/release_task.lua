@@ -4,7 +4,7 @@
 -- task: its session ends with this worker, so the task fails at once instead.
 -- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] the queue of pool ARGV[8] on the shard
 -- KEYS[4] inputs hash
--- KEYS[5] timeline
+-- KEYS[5] timeline   KEYS[6] the pool's ready set on the shard   KEYS[7] its fairness tags
 -- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] cancelled message
 -- ARGV[5] events channel   ARGV[6] held-lost error JSON   ARGV[7] held-lost message
 -- ARGV[8] the pool whose queue KEYS[3] is (the releasing worker's)
@@ -34,7 +34,8 @@ end
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if not f[4] then
-  rcall('XADD', stream, '*', 'id', ARGV[1])
+  rcall('HSET', record, 'queued', now)
+  enqueue(stream, KEYS[6], KEYS[7], ARGV[1])
   timeline(KEYS[5], now, {ev = 'released, requeued', to = 'working', fence = tonumber(ARGV[3]), holder = ARGV[2]})
   return {1}
 end
