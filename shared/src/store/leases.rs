@@ -24,7 +24,7 @@ pub const MAX_REDIRECTS: usize = 16;
 
 /// One `claim_task` run: a claim or nothing, or the task at the front to ask for instead.
 pub(super) enum ClaimStep {
-    Done(Option<Claim>),
+    Done(Option<Box<Claim>>),
     Front(TaskId),
 }
 
@@ -311,7 +311,7 @@ impl Store {
                 ClaimStep::Front(front) => {
                     return Err(StoreError::UnexpectedReply(format!("{front} queued on another shard's ready set")));
                 }
-                ClaimStep::Done(claim) => return Ok(claim),
+                ClaimStep::Done(claim) => return Ok(claim.map(|claim| *claim)),
             }
         }
         Ok(None)

@@ -302,7 +302,7 @@ impl Reply {
             }
             code::OK => {
                 let traceparent = self.string(4)?;
-                Ok(ClaimStep::Done(Some(Claim {
+                Ok(ClaimStep::Done(Some(Box::new(Claim {
                     task_id: task_id.clone(),
                     fence: self.int(1)? as u64,
                     tool: self.string(2)?,
@@ -319,7 +319,7 @@ impl Reply {
                     steps: self.pairs(11)?,
                     queued_ms: self.string(12)?.parse().ok(),
                     owner_tenant: self.string(13)?,
-                })))
+                }))))
             }
             _ => Err(self.unexpected_code()),
         }
