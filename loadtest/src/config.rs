@@ -17,6 +17,9 @@ pub enum Scenario {
     Listen,
     /// Inline `tools/call` (no Tasks extension).
     Sync,
+    /// The noisy-neighbour figure: tenant A (`--token`) queues `--backlog` tasks, then tenant B
+    /// (`--neighbour-token`) runs one; B's create-to-terminal time, over `--rounds` rounds.
+    Neighbour,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -103,6 +106,18 @@ pub struct Config {
     /// Tasks created up front for `get`.
     #[arg(long, default_value_t = 256)]
     pub tasks: usize,
+
+    /// Tasks tenant A queues in each `neighbour` round.
+    #[arg(long, default_value_t = 1_000)]
+    pub backlog: usize,
+
+    /// Rounds of `neighbour`.
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
+
+    /// Tenant B's bearer token in `neighbour` (`--token` is tenant A's).
+    #[arg(long, env = "TASKGATE_LOADTEST_NEIGHBOUR_TOKEN", hide_env_values = true)]
+    pub neighbour_token: Option<String>,
 
     /// Concurrent subscriptions for `listen`.
     #[arg(long, default_value_t = 1_000)]

@@ -42,6 +42,9 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     // Listen runs hold one connection per stream; spread them over several clients.
     let connections = config.connections.unwrap_or(if config.scenario == config::Scenario::Listen { 64 } else { 1 });
     let client = client::Client::new(&config, connections);
+    if config.scenario == config::Scenario::Neighbour {
+        return neighbour(&config, client).await;
+    }
     let recorder = Arc::new(Recorder::default());
     let (op, lags) = scenarios::prepare(&config, client, recorder.clone()).await?;
 
@@ -110,6 +113,37 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     }
     if config.fail_on_error && !report.errors.is_empty() {
         anyhow::bail!("{} operations failed", report.errors.values().sum::<u64>());
+    }
+    Ok(report)
+}
+
+/// `--scenario neighbour`: rounds instead of a measured window.
+async fn neighbour(config: &Config, client: client::Client) -> anyhow::Result<Report> {
+    let rounds = scenarios::neighbour::run(config, client).await?;
+    let report = Report {
+        scenario: "neighbour".into(),
+        mode: "rounds".into(),
+        http: if config.http2 { "HTTP/2".into() } else { "HTTP/1.1".into() },
+        connections: 1,
+        concurrency: config.concurrency,
+        rate: None,
+        duration_s: 0.0,
+        ok: rounds.each_ms.len() as u64,
+        errors: Default::default(),
+        throughput_per_s: 0.0,
+        latency_ms: None,
+        time_to_terminal_ms: rounds.neighbour,
+        notification_lag_ms: None,
+        redis_commands_per_op: None,
+        redis_commands: Default::default(),
+        cpu_us_per_op: Default::default(),
+        cpu_cores: Default::default(),
+        redis_benchmark: Default::default(),
+        ratios: Default::default(),
+    };
+    report.print();
+    if let Some(path) = &config.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
     }
     Ok(report)
 }

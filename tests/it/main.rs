@@ -12,6 +12,7 @@ mod console_edge;
 mod docs;
 mod durability;
 mod example_worker;
+mod fairness;
 mod graceful;
 mod http_surface;
 mod idempotency;

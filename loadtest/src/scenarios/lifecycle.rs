@@ -25,13 +25,18 @@ pub(super) fn op(config: &Config, client: Client) -> Op {
             if rand::random::<f64>() < cancel_ratio {
                 client.call("tasks/cancel", json!({"taskId": id}), true).await?;
             }
-            match wait {
-                Wait::Listen => listen_until_terminal(&client, &id).await?,
-                Wait::Poll => poll_until_terminal(&client, &id).await?,
-            }
+            wait_until_terminal(&client, &id, wait).await?;
             Ok(Sample { latency: None, time_to_terminal: Some(t0.elapsed()) })
         })
     })
+}
+
+/// Waits for task `id` to end, answering any input it asks for.
+pub(super) async fn wait_until_terminal(client: &Client, id: &str, wait: Wait) -> Result<(), LoadError> {
+    match wait {
+        Wait::Listen => listen_until_terminal(client, id).await,
+        Wait::Poll => poll_until_terminal(client, id).await,
+    }
 }
 
 async fn listen_until_terminal(client: &Client, id: &str) -> Result<(), LoadError> {

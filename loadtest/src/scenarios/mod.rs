@@ -3,6 +3,7 @@
 mod get;
 mod lifecycle;
 mod listen;
+pub mod neighbour;
 
 use std::sync::Arc;
 
@@ -22,6 +23,7 @@ pub async fn prepare(config: &Config, client: Client, recorder: Arc<Recorder>) -
         Scenario::Create => (call_op(client, tool, config.arguments.clone(), true, "task"), None),
         Scenario::Sync => (call_op(client, tool, config.arguments.clone(), false, "complete"), None),
         Scenario::Lifecycle => (lifecycle::op(config, client), None),
+        Scenario::Neighbour => anyhow::bail!("neighbour runs rounds of its own (scenarios::neighbour::run)"),
         Scenario::Listen => {
             let (op, lags) = listen::prepare(config, client, recorder).await?;
             (op, Some(lags))
