@@ -55,6 +55,8 @@ struct Inner {
     token: Option<String>,
     /// `clientCapabilities` of task-creating requests.
     capabilities: Value,
+    /// Send a fresh `Idempotency-Key` with every `tools/call` (`--idempotency-keys`).
+    keyed: bool,
 }
 
 impl Client {
@@ -83,6 +85,23 @@ impl Client {
                 ids: AtomicU64::new(1),
                 token: config.token.clone(),
                 capabilities,
+                keyed: config.idempotency_keys,
+            }),
+        }
+    }
+
+    /// The same connections, with another bearer token: one tenant among many.
+    pub fn with_token(&self, token: &str) -> Self {
+        let inner = &self.inner;
+        Self {
+            inner: Arc::new(Inner {
+                http: inner.http.clone(),
+                urls: inner.urls.clone(),
+                next: AtomicUsize::new(0),
+                ids: AtomicU64::new(1),
+                token: Some(token.to_owned()),
+                capabilities: inner.capabilities.clone(),
+                keyed: inner.keyed,
             }),
         }
     }
@@ -114,6 +133,9 @@ impl Client {
         }
         if let Some(token) = &self.inner.token {
             request = request.bearer_auth(token);
+        }
+        if self.inner.keyed && method == "tools/call" {
+            request = request.header("Idempotency-Key", format!("{:032x}", rand::random::<u128>()));
         }
         request
     }

@@ -107,6 +107,16 @@ pub struct Config {
     #[arg(long, default_value_t = 256)]
     pub tasks: usize,
 
+    /// Bearer tokens, one per line, instead of `--token`: each `create` or `lifecycle` operation
+    /// takes the next, so the load comes from as many tenants as the file names.
+    #[arg(long)]
+    pub tokens_file: Option<PathBuf>,
+
+    /// Send a fresh `Idempotency-Key` header with every `tools/call` (what a keyed create
+    /// costs).
+    #[arg(long)]
+    pub idempotency_keys: bool,
+
     /// Tasks tenant A queues in each `neighbour` round.
     #[arg(long, default_value_t = 1_000)]
     pub backlog: usize,

@@ -162,6 +162,15 @@ async fn an_expired_lease_is_requeued_on_the_tasks_own_pool(topology: Topology) 
         (body.contains("waiting-for-pool") && body.contains("<code>gpu</code>")).then_some(())
     })
     .await;
+    // The overview's pools: gpu has no live worker and this one task queued.
+    let overview = http.get(format!("{}/console/", client.base())).send().await.unwrap().text().await.unwrap();
+    let pools = overview.split("id=\"pools\"").nth(1).expect("the pools table").split("</table>").next().unwrap();
+    let gpu = pools.split("<tr>").find(|row| row.contains("<code>gpu</code>")).expect("a row for gpu");
+    assert!(gpu.contains("no live worker"), "{gpu}");
+    let cells: Vec<&str> = gpu.split("<td>").collect();
+    assert!(cells.get(4).is_some_and(|queued| queued.starts_with("1<")), "one task queued: {gpu}");
+    let default = pools.split("<tr>").find(|row| row.contains("<code>default</code>")).expect("a row for default");
+    assert!(!default.contains("no live worker"), "{default}");
 
     let replacement = stack.add_worker_in_pool("gpu", &["--tools", "demo"]).await;
     eventually(PATIENCE, "a worker of the task's pool to claim it again", || async {

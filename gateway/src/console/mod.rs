@@ -20,12 +20,12 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use maud::Markup;
 use serde::Deserialize;
-use taskgate_shared::store::{CancelOutcome, Cursor, Filter, OperatorFail, Page};
+use taskgate_shared::store::{CancelOutcome, Cursor, DEFAULT_POOL, Filter, OperatorFail, Page};
 use taskgate_shared::task::TaskId;
 
 use crate::auth::Authenticator;
 use crate::state::AppState;
-use access::Viewer;
+use access::{Reach, Viewer};
 use cache::ConsoleState;
 pub(crate) use edge::pipeline_error;
 use views::{ListQuery, Tally, TaskView};
@@ -159,6 +159,8 @@ pub(crate) struct Overview {
     sampled: usize,
     workers: Vec<views::WorkerView>,
     tools: Vec<String>,
+    /// Every pool's backlog: for those who see every tenant only (a backlog counts them all).
+    pools: Option<Vec<views::PoolView>>,
     read_ms: i64,
 }
 
@@ -183,7 +185,11 @@ async fn read_overview(
         .into_iter()
         .map(|(id, status, _)| views::WorkerView { running: held.get(&id).copied(), id, status })
         .collect();
-    let overview = Arc::new(Overview { tallies, sampled, workers, tools, read_ms: now_ms() });
+    let pools = match viewer.reach {
+        Reach::Everything => Some(pools(state, &published.routes, &workers).await?),
+        Reach::Tenant(_) => None,
+    };
+    let overview = Arc::new(Overview { tallies, sampled, workers, tools, pools, read_ms: now_ms() });
     console.keep(viewer.reach.clone(), overview.clone());
     Ok(overview)
 }
@@ -194,7 +200,7 @@ async fn overview(
     viewer: Viewer,
 ) -> Result<Response, ConsoleError> {
     let o = read_overview(&state, &console, &viewer).await?;
-    Ok(html(views::overview(&viewer, &o.tallies, o.sampled, &o.workers, &o.tools, o.read_ms)))
+    Ok(html(views::overview(&viewer, &o.tallies, o.sampled, &o.workers, &o.tools, o.pools.as_deref(), o.read_ms)))
 }
 
 async fn overview_fragment(
@@ -204,6 +210,32 @@ async fn overview_fragment(
 ) -> Result<Response, ConsoleError> {
     let o = read_overview(&state, &console, &viewer).await?;
     Ok(html(views::overview_live(&o.tallies, o.sampled, o.read_ms)))
+}
+
+/// Each pool that a live worker is in or a tool is routed to, with its live workers and its
+/// backlog (one round trip per shard and pool, the shards concurrently).
+async fn pools(
+    state: &AppState,
+    routes: &BTreeMap<String, String>,
+    workers: &[views::WorkerView],
+) -> Result<Vec<views::PoolView>, ConsoleError> {
+    let mut pools: BTreeMap<String, views::PoolView> = BTreeMap::new();
+    for pool in routes.values() {
+        pools.entry(pool.clone()).or_insert_with(|| views::PoolView::new(pool));
+    }
+    for worker in workers {
+        // A worker from before pools publishes none: it was `default`.
+        let pool = worker.status["pool"].as_str().unwrap_or(DEFAULT_POOL);
+        let view = pools.entry(pool.to_owned()).or_insert_with(|| views::PoolView::new(pool));
+        view.workers += 1;
+        view.busy += worker.status["busy"].as_u64().unwrap_or(0);
+        view.slots += worker.status["slots"].as_u64().unwrap_or(0);
+    }
+    let reads = pools.keys().map(|pool| state.store.backlog(shards(state), pool));
+    for (view, backlog) in pools.values_mut().zip(futures::future::join_all(reads).await) {
+        view.backlog = backlog?;
+    }
+    Ok(pools.into_values().collect())
 }
 
 /// Counts by (tenant, tool) and state over the newest tasks this viewer may see, and the
@@ -343,7 +375,6 @@ async fn task(
 /// The pool a queued task waits for, when no live worker of that pool has sent a heartbeat
 /// lately (one read of the live workers, with the page; the self-refreshing part never asks).
 async fn waiting_for_pool(state: &AppState, inspection: &taskgate_shared::store::Inspection) -> Option<String> {
-    use taskgate_shared::store::DEFAULT_POOL;
     let record = &inspection.record;
     if record.get("status").map(String::as_str) != Some("working") || record.contains_key("holder") {
         return None;

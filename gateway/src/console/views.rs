@@ -91,6 +91,21 @@ pub(super) struct Tally {
     pub(super) oldest_queued_ms: Option<i64>,
 }
 
+/// A worker pool: its live workers (and their slots, as of their heartbeats) and its backlog.
+pub(super) struct PoolView {
+    pub(super) name: String,
+    pub(super) workers: usize,
+    pub(super) busy: u64,
+    pub(super) slots: u64,
+    pub(super) backlog: taskgate_shared::store::Backlog,
+}
+
+impl PoolView {
+    pub(super) fn new(name: &str) -> Self {
+        Self { name: name.to_owned(), workers: 0, busy: 0, slots: 0, backlog: Default::default() }
+    }
+}
+
 /// A live worker as its last heartbeat described it.
 pub(super) struct WorkerView {
     pub(super) id: String,
@@ -105,6 +120,7 @@ pub(super) fn overview(
     sampled: usize,
     workers: &[WorkerView],
     tools: &[String],
+    pools: Option<&[PoolView]>,
     now_ms: i64,
 ) -> Markup {
     page(
@@ -113,6 +129,37 @@ pub(super) fn overview(
         html! {
             h1 { "Overview" }
             (overview_live(tallies, sampled, now_ms))
+            @if let Some(pools) = pools {
+                h2 { "Worker pools" }
+                @if pools.is_empty() { p { "No pool has a live worker or a routed tool." } }
+                @else {
+                    div.scroll {
+                        table #pools {
+                            thead { tr {
+                                th scope="col" { "Pool" } th scope="col" { "Workers alive" } th scope="col" { "Busy slots" }
+                                th scope="col" { "Queued" } th scope="col" { "Oldest queued" }
+                            } }
+                            tbody {
+                                @for pool in pools {
+                                    tr {
+                                        td { code { (pool.name) } }
+                                        td {
+                                            (pool.workers)
+                                            @if pool.workers == 0 && pool.backlog.depth > 0 {
+                                                " " span.pool-idle { "no live worker: its tasks wait" }
+                                            }
+                                        }
+                                        td { (pool.busy) " / " (pool.slots) }
+                                        td { (pool.backlog.depth) }
+                                        td { @if let Some(at) = pool.backlog.oldest_ms { (age(now_ms - at as i64)) } @else { "–" } }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    p.note { "Queued and oldest are read from Redis with this page, over every tenant; busy slots are as of each worker's last heartbeat. Within a pool, tenants with tasks queued share its workers fairly, so one tenant's oldest task may wait longer than this." }
+                }
+            }
             h2 { "Workers alive" }
             @if workers.is_empty() { p { "No worker has sent a heartbeat lately." } }
             @else {

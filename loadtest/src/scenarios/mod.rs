@@ -18,8 +18,16 @@ pub use listen::Lags;
 /// Sets the scenario up and returns its operation (and, for `listen`, its lag histogram).
 pub async fn prepare(config: &Config, client: Client, recorder: Arc<Recorder>) -> anyhow::Result<(Op, Option<Lags>)> {
     let tool = config.tool.clone();
+    let tenants = tenants(config, &client)?;
     Ok(match config.scenario {
         Scenario::Get => (get::prepare(config, client).await?, None),
+        Scenario::Create if tenants.len() > 1 => {
+            let arguments = config.arguments.clone();
+            (round_robin(tenants, |client| call_op(client, tool.clone(), arguments.clone(), true, "task")), None)
+        }
+        Scenario::Lifecycle if tenants.len() > 1 => {
+            (round_robin(tenants, |client| lifecycle::op(config, client)), None)
+        }
         Scenario::Create => (call_op(client, tool, config.arguments.clone(), true, "task"), None),
         Scenario::Sync => (call_op(client, tool, config.arguments.clone(), false, "complete"), None),
         Scenario::Lifecycle => (lifecycle::op(config, client), None),
@@ -28,6 +36,24 @@ pub async fn prepare(config: &Config, client: Client, recorder: Arc<Recorder>) -
             let (op, lags) = listen::prepare(config, client, recorder).await?;
             (op, Some(lags))
         }
+    })
+}
+
+/// One client per token of `--tokens-file` (sharing `client`'s connections), or none.
+fn tenants(config: &Config, client: &Client) -> anyhow::Result<Vec<Client>> {
+    let Some(path) = &config.tokens_file else { return Ok(Vec::new()) };
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| anyhow::anyhow!("cannot read --tokens-file {}: {err}", path.display()))?;
+    Ok(text.lines().map(str::trim).filter(|t| !t.is_empty()).map(|t| client.with_token(t)).collect())
+}
+
+/// An operation that runs `make(client)`'s operation for each client in turn.
+fn round_robin(clients: Vec<Client>, make: impl Fn(Client) -> Op) -> Op {
+    let ops: Vec<Op> = clients.into_iter().map(make).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    Arc::new(move || {
+        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ops[i % ops.len()]()
     })
 }
 
