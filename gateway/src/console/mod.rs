@@ -231,8 +231,9 @@ async fn pools(
         view.busy += worker.status["busy"].as_u64().unwrap_or(0);
         view.slots += worker.status["slots"].as_u64().unwrap_or(0);
     }
-    let reads = pools.keys().map(|pool| state.store.backlog(shards(state), pool));
-    for (view, backlog) in pools.values_mut().zip(futures::future::join_all(reads).await) {
+    let names: Vec<String> = pools.keys().cloned().collect();
+    let backlogs = futures::future::join_all(names.iter().map(|pool| state.store.backlog(shards(state), pool))).await;
+    for (view, backlog) in pools.values_mut().zip(backlogs) {
         view.backlog = backlog?;
     }
     Ok(pools.into_values().collect())
