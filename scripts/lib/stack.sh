@@ -17,7 +17,8 @@
 #   STACK_WORKER_ARGS    array: arguments of every worker
 #   STACK_GATEWAYS       number of gateways (1)
 #   STACK_GATEWAY_PORTS  array: their ports (default: free ones)
-#   STACK_GATEWAY_ARGS   array: arguments of every gateway (--auth none is added)
+#   STACK_GATEWAY_ARGS   array: arguments of every gateway (--auth $STACK_AUTH is added: none unless set)
+#   STACK_TOKEN          with STACK_AUTH, the bearer token the readiness check lists tools with
 #   STACK_TOOLS          0: do not wait for a tool to be listed (workers serving none)
 #   STACK_SETSID         1: each process in its own session (it outlives the shell; see
 #                        deploy/local/up --detach)
@@ -162,11 +163,14 @@ stack_wait() {
 
 # 0 when the gateway on PORT lists at least one tool: the workers have published theirs.
 stack_tools_listed() {
+  # With authentication on ($STACK_AUTH), $STACK_TOKEN is sent as the bearer token.
+  local auth=""
+  [ -n "${STACK_TOKEN:-}" ] && auth="Authorization: Bearer $STACK_TOKEN"$'\r\n'
   local body='{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}'
   (
     exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
-    printf 'POST /mcp HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\nContent-Length: %d\r\n\r\n%s' \
-      "${#body}" "$body" >&3
+    printf 'POST /mcp HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\n%sContent-Length: %d\r\n\r\n%s' \
+      "$auth" "${#body}" "$body" >&3
     grep -q '"tools":\[{' <&3
   ) 2>/dev/null
 }
@@ -250,7 +254,7 @@ stack_up() {
   for i in "${!STACK_GATEWAY_PORTS[@]}"; do
     port=${STACK_GATEWAY_PORTS[$i]}
     stack_port_free "$port" || stack_die "something already listens on 127.0.0.1:$port"
-    stack_start "gateway-$((i + 1))" "$bin/taskgate-gateway" --auth none --listen "127.0.0.1:$port" \
+    stack_start "gateway-$((i + 1))" "$bin/taskgate-gateway" --auth "${STACK_AUTH:-none}" --listen "127.0.0.1:$port" \
       "${STACK_GATEWAY_ARGS[@]}"
   done
 

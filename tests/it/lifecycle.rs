@@ -220,11 +220,13 @@ async fn a_killed_worker_task_is_finished_by_another_exactly_once() {
     let client = stack.client(0);
     let task_id = client.create_task("sleep", json!({"ms": 1500})).await;
     let holder = holder_index(&stack, &task_id).await;
-    assert_eq!(record_field(&stack, &task_id, "fence").await.as_deref(), Some("1"));
+    let first = taskgate_tests::record_fence(&stack.store(), &task_id).await;
+    assert!(first > 0, "claimed");
     stack.workers[holder].kill().await;
 
     let done = client.wait_for_status(&task_id, "completed", PATIENCE).await;
-    assert_eq!(done["result"]["structuredContent"]["fencingToken"], 2, "the second claim finished it");
+    let token = taskgate_tests::result_token(&done);
+    assert!(token > first, "the second claim finished it: {token} after {first}");
     assert_eq!(record_field(&stack, &task_id, "reclaims").await.as_deref(), Some("1"));
 
     // The dead worker's lease cannot write any more: the script refuses the stale token.
@@ -232,7 +234,7 @@ async fn a_killed_worker_task_is_finished_by_another_exactly_once() {
     let dead = record_field(&stack, &task_id, "holder").await;
     assert_eq!(dead, None, "a finished task has no holder");
     let version = record_field(&stack, &task_id, "ver").await;
-    let stale = Lease { task_id: &id, worker: "w-stale", fence: 1 };
+    let stale = Lease { task_id: &id, worker: "w-stale", fence: first };
     let written = stack.store().finish(stale, Finish::Completed { result: "{}", message: None }).await.unwrap();
     assert!(!written);
     assert_eq!(record_field(&stack, &task_id, "ver").await, version);
@@ -244,10 +246,12 @@ async fn a_paused_worker_that_lost_its_lease_cannot_overwrite_the_result() {
     let client = stack.client(0);
     let task_id = client.create_task("sleep", json!({"ms": 1200})).await;
     let holder = holder_index(&stack, &task_id).await;
+    let first = taskgate_tests::record_fence(&stack.store(), &task_id).await;
     stack.workers[holder].signal("STOP");
 
     let done = client.wait_for_status(&task_id, "completed", PATIENCE).await;
-    assert_eq!(done["result"]["structuredContent"]["fencingToken"], 2);
+    let token = taskgate_tests::result_token(&done);
+    assert!(token > first, "another claim finished it: {token} after {first}");
     let version = record_field(&stack, &task_id, "ver").await;
 
     // Resumed, the stale worker notices; whatever it tries is refused.
@@ -261,7 +265,7 @@ async fn a_paused_worker_that_lost_its_lease_cannot_overwrite_the_result() {
     })
     .await;
     let after = client.get_task(&task_id).await;
-    assert_eq!(after.result()["result"]["structuredContent"]["fencingToken"], 2);
+    assert_eq!(taskgate_tests::result_token(after.result()), token, "the result stands");
     assert_eq!(record_field(&stack, &task_id, "ver").await, version);
 }
 
@@ -380,6 +384,7 @@ async fn a_draining_worker_hands_its_tasks_back_at_once() {
     let client = stack.client(0);
     let task_id = client.create_task("sleep", json!({"ms": 2_000})).await;
     let first = holder_index(&stack, &task_id).await;
+    let first_fence = taskgate_tests::record_fence(&stack.store(), &task_id).await;
     let second = stack.add_worker(&[]).await;
     stack.workers[first].signal("TERM");
     assert_eq!(stack.workers[first].wait_exit(PATIENCE).await, Some(0));
@@ -387,7 +392,7 @@ async fn a_draining_worker_hands_its_tasks_back_at_once() {
     let claimed_by = holder_index(&stack, &task_id).await;
     assert_eq!(claimed_by, second);
     let done = client.wait_for_status(&task_id, "completed", PATIENCE).await;
-    assert_eq!(done["result"]["structuredContent"]["fencingToken"], 2);
+    assert!(taskgate_tests::result_token(&done) > first_fence, "the second claim finished it: {done}");
     assert_eq!(record_field(&stack, &task_id, "reclaims").await.as_deref(), Some("0"), "a release is not a reclaim");
 }
 
@@ -397,11 +402,12 @@ async fn a_draining_worker_lets_short_tools_finish() {
     let client = stack.client(0);
     let task_id = client.create_task("sleep", json!({"ms": 700})).await;
     holder_index(&stack, &task_id).await;
+    let fence = taskgate_tests::record_fence(&stack.store(), &task_id).await;
     stack.workers[0].signal("TERM");
     assert_eq!(stack.workers[0].wait_exit(PATIENCE).await, Some(0));
     let r = client.get_task(&task_id).await;
     assert_eq!(r.result()["status"], "completed");
-    assert_eq!(r.result()["result"]["structuredContent"]["fencingToken"], 1);
+    assert_eq!(taskgate_tests::result_token(r.result()), fence, "finished by the claim it had");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

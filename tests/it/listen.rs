@@ -178,7 +178,7 @@ async fn a_late_subscriber_still_gets_the_terminal_snapshot(topology: Topology) 
     assert_eq!(messages[0]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 4242);
     let terminal = snapshot(&messages[1], &json!(4242));
     assert_eq!(terminal["status"], "completed");
-    assert_eq!(terminal["result"]["structuredContent"]["fencingToken"], 1);
+    assert_eq!(taskgate_tests::result_token(&terminal), taskgate_tests::record_fence(&stack.store(), &task_id).await);
     assert_closing_result(&messages[2], &json!(4242));
 }
 

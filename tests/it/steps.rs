@@ -13,15 +13,30 @@ use taskgate_tests::{Stack, Topology, eventually};
 const PATIENCE: Duration = Duration::from_secs(30);
 
 /// The ledger file of a task: `(fence, step)` per line, in the order written.
+/// The ledger's (run, step) lines, each run numbered from 1 in the order of its fencing token
+/// (tokens are claim times: their order, not their value, says which run wrote).
 fn ledger(dir: &std::path::Path, task_id: &str) -> Vec<(u64, u64)> {
-    std::fs::read_to_string(dir.join(task_id))
+    let lines: Vec<(u64, u64)> = std::fs::read_to_string(dir.join(task_id))
         .unwrap_or_default()
         .lines()
         .map(|line| {
             let (fence, step) = line.split_once(' ').expect("a ledger line");
             (fence.parse().expect("a fence"), step.parse().expect("a step"))
         })
-        .collect()
+        .collect();
+    let mut tokens: Vec<u64> = lines.iter().map(|(token, _)| *token).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    lines.into_iter().map(|(token, step)| (tokens.binary_search(&token).expect("listed") as u64 + 1, step)).collect()
+}
+
+/// How many times the task's lease was reclaimed.
+async fn field_reclaims(stack: &Stack, task_id: &str) -> u64 {
+    let store = stack.store();
+    let record = store.keys().task(&TaskId::parse(task_id).unwrap()).record;
+    let reclaims: Option<String> =
+        redis::cmd("HGET").arg(record).arg("reclaims").query_async(&mut store.conn()).await.unwrap();
+    reclaims.map_or(0, |r| r.parse().unwrap())
 }
 
 /// How many times each step was run.
@@ -62,7 +77,8 @@ async fn killed_mid_way(checkpoint: bool) -> Vec<(u64, u64)> {
     assert!(before.len() < 20, "killed before the end: {before:?}");
     stack.add_worker(&[]).await;
     let done = client.wait_for_status(&task_id, "completed", PATIENCE).await;
-    assert!(done["result"]["structuredContent"]["fencingToken"].as_u64() >= Some(2), "reclaimed: {done}");
+    assert_eq!(taskgate_tests::result_token(&done), taskgate_tests::record_fence(&stack.store(), &task_id).await);
+    assert!(field_reclaims(&stack, &task_id).await >= 1, "reclaimed: {done}");
     ledger(ledger_dir.path(), &task_id)
 }
 

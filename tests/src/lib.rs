@@ -93,3 +93,23 @@ pub fn sleep_task<'a>(
         weight: 1.0,
     }
 }
+
+/// A task's fencing token as its record holds it now: the last claim's (0 before any).
+/// Tokens are claim times in milliseconds, never repeated (docs/durability.md), so tests
+/// compare them with one another, never with a number.
+pub async fn record_fence(store: &taskgate_shared::store::Store, task_id: &str) -> u64 {
+    let id = taskgate_shared::task::TaskId::parse(task_id).expect("a task id");
+    let fence: Option<String> = redis::cmd("HGET")
+        .arg(store.keys().task(&id).record)
+        .arg("fence")
+        .query_async(&mut store.conn())
+        .await
+        .expect("HGET fence");
+    fence.map_or(0, |f| f.parse().expect("a numeric fence"))
+}
+
+/// The fencing token a finished task's result carries (the `sleep`, `noop` and `ledger` demo
+/// tools put it in their structured content).
+pub fn result_token(snapshot: &serde_json::Value) -> u64 {
+    snapshot["result"]["structuredContent"]["fencingToken"].as_u64().unwrap_or_else(|| panic!("no token: {snapshot}"))
+}

@@ -186,7 +186,7 @@ async fn read_overview(
         .map(|(id, status, _)| views::WorkerView { running: held.get(&id).copied(), id, status })
         .collect();
     let pools = match viewer.reach {
-        Reach::Everything => Some(pools(state, &published.routes, &workers).await?),
+        Reach::Everything => Some(pools(state, &published.routes, &workers, &state.store.known_pools().await?).await?),
         Reach::Tenant(_) => None,
     };
     let overview = Arc::new(Overview { tallies, sampled, workers, tools, pools, read_ms: now_ms() });
@@ -212,15 +212,17 @@ async fn overview_fragment(
     Ok(html(views::overview_live(&o.tallies, o.sampled, o.read_ms)))
 }
 
-/// Each pool that a live worker is in or a tool is routed to, with its live workers and its
-/// backlog (one round trip per shard and pool, the shards concurrently).
+/// Each pool that a worker has ever sent a heartbeat for, a live worker is in, or a tool is
+/// routed to, with its live workers and its backlog (one round trip per shard and pool, the
+/// shards concurrently). A pool whose workers are all gone stays listed, with what waits for it.
 async fn pools(
     state: &AppState,
     routes: &BTreeMap<String, String>,
     workers: &[views::WorkerView],
+    known: &[(String, i64)],
 ) -> Result<Vec<views::PoolView>, ConsoleError> {
     let mut pools: BTreeMap<String, views::PoolView> = BTreeMap::new();
-    for pool in routes.values() {
+    for pool in routes.values().chain(known.iter().map(|(pool, _)| pool)) {
         pools.entry(pool.clone()).or_insert_with(|| views::PoolView::new(pool));
     }
     for worker in workers {

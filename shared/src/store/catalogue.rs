@@ -51,7 +51,7 @@ impl Store {
         let keys = self.keys().catalogue();
         let mut invocation = scripts::PUBLISH_TOOLS.key(&keys.specs);
         invocation.key(&keys.live).key(&keys.digests).key(&keys.workers).key(&keys.workers_live);
-        invocation.key(&keys.serving).key(&keys.serving_since).key(&keys.routes);
+        invocation.key(&keys.serving).key(&keys.serving_since).key(&keys.routes).key(&keys.pools);
         invocation
             .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1))
             .arg(digest)
@@ -94,6 +94,15 @@ impl Store {
                 (id, status, expires)
             })
             .collect())
+    }
+
+    /// Every pool a worker has sent a heartbeat for, with when the last one came (ms), its live
+    /// workers gone or not: the pools the console lists. Names that are not pool names (the
+    /// hash is written by workers only) are left out.
+    pub async fn known_pools(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let pools: Vec<(String, i64)> =
+            redis::cmd("HGETALL").arg(self.keys().catalogue().pools).query_async(&mut self.conn()).await?;
+        Ok(pools.into_iter().filter(|(name, _)| super::is_pool_name(name)).collect())
     }
 
     /// Whether some live worker of `pool` serves `tool` (its catalogue entry has not run out

@@ -94,6 +94,9 @@ pub struct CatalogueKeys {
     pub serving_since: String,
     /// HASH: tool -> the pool new tasks of it are queued on (docs/design.md, "Worker pools").
     pub routes: String,
+    /// HASH: pool -> when a worker of it last sent a heartbeat (ms): every pool the console
+    /// shows, a pool whose workers are all gone included.
+    pub pools: String,
 }
 
 /// The dispatch keys of one pool on one shard (docs/design.md, "Fair dispatch"). Which task runs
@@ -192,6 +195,7 @@ impl Keys {
             serving: format!("{ns}:{{catalogue}}:serving"),
             serving_since: format!("{ns}:{{catalogue}}:serving:since"),
             routes: format!("{ns}:{{catalogue}}:routes"),
+            pools: format!("{ns}:{{catalogue}}:pools"),
         }
     }
 

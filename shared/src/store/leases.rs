@@ -279,7 +279,8 @@ impl Store {
     /// docs/design.md, "Fair dispatch"). It follows the redirects, so a claim re-sent after an
     /// error resumes with the task the lost one named, and a replayed claim for the same worker
     /// and entry answers the same claim. `None`: nothing claimable, or the front kept moving for
-    /// [`MAX_REDIRECTS`] tries (the entry then stays pending and is taken over later).
+    /// [`MAX_REDIRECTS`] tries: the wake-up is then written again at the end of the stream
+    /// (`pass_wakeup`), never left pending where only a takeover would find it.
     pub async fn claim(
         &self,
         delivery: &mut Delivery,
@@ -314,6 +315,13 @@ impl Store {
                 ClaimStep::Done(claim) => return Ok(claim.map(|claim| *claim)),
             }
         }
+        let _passed: u8 = scripts::PASS_WAKEUP
+            .key(&queue.stream)
+            .arg(&delivery.entry_id)
+            .arg(WORKER_GROUP)
+            .arg(delivery.task_id.as_str())
+            .invoke_async(&mut self.conn())
+            .await?;
         Ok(None)
     }
 

@@ -52,6 +52,7 @@ scripts! {
     WITHDRAW_QUESTION => "withdraw_question",
     FAIL_TASK => "fail_task",
     RECORD_STEP => "record_step",
+    PASS_WAKEUP => "pass_wakeup",
 }
 
 /// The script's label for metrics and spans (`script:<name>`), by its SHA-1.

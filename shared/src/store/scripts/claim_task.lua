@@ -1,16 +1,17 @@
 -- claim_task: take a fenced lease on the fairest queued task of the worker's pool on a shard.
 -- A delivery (one stream entry) only wakes a worker: the task it takes is the one with the
 -- lowest tag in the ready set (prelude: enqueue). The caller names a candidate, first the
--- entry's own task; when another task is at the front, nothing is written and the script names
--- that task, for the caller to ask again with its keys declared (a script touches only the keys
--- it is handed). The entry is acked and deleted by the claim that takes a task from the ready
+-- entry's own task; when another task has a lower tag, nothing is written and the script names
+-- the one at the front, for the caller to ask again with its keys declared (a script touches
+-- only the keys it is handed). The entry is acked and deleted by the claim that takes a task from the ready
 -- set, or when nothing is queued: each entry takes at most one task, so no task is ever left
 -- queued without an entry to wake a worker for it.
 -- The record decides (invariant 1): only a `working` task with no holder is claimable; one
 -- that is not (cancelled while queued) still leaves the ready set, for nothing.
 -- A candidate that is `working`, unheld and not in the ready set was queued before fair
 -- dispatch existed (a rolling upgrade): its own entry claims it directly.
--- The claim bumps the fencing token; it changes nothing a client sees, so no version bump.
+-- The claim raises the fencing token (below); it changes nothing a client sees, so no version
+-- bump.
 -- Idempotent for one (worker, entry): a re-sent claim whose first run took the lease (its reply
 -- was lost) answers that same claim again instead of "not claimable", so the lease is not held
 -- by a worker that never runs the task.
@@ -38,15 +39,18 @@ end
 local unheld = f[1] == 'working' and not f[2]
 if f[1] == 'working' and f[2] == ARGV[3] and f[10] == ARGV[1] then return granted(tonumber(f[11])) end
 local head = rcall('ZRANGE', ready, 0, 0, 'WITHSCORES')
-if head[1] == ARGV[2] then
+local mine = rcall('ZSCORE', ready, ARGV[2])
+-- The candidate is taken when no queued task has a lower tag: a tie is as fair as the front,
+-- and taking it spares a round trip (tasks of tenants with nothing else queued all tie).
+if mine and tonumber(mine) <= tonumber(head[2]) then
   rcall('ZREM', ready, ARGV[2])
   if rcall('ZCARD', ready) == 0 then
     -- Every tag is spent: the next enqueue starts afresh.
     rcall('DEL', KEYS[8])
   else
-    rcall('HSET', KEYS[8], 'floor', head[2])
+    rcall('HSET', KEYS[8], 'floor', mine)
   end
-elseif head[1] and not (unheld and not rcall('ZSCORE', ready, ARGV[2])) then
+elseif head[1] and not (unheld and not mine) then
   return {-11, head[1]}
 end
 rcall('XACK', stream, ARGV[5], ARGV[1])
@@ -55,8 +59,12 @@ if not unheld then return {0} end
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease_until = now + tonumber(ARGV[4])
-local fence = rcall('HINCRBY', record, 'fence', 1)
-rcall('HSET', record, 'holder', ARGV[3], 'lease', lease_until, 'entry', ARGV[1])
+-- The token is the claim's time (ms), or one more than the last token if that is later: it
+-- grows with every claim, as a counter would, and a claim acknowledged by a primary that then
+-- failed before replicating it cannot be handed out again by the promoted replica, whose
+-- clock has moved on by the failover's length (docs/durability.md, "Fencing across a failover").
+local fence = math.max(tonumber(f[11] or '0') + 1, now)
+rcall('HSET', record, 'fence', string.format('%.0f', fence), 'holder', ARGV[3], 'lease', lease_until, 'entry', ARGV[1])
 rcall('ZADD', leases, lease_until, ARGV[2])
 timeline(KEYS[5], now, {ev = 'claimed', to = 'working', fence = fence, holder = ARGV[3]})
 return granted(fence)

@@ -12,6 +12,7 @@
 -- KEYS[3] digests index (digest -> expiry ms)   KEYS[4] workers (worker id -> status JSON)
 -- KEYS[5] live workers (worker id -> expiry ms)   KEYS[6] serving ("<pool> <name>" -> expiry ms)
 -- KEYS[7] serving since ("<pool> <name>" -> ms it became live)   KEYS[8] routes (name -> pool)
+-- KEYS[9] pools (pool -> its last heartbeat, ms: what the console lists)
 -- ARGV[1] ttl ms   ARGV[2] digest ('' for none)   ARGV[3] worker id   ARGV[4] its status JSON
 --   (what the operator console shows: slots, busy, upstream links)   ARGV[5] the worker's pool
 -- ARGV[6..] name, spec JSON pairs; an empty spec marks a name live without a spec (the hidden
@@ -26,6 +27,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expiry = now + tonumber(ARGV[1])
 local function live_until(pair) return tonumber(rcall('ZSCORE', serving, pair) or '0') end
 rcall('HSET', KEYS[4], ARGV[3], ARGV[4])
+rcall('HSET', KEYS[9], pool, now)
 rcall('ZADD', KEYS[5], expiry, ARGV[3])
 for i = 6, #ARGV, 2 do
   local name, spec = ARGV[i], ARGV[i + 1]
