@@ -117,6 +117,13 @@ impl GatewayError {
                 Answer::new(StatusCode::TOO_MANY_REQUESTS, RpcError::rate_limited(limit.as_str(), *retry_after_ms))
                     .with_header(header::RETRY_AFTER, Some(retry_after(*retry_after_ms)))
             }
+            // Redis could not be reached (or has no primary now, during a failover): nothing was
+            // done that the client can see, and a retry in a moment may succeed.
+            Self::Storage(err) if err.is_unavailable() => Answer::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                RpcError::new(ErrorKind::Internal, "storage is unavailable; retry shortly"),
+            )
+            .with_header(header::RETRY_AFTER, Some(HeaderValue::from_static("1"))),
             Self::Storage(_) | Self::Panicked => Answer::new(StatusCode::INTERNAL_SERVER_ERROR, RpcError::internal()),
             Self::Overloaded => Answer::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -260,9 +267,13 @@ mod tests {
 
     #[test]
     fn storage_errors_say_nothing_specific() {
-        let answer = GatewayError::Storage(StoreError::Timeout(std::time::Duration::from_secs(2))).answer(None);
+        let answer = GatewayError::Storage(StoreError::Corrupt("status")).answer(None);
         assert_eq!((answer.status, answer.error.code()), (StatusCode::INTERNAL_SERVER_ERROR, -32603));
         assert_eq!(answer.error.message, "internal error");
+        // Unreachable Redis is retryable: 503 with Retry-After, the same JSON-RPC code.
+        let answer = GatewayError::Storage(StoreError::Timeout(std::time::Duration::from_secs(2))).answer(None);
+        assert_eq!((answer.status, answer.error.code()), (StatusCode::SERVICE_UNAVAILABLE, -32603));
+        assert_eq!(answer.headers, vec![(header::RETRY_AFTER, HeaderValue::from_static("1"))]);
         assert_eq!(
             GatewayError::Storage(StoreError::Timeout(std::time::Duration::from_secs(2))).outcome(),
             Outcome::ServerError

@@ -5,13 +5,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::store::{Endpoint, TlsPem};
+use crate::store::{Endpoint, SentinelLogin, TlsPem};
 
 /// The Redis flags of every taskgate binary.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RedisArgs {
-    /// Redis URL: `redis://[user:password@]host:port`, `rediss://…` for TLS, or
-    /// `redis+cluster://host:port,host:port` (`rediss+cluster://…`) for a Cluster.
+    /// Redis URL: `redis://[user:password@]host:port`, `rediss://…` for TLS,
+    /// `redis+cluster://host:port,host:port` (`rediss+cluster://…`) for a Cluster, or
+    /// `redis+sentinel://host:26379,host:26379/<master>[?db=N]` (`rediss+sentinel://…`) for a
+    /// primary that Sentinel manages (the login in the URL is the data nodes').
     #[arg(long, env = "TASKGATE_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
 
@@ -24,6 +26,15 @@ pub struct RedisArgs {
     /// flag, so it never shows in `ps`.
     #[arg(long)]
     pub redis_password_file: Option<PathBuf>,
+
+    /// The sentinels' ACL user name, when they require a login of their own.
+    #[arg(long, env = "TASKGATE_REDIS_SENTINEL_USERNAME")]
+    pub redis_sentinel_username: Option<String>,
+
+    /// File holding the sentinels' password (their `requirepass`), when they require one; it may
+    /// instead come from the `TASKGATE_REDIS_SENTINEL_PASSWORD` environment variable.
+    #[arg(long)]
+    pub redis_sentinel_password_file: Option<PathBuf>,
 
     /// PEM file of the CA certificates that sign the Redis server's certificate (a private CA),
     /// trusted instead of the system's roots. Needs a `rediss://` URL.
@@ -90,6 +101,10 @@ impl RedisArgs {
             Some(path) => Some(read("--redis-password-file", path)?.trim_end_matches(['\r', '\n']).to_owned()),
             None => std::env::var("TASKGATE_REDIS_PASSWORD").ok().filter(|p| !p.is_empty()),
         };
+        let sentinel_password = match &self.redis_sentinel_password_file {
+            Some(path) => Some(read("--redis-sentinel-password-file", path)?.trim_end_matches(['\r', '\n']).to_owned()),
+            None => std::env::var("TASKGATE_REDIS_SENTINEL_PASSWORD").ok().filter(|p| !p.is_empty()),
+        };
         let client = match (&self.redis_client_cert, &self.redis_client_key) {
             (Some(cert), Some(key)) => {
                 Some((read("--redis-client-cert", cert)?.into_bytes(), read("--redis-client-key", key)?.into_bytes()))
@@ -103,6 +118,10 @@ impl RedisArgs {
             password,
             tls: TlsPem { ca: ca.map(String::into_bytes), client },
             single_slot: self.redis_single_slot,
+            sentinel: SentinelLogin {
+                username: self.redis_sentinel_username.clone().filter(|u| !u.is_empty()),
+                password: sentinel_password,
+            },
         };
         Ok(RedisSettings {
             endpoint,

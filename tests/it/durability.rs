@@ -130,8 +130,10 @@ async fn while_redis_is_down_answers_are_bounded_and_recovery_is_automatic() {
         let started = Instant::now();
         let r = client.call(method, params).await;
         let took = started.elapsed();
-        assert_eq!((r.status, r.error_code()), (500, Some(-32603)), "{method}: {}", r.text);
-        assert_eq!(r.body["error"]["message"], "internal error", "nothing about the storage leaks");
+        // Retryable: 503 with Retry-After, and nothing about the storage beyond that.
+        assert_eq!((r.status, r.error_code()), (503, Some(-32603)), "{method}: {}", r.text);
+        assert_eq!(r.header("retry-after"), Some("1"), "{method}");
+        assert_eq!(r.body["error"]["message"], "storage is unavailable; retry shortly");
         assert!(took < Duration::from_secs(5), "{method} answered in {took:?}");
     }
     // tools/list still answers from the catalogue cache.

@@ -20,6 +20,7 @@ use redis::{Client, Cmd, Pipeline, RedisFuture, Value};
 use tracing::Instrument as _;
 
 use super::dedicated::{Dedicated, Exclusive, Held, MAX_BLOCK, ShardSubscriber, Subscriber};
+use super::sentinel::{Follower, SentinelUrl};
 use super::{Endpoint, Keys, StoreError, scripts};
 use crate::backoff::Backoff;
 use crate::telemetry::metrics::REDIS;
@@ -44,6 +45,8 @@ enum Inner {
     Managed(ConnectionManager),
     Direct(MultiplexedConnection),
     Cluster(ClusterConnection),
+    /// The primary that Sentinel names now, found again whenever it is lost.
+    Sentinel(Arc<Follower>),
 }
 
 /// Every command is timed and counted (`taskgate_redis_*`), and gets a span when traces are
@@ -54,6 +57,10 @@ impl ConnectionLike for Conn {
             Inner::Managed(c) => c.req_packed_command(cmd),
             Inner::Direct(c) => c.req_packed_command(cmd),
             Inner::Cluster(c) => c.req_packed_command(cmd),
+            Inner::Sentinel(f) => {
+                let f = f.clone();
+                Box::pin(async move { f.send(cmd).await })
+            }
         };
         Box::pin(observed(command_label(cmd), sent, failed))
     }
@@ -68,6 +75,10 @@ impl ConnectionLike for Conn {
             Inner::Managed(c) => c.req_packed_commands(pipeline, offset, count),
             Inner::Direct(c) => c.req_packed_commands(pipeline, offset, count),
             Inner::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Inner::Sentinel(f) => {
+                let f = f.clone();
+                Box::pin(async move { f.send_pipeline(pipeline, offset, count).await })
+            }
         };
         Box::pin(observed("pipeline", sent, |replies: &Vec<Value>| replies.iter().any(failed)))
     }
@@ -77,6 +88,7 @@ impl ConnectionLike for Conn {
             Inner::Managed(c) => c.get_db(),
             Inner::Direct(c) => c.get_db(),
             Inner::Cluster(c) => c.get_db(),
+            Inner::Sentinel(_) => 0,
         }
     }
 }
@@ -154,6 +166,8 @@ pub(super) enum Target {
         endpoint: Box<Endpoint>,
         seed_urls: Vec<String>,
     },
+    /// A primary that Sentinel manages, as found now.
+    Sentinel(Arc<Follower>),
 }
 
 /// Durable creates in flight at once per process; more wait for a connection. Each holds its
@@ -183,8 +197,13 @@ impl Store {
     /// `timeout`. Must be called inside a Tokio runtime. Fails only on a configuration that
     /// cannot work (a bad URL, TLS files beside a plain URL, unreadable PEM).
     pub fn connect_lazy(endpoint: &Endpoint, namespace: &str, timeout: Duration) -> Result<Self, StoreError> {
-        let (target, conn) = match endpoint.cluster_seeds() {
-            Some(seeds) => {
+        let sentinel = SentinelUrl::parse(&endpoint.url).transpose()?;
+        let (target, conn) = match (sentinel, endpoint.cluster_seeds()) {
+            (Some(url), _) => {
+                let follower = Arc::new(Follower::new(endpoint, url, timeout)?);
+                (Target::Sentinel(follower.clone()), Inner::Sentinel(follower))
+            }
+            (None, Some(seeds)) => {
                 let cluster = endpoint
                     .cluster_builder(&seeds)?
                     .connection_timeout(timeout)
@@ -202,7 +221,7 @@ impl Store {
                 };
                 (target, Inner::Cluster(conn))
             }
-            None => {
+            (None, None) => {
                 let client = endpoint.client(&endpoint.url)?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeout))
@@ -233,6 +252,15 @@ impl Store {
     /// Where Redis is, without credentials: fit for logs and errors.
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// Behind Sentinel: the master's name and the primary's address as last found (`None` while
+    /// none is known). `None` for every other kind of Redis.
+    pub fn sentinel_primary(&self) -> Option<(String, Option<String>)> {
+        match &self.target {
+            Target::Sentinel(f) => Some((f.master().to_owned(), f.address())),
+            _ => None,
+        }
     }
 
     /// Whether every command must stay within one hash tag: on a Redis Cluster, and behind a

@@ -174,13 +174,38 @@ impl Manager for Exclusive {
             Target::Cluster { cluster, .. } => Ok(Conn::cluster(
                 cluster.get_async_connection_with_config(cluster_config(self.timeout, response)).await?,
             )),
+            Target::Sentinel(follower) => {
+                let client = follower.client().await?;
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(response));
+                match client.get_multiplexed_async_connection_with_config(&config).await {
+                    Ok(conn) => Ok(Conn::direct(conn)),
+                    Err(err) => {
+                        follower.lost_any();
+                        Err(err.into())
+                    }
+                }
+            }
         }
     }
 
     /// Always checked, as `deadpool-redis` does: a broken connection lent unchecked would fail a
-    /// durable create that a fresh one would have made.
+    /// durable create that a fresh one would have made. Behind Sentinel the check is `ROLE`: a
+    /// connection to a primary since demoted answers `PING` but refuses every write.
     async fn recycle(&self, conn: &mut Conn, _: &Metrics) -> RecycleResult<StoreError> {
-        ping(redis::cmd("PING").query_async::<String>(conn), self.pool).await
+        let Target::Sentinel(follower) = &self.target else {
+            return ping(redis::cmd("PING").query_async::<String>(conn), self.pool).await;
+        };
+        let role: redis::RedisResult<Vec<redis::Value>> = redis::cmd("ROLE").query_async(conn).await;
+        match role.as_deref().map(|r| r.first().and_then(super::reply::as_string)) {
+            Ok(Some(role)) if role == "master" => Ok(()),
+            _ => {
+                follower.lost_any();
+                POOLS.error(self.pool, "recycle");
+                Err(RecycleError::message("no longer the primary"))
+            }
+        }
     }
 }
 
@@ -196,9 +221,14 @@ impl Manager for Subscriber {
     type Error = StoreError;
 
     async fn create(&self) -> Result<redis::aio::PubSub, StoreError> {
+        let primary;
         let clients = match &self.target {
             Target::Standalone(client) => std::slice::from_ref(&**client),
             Target::Cluster { seeds, .. } => seeds.as_slice(),
+            Target::Sentinel(follower) => {
+                primary = follower.client().await?;
+                std::slice::from_ref(&primary)
+            }
         };
         let mut last = StoreError::Timeout(self.timeout);
         for client in clients {

@@ -1,5 +1,6 @@
 //! Where Redis is and how to log in to it: a URL (`redis://`, `rediss://`, and their `+cluster`
-//! forms), an ACL user and password given beside it, and the PEM files of TLS. Turned into
+//! and `+sentinel` forms), an ACL user and password given beside it (and the sentinels' own),
+//! and the PEM files of TLS. Turned into
 //! `redis` clients here, so that the rest of the store sees only connections.
 //!
 //! Server certificates are always verified, against the system's roots or a given CA: a URL
@@ -26,6 +27,16 @@ pub struct Endpoint {
     /// A single endpoint that refuses commands across slots (a proxy in front of a cluster):
     /// every command stays within one hash tag, as on a Cluster.
     pub single_slot: bool,
+    /// The sentinels' own login, for a `redis+sentinel://` URL (the URL's login and the
+    /// username and password above are the data nodes').
+    pub sentinel: SentinelLogin,
+}
+
+/// An ACL user and password of the sentinels.
+#[derive(Clone, Default)]
+pub struct SentinelLogin {
+    pub username: Option<String>,
+    pub password: Option<String>,
 }
 
 /// PEM contents (not paths) of a private CA and of a client certificate for mutual TLS.
@@ -38,11 +49,11 @@ pub struct TlsPem {
 }
 
 impl TlsPem {
-    fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.ca.is_none() && self.client.is_none()
     }
 
-    fn certificates(&self) -> TlsCertificates {
+    pub(super) fn certificates(&self) -> TlsCertificates {
         TlsCertificates {
             client_tls: self
                 .client
@@ -62,6 +73,8 @@ impl std::fmt::Debug for Endpoint {
             .field("ca", &self.tls.ca.is_some())
             .field("client_cert", &self.tls.client.is_some())
             .field("single_slot", &self.single_slot)
+            .field("sentinel_username", &self.sentinel.username)
+            .field("sentinel_password", &self.sentinel.password.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
@@ -99,7 +112,7 @@ impl Endpoint {
         Ok(if self.tls.is_empty() { builder } else { builder.certs(self.tls.certificates()) })
     }
 
-    fn connection_info(&self, url: &str) -> Result<ConnectionInfo, StoreError> {
+    pub(super) fn connection_info(&self, url: &str) -> Result<ConnectionInfo, StoreError> {
         let info = url.into_connection_info().map_err(|err| StoreError::Config(describe_url_error(&err, url)))?;
         match info.addr() {
             ConnectionAddr::TcpTls { insecure: true, .. } => {
@@ -112,7 +125,8 @@ impl Endpoint {
             ConnectionAddr::TcpTls { .. } => {}
             _ if !self.tls.is_empty() => {
                 return Err(StoreError::Config(format!(
-                    "{}: --redis-ca-file and --redis-client-cert need a TLS URL (rediss:// or rediss+cluster://)",
+                    "{}: --redis-ca-file and --redis-client-cert need a TLS URL (rediss://, rediss+cluster:// or \
+                     rediss+sentinel://)",
                     redact(url)
                 )));
             }

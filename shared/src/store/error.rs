@@ -23,6 +23,23 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Redis could not be reached, or answered as a node that cannot take writes now (a
+    /// replica, one still loading, a failover in progress): the operation did not happen, or
+    /// its outcome is unknown, and a retry shortly may succeed.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Self::Timeout(_) | Self::PoolExhausted { .. } => true,
+            Self::Redis(err) => {
+                err.is_io_error()
+                    || err.is_connection_dropped()
+                    || err.is_connection_refusal()
+                    || err.is_timeout()
+                    || matches!(err.code(), Some("READONLY" | "LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN"))
+            }
+            _ => false,
+        }
+    }
+
     /// Redis answered that a stream's consumer group does not exist (its data was lost).
     pub fn is_missing_group(&self) -> bool {
         matches!(self, Self::Redis(err) if err.code() == Some("NOGROUP"))

@@ -23,6 +23,7 @@ mod limits;
 mod pools;
 mod reply;
 mod scripts;
+mod sentinel;
 mod tasks;
 
 pub use catalogue::Published;
@@ -31,7 +32,7 @@ pub use connection::{Conn, ShardEvent, ShardSubscription, Store};
 pub use console::{Cursor, Filter, Inspection, OperatorFail, Page, Row};
 pub use dedicated::{Exclusive, Held, MAX_BLOCK, ShardSubscriber, Subscriber};
 pub use diagnosis::Diagnosis;
-pub use endpoint::{Endpoint, TlsPem, redact};
+pub use endpoint::{Endpoint, SentinelLogin, TlsPem, redact};
 pub use error::StoreError;
 pub use keys::{
     CatalogueKeys, DEFAULT_POOL, Keys, MAX_POOL_LEN, QueueKeys, ShardKeys, TaskKeys, TenantKeys, WORKER_GROUP,

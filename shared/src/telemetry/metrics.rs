@@ -85,6 +85,7 @@ impl TaskMetrics {
 pub struct RedisMetrics {
     seconds: HistogramVec,
     errors: IntCounterVec,
+    failovers: IntCounter,
 }
 
 pub static REDIS: LazyLock<RedisMetrics> = LazyLock::new(|| RedisMetrics {
@@ -99,9 +100,18 @@ pub static REDIS: LazyLock<RedisMetrics> = LazyLock::new(|| RedisMetrics {
         "Redis commands that failed (an error reply, a timeout or a lost connection).",
         &["command"],
     ),
+    failovers: counter(
+        "taskgate_redis_failovers_total",
+        "Behind Sentinel: times the primary was found at another address than the one before.",
+    ),
 });
 
 impl RedisMetrics {
+    /// Behind Sentinel, the primary was found at another address than before.
+    pub fn failover(&self) {
+        self.failovers.inc();
+    }
+
     pub fn observe(&self, command: &str, spent: Duration, failed: bool) {
         self.seconds.with_label_values(&[command]).observe(spent.as_secs_f64());
         if failed {
