@@ -89,15 +89,17 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
             }
         }
         let Some(c) = conn.as_mut() else { continue };
-        match shared
-            .store
-            .read_deliveries(c, &shards, &shared.config.pool, &shared.worker_id, permits.len(), reader.block)
-            .await
+        // COUNT applies per stream: ask each shard for its share of the free slots, so a read
+        // brings about as many deliveries as there are slots. Any delivery claims the fairest
+        // task of its shard, so one per shard per read also takes turns over the shards, and a
+        // task another tenant just queued waits for at most about one delivery per shard.
+        let count = permits.len().div_ceil(shards.len()).max(1);
+        match shared.store.read_deliveries(c, &shards, &shared.config.pool, &shared.worker_id, count, reader.block).await
         {
             Ok(deliveries) => {
                 backoff.reset();
-                // COUNT applies per stream, so a read over several shards may deliver more
-                // than there were free slots. The surplus is ours now (pending under this
+                // A read over several shards may still deliver more than there were free slots
+                // (up to one per shard more). The surplus is ours now (pending under this
                 // consumer): it waits for slots rather than for the stale-delivery takeover,
                 // unless the worker drains meanwhile.
                 for delivery in deliveries {
