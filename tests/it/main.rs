@@ -33,6 +33,7 @@ mod record_size;
 mod recovery;
 mod redis_tls;
 mod run_local;
+mod sentinel;
 mod single_slot;
 mod state_machine;
 mod steps;

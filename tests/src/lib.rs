@@ -12,6 +12,7 @@ pub mod interop;
 mod process;
 mod redis_server;
 mod scrape;
+pub mod sentinel;
 mod stack;
 pub mod tls;
 pub mod upstream;

@@ -19,6 +19,7 @@ impl StoreError {
             Self::Timeout(_) => return TIMEOUT,
             Self::Config(_) => return CONFIG,
             Self::PoolExhausted { .. } => return EXHAUSTED,
+            Self::NoPrimary(_) => return NO_PRIMARY,
             Self::UnexpectedReply(_) | Self::Corrupt(_) | Self::KeyReused => return UNEXPECTED,
         };
         classify(&code, &text)
@@ -34,6 +35,11 @@ const EXHAUSTED: Diagnosis = Diagnosis {
     cause: "more callers wanted a dedicated connection than the process reserved",
     hint: "a bug in taskgate's sizing of its connection pools; the caller retries (report it)",
 };
+const NO_PRIMARY: Diagnosis = Diagnosis {
+    cause: "no sentinel named a primary that answers",
+    hint: "check the master name at the end of the redis+sentinel:// URL, that the sentinels are reachable, and \
+           their login (--redis-sentinel-username, --redis-sentinel-password-file); during a failover this passes",
+};
 const CONFIG: Diagnosis = Diagnosis {
     cause: "the Redis settings cannot work",
     hint: "fix --redis-url and the --redis-* flags (docs/redis.md)",
@@ -44,6 +50,10 @@ const UNEXPECTED: Diagnosis = Diagnosis {
 };
 
 fn classify(code: &str, text: &str) -> Diagnosis {
+    // A Sentinel lookup that failed, carried as the connection error of the command that needed it.
+    if text.contains("no redis primary") {
+        return NO_PRIMARY;
+    }
     match code {
         "WRONGPASS" | "NOAUTH" => {
             return Diagnosis {

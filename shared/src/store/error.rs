@@ -17,6 +17,10 @@ pub enum StoreError {
     /// Where or how to reach Redis cannot work; the text never holds a secret.
     #[error("redis configuration: {0}")]
     Config(String),
+    /// Behind Sentinel: no sentinel named a primary that could be reached (a failover under way,
+    /// an unknown master name, or no sentinel answering).
+    #[error("no redis primary: {0}")]
+    NoPrimary(String),
     /// An idempotency key that made a task for another tool or other arguments.
     #[error("the idempotency key was used for another call")]
     KeyReused,
@@ -28,7 +32,7 @@ impl StoreError {
     /// its outcome is unknown, and a retry shortly may succeed.
     pub fn is_unavailable(&self) -> bool {
         match self {
-            Self::Timeout(_) | Self::PoolExhausted { .. } => true,
+            Self::Timeout(_) | Self::PoolExhausted { .. } | Self::NoPrimary(_) => true,
             Self::Redis(err) => {
                 err.is_io_error()
                     || err.is_connection_dropped()

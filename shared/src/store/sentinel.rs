@@ -196,9 +196,12 @@ impl Follower {
         if let Some(primary) = self.lock().as_ref() {
             return Ok(primary.client.clone());
         }
-        let found = tokio::time::timeout(self.timeout, async { self.sentinel.lock().await.async_get_client().await })
-            .await
-            .map_err(|_| StoreError::Timeout(self.timeout))??;
+        let asked = tokio::time::timeout(self.timeout, async { self.sentinel.lock().await.async_get_client().await });
+        let found = match asked.await {
+            Ok(Ok(found)) => found,
+            Ok(Err(err)) => return Err(self.no_primary(&err.to_string())),
+            Err(_) => return Err(self.no_primary(&format!("no answer within {:?}", self.timeout))),
+        };
         let (host, port) = match found.get_connection_info().addr() {
             ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => (host.clone(), *port),
             other => return Err(StoreError::Config(format!("the sentinels named a primary at {other:?}"))),
@@ -209,6 +212,17 @@ impl Follower {
         let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
         *self.lock() = Some(Primary { generation, address, client: client.clone(), conn: None });
         Ok(client)
+    }
+
+    /// Why no primary could be found, naming the sentinels and the master (no secret: the URL's
+    /// login is not part of either).
+    fn no_primary(&self, why: &str) -> StoreError {
+        let sentinels: Vec<String> = self.url.sentinels.iter().map(|(h, p)| format!("{h}:{p}")).collect();
+        StoreError::NoPrimary(format!(
+            "the sentinels at {} name no reachable primary for master {:?}: {why}",
+            sentinels.join(","),
+            self.url.master
+        ))
     }
 
     /// Logs and counts a primary at another address than the last one found.
@@ -322,14 +336,12 @@ fn lost_primary() -> RedisError {
     RedisError::from(std::io::Error::new(std::io::ErrorKind::NotConnected, "the redis primary was lost"))
 }
 
+/// A resolution failure as the error of the command that needed it: a connection error, which
+/// callers treat as "unavailable, retry".
 fn into_redis(err: StoreError) -> RedisError {
     match err {
         StoreError::Redis(err) => err,
-        StoreError::Timeout(after) => RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("no redis primary found within {after:?}"),
-        )),
-        other => RedisError::from(std::io::Error::other(other.to_string())),
+        other => RedisError::from(std::io::Error::new(std::io::ErrorKind::NotConnected, other.to_string())),
     }
 }
 

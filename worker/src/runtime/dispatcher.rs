@@ -94,7 +94,10 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
         // task of its shard, so one per shard per read also takes turns over the shards, and a
         // task another tenant just queued waits for at most about one delivery per shard.
         let count = permits.len().div_ceil(shards.len()).max(1);
-        match shared.store.read_deliveries(c, &shards, &shared.config.pool, &shared.worker_id, count, reader.block).await
+        match shared
+            .store
+            .read_deliveries(c, &shards, &shared.config.pool, &shared.worker_id, count, reader.block)
+            .await
         {
             Ok(deliveries) => {
                 backoff.reset();

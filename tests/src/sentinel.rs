@@ -1,0 +1,159 @@
+//! Redis under Sentinel for tests: a primary, a replica and three sentinels (quorum 2), each a
+//! process of its own with its own port and directory. Sentinels notice a dead primary after
+//! one second here, so a failover takes a few seconds.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+use crate::{RedisServer, eventually, free_port};
+
+/// The master name the sentinels monitor.
+pub const MASTER: &str = "taskgate";
+
+pub struct SentinelSet {
+    /// The data nodes: at first `[primary, replica]`; [`Self::primary_index`] says which leads.
+    pub nodes: Vec<RedisServer>,
+    sentinels: Vec<Sentinel>,
+}
+
+struct Sentinel {
+    _child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl SentinelSet {
+    /// A primary with one replica in sync, and three sentinels that agree on the primary.
+    pub async fn start() -> Self {
+        let primary = RedisServer::start().await;
+        let replica = RedisServer::start_replica_of(&primary).await;
+        let mut sentinels = Vec::new();
+        for _ in 0..3 {
+            sentinels.push(Sentinel::start(primary.port()).await);
+        }
+        let set = Self { nodes: vec![primary, replica], sentinels };
+        // Every sentinel knows the replica (and the others), so a failover can happen.
+        eventually(Duration::from_secs(30), "the sentinels to see the replica and each other", || async {
+            for sentinel in &set.sentinels {
+                let info = sentinel.master_info().await?;
+                let replicas = field(&info, "num-slaves")?;
+                let others = field(&info, "num-other-sentinels")?;
+                if replicas != "1" || others != "2" {
+                    return None;
+                }
+            }
+            Some(())
+        })
+        .await;
+        set
+    }
+
+    /// `redis+sentinel://…/<master>` over the three sentinels.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self.sentinels.iter().map(|s| format!("127.0.0.1:{}", s.port)).collect();
+        format!("redis+sentinel://{}/{MASTER}", hosts.join(","))
+    }
+
+    /// The port of the primary as the first sentinel that answers names it.
+    pub async fn primary_port(&self) -> Option<u16> {
+        for sentinel in &self.sentinels {
+            let Ok(mut conn) = sentinel.connection().await else { continue };
+            let addr: Result<Vec<String>, _> =
+                redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(MASTER).query_async(&mut conn).await;
+            if let Some(port) = addr.ok().and_then(|a| a.get(1).and_then(|p| p.parse().ok())) {
+                return Some(port);
+            }
+        }
+        None
+    }
+
+    /// Which of [`Self::nodes`] is the primary now.
+    pub async fn primary_index(&self) -> usize {
+        let port = self.primary_port().await.expect("a sentinel names the primary");
+        self.nodes.iter().position(|n| n.port() == port).expect("the primary is one of the nodes")
+    }
+
+    /// `kill -9` of the primary; returns once the sentinels name another node, whose index it
+    /// returns. The old primary stays down (see [`Self::restart`]).
+    pub async fn fail_over(&mut self) -> usize {
+        let old = self.primary_index().await;
+        let old_port = self.nodes[old].port();
+        self.nodes[old].kill().await;
+        let set = &*self;
+        eventually(Duration::from_secs(60), "the sentinels to promote the replica", || async {
+            let port = set.primary_port().await?;
+            if port == old_port {
+                return None;
+            }
+            let index = set.nodes.iter().position(|n| n.port() == port)?;
+            // Promoted, and answering as a primary.
+            let mut conn = set.nodes[index].connection().await;
+            let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut conn).await.ok()?;
+            matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master").then_some(index)
+        })
+        .await
+    }
+
+    /// Starts node `index` again (same port and directory): the sentinels make it a replica of
+    /// the current primary.
+    pub async fn restart(&mut self, index: usize) {
+        self.nodes[index].restart().await;
+        let node = &self.nodes[index];
+        eventually(Duration::from_secs(60), "the old primary to rejoin as a replica", || async {
+            let mut conn = node.connection().await;
+            let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await.ok()?;
+            (info.contains("role:slave") && info.contains("master_link_status:up")).then_some(())
+        })
+        .await;
+    }
+}
+
+impl Sentinel {
+    async fn start(primary_port: u16) -> Self {
+        let dir = tempfile::Builder::new().prefix("taskgate-sentinel-").tempdir().expect("a temp dir");
+        let port = free_port();
+        let config = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {dir}\nsentinel monitor {MASTER} 127.0.0.1 {primary_port} 2\n\
+                 sentinel down-after-milliseconds {MASTER} 1000\nsentinel failover-timeout {MASTER} 5000\n\
+                 sentinel parallel-syncs {MASTER} 1\n",
+                dir = dir.path().display()
+            ),
+        )
+        .expect("the sentinel's config");
+        let log = std::fs::File::create(dir.path().join("sentinel.log")).expect("a log file");
+        let child = Command::new("redis-server")
+            .arg(&config)
+            .arg("--sentinel")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("redis-server --sentinel starts");
+        let sentinel = Self { _child: child, port, _dir: dir };
+        eventually(Duration::from_secs(10), "the sentinel to answer", || async {
+            sentinel.master_info().await.map(drop)
+        })
+        .await;
+        sentinel
+    }
+
+    async fn connection(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        redis::Client::open(format!("redis://127.0.0.1:{}", self.port))?.get_multiplexed_async_connection().await
+    }
+
+    /// `SENTINEL MASTER <name>` as a flat list of field, value.
+    async fn master_info(&self) -> Option<Vec<String>> {
+        let mut conn = self.connection().await.ok()?;
+        redis::cmd("SENTINEL").arg("MASTER").arg(MASTER).query_async(&mut conn).await.ok()
+    }
+}
+
+fn field<'a>(info: &'a [String], name: &str) -> Option<&'a str> {
+    info.chunks_exact(2).find(|kv| kv[0] == name).map(|kv| kv[1].as_str())
+}
