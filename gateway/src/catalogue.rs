@@ -63,6 +63,8 @@ pub(crate) struct Catalogue {
     listing: Value,
     /// Prompts, resources and templates by catalogue key (`prompt/<name>`, …), in key order.
     offerings: BTreeMap<String, Offering>,
+    /// The pool that serves each offering, by the same key.
+    offering_pools: BTreeMap<String, String>,
     /// When this replica first held this content.
     since: Instant,
 }
@@ -73,6 +75,7 @@ impl Default for Catalogue {
             tools: BTreeMap::new(),
             listing: Value::Array(Vec::new()),
             offerings: BTreeMap::new(),
+            offering_pools: BTreeMap::new(),
             since: Instant::now(),
         }
     }
@@ -96,6 +99,7 @@ impl Catalogue {
         specs: BTreeMap<String, ToolSpec>,
         mut routes: BTreeMap<String, String>,
         offerings: BTreeMap<String, Offering>,
+        offering_pools: BTreeMap<String, String>,
     ) -> Self {
         let mut tools = BTreeMap::new();
         for (name, spec) in specs {
@@ -110,7 +114,7 @@ impl Catalogue {
             }
         }
         let listing = tools.values().map(|t| listed(&t.spec)).collect::<Vec<_>>().into();
-        Self { tools, listing, offerings, since: Instant::now() }
+        Self { tools, listing, offerings, offering_pools, since: Instant::now() }
     }
 
     /// What `server/discover` declares besides tools, and what the methods serve: the one rule
@@ -140,6 +144,12 @@ impl Catalogue {
     }
 
     /// One prompt, resource or template by its catalogue key.
+    /// The pool whose workers make the content of the offering under `key` (`prompt/<name>`,
+    /// `resource/<uri>`, `template/<uriTemplate>`): the one that serves it, else `default`.
+    pub(crate) fn offering_pool(&self, key: &str) -> &str {
+        self.offering_pools.get(key).map_or(DEFAULT_POOL, String::as_str)
+    }
+
     pub(crate) fn offering(&self, key: &str) -> Option<&Value> {
         self.offerings.get(key).map(Offering::descriptor)
     }
@@ -201,15 +211,19 @@ impl CatalogueCache {
 
     /// Re-reads Redis; rebuilds only when a spec changed.
     pub(crate) async fn refresh(&self) -> Result<(), StoreError> {
-        let Published { tools: specs, routes, offerings, bad } = self.store.read_catalogue().await?;
+        let Published { tools: specs, routes, offerings, offering_routes, bad } = self.store.read_catalogue().await?;
         for name in bad {
             tracing::error!(entry = %name, "unreadable entry in the catalogue");
         }
         let current = self.current();
-        if current.specs().eq(specs.values()) && current.offerings == offerings && current.routes_are(&routes) {
+        if current.specs().eq(specs.values())
+            && current.offerings == offerings
+            && current.routes_are(&routes)
+            && current.offering_pools == offering_routes
+        {
             return Ok(());
         }
-        let next = Arc::new(Catalogue::build(specs, routes, offerings));
+        let next = Arc::new(Catalogue::build(specs, routes, offerings, offering_routes));
         *self.current.write().expect("lock poisoned: a holder panicked") = next;
         Ok(())
     }

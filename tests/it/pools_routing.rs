@@ -37,6 +37,7 @@ on_both!(
     each_pool_runs_only_its_own_tasks_and_a_stopped_pool_waits,
     an_expired_lease_is_requeued_on_the_tasks_own_pool,
     a_tool_moved_to_another_pool_leaves_queued_tasks_where_they_are,
+    prompts_and_resources_go_to_the_pool_that_serves_them,
 );
 
 async fn field(store: &Store, id: &str, name: &str) -> Option<String> {
@@ -260,4 +261,35 @@ async fn a_tool_moved_to_another_pool_leaves_queued_tasks_where_they_are(topolog
     assert_eq!(spec["pollIntervalMs"], 777, "pool a's heartbeat did not write its own spec over b's");
     let after = client.create_task("sleep", json!({"ms": 0})).await;
     assert_eq!(field(&store, &after, "pool").await.as_deref(), Some("b"), "pool a's heartbeats leave the route");
+}
+
+/// Prompts, resources and completions are made by the pool that publishes them, like tools:
+/// here the only worker is in pool `gpu`, and its prompt, resource and completion are answered
+/// (with nothing queued for the `default` pool, which has no worker).
+async fn prompts_and_resources_go_to_the_pool_that_serves_them(topology: Topology) {
+    let mut stack = topology.builder().workers(0).spawn().await;
+    stack.add_worker_in_pool("gpu", &["--tools", "conformance"]).await;
+    let client = stack.client(0);
+    let prompt = client.call("prompts/get", json!({"name": "test_simple_prompt"})).await;
+    assert_eq!(prompt.status, 200, "{}", prompt.text);
+    assert_eq!(
+        prompt.result()["messages"][0]["content"]["text"],
+        "This is a simple prompt for testing.",
+        "{}",
+        prompt.text
+    );
+    let read = client.call("resources/read", json!({"uri": "test://static-text"})).await;
+    assert_eq!(read.status, 200, "{}", read.text);
+    assert!(read.result()["contents"][0]["text"].is_string(), "{}", read.text);
+    let complete = client
+        .call(
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": "test_prompt_with_arguments"}, "argument": {"name": "arg1", "value": "a"}}),
+        )
+        .await;
+    assert_eq!(complete.status, 200, "{}", complete.text);
+    // Nothing waits on the default pool's queues.
+    let store = stack.store();
+    let backlog = store.backlog(16, taskgate_shared::store::DEFAULT_POOL).await.unwrap();
+    assert_eq!(backlog.depth, 0, "no hidden task went to the default pool");
 }

@@ -26,6 +26,9 @@ pub struct Published {
     pub tools: BTreeMap<String, ToolSpec>,
     /// The pool each tool's new tasks are queued on, by tool name.
     pub routes: BTreeMap<String, String>,
+    /// The pool that serves each prompt, resource and template, by catalogue key: where the
+    /// hidden tasks that make their content are queued.
+    pub offering_routes: BTreeMap<String, String>,
     /// Prompts, resources and templates by catalogue key.
     pub offerings: BTreeMap<String, Offering>,
     /// Entries that did not parse (or whose key did not match), by name.
@@ -145,6 +148,10 @@ impl Store {
             if name.contains('/') {
                 match serde_json::from_str::<Offering>(&json) {
                     Ok(offering) if offering.key().as_deref() == Some(name.as_str()) => {
+                        let pool = routes.remove(&name).filter(|p| super::is_pool_name(p));
+                        published
+                            .offering_routes
+                            .insert(name.clone(), pool.unwrap_or_else(|| super::DEFAULT_POOL.to_owned()));
                         published.offerings.insert(name, offering);
                     }
                     _ => published.bad.push(name),

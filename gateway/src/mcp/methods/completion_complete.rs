@@ -19,7 +19,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     }
     // The limit is on what the worker is sent: `context` (with its `arguments`) counts too.
     let cap = call.state.config.max_argument_bytes;
-    let checked = check(&catalogue, reference, argument).and_then(|names| {
+    let checked = check(&catalogue, reference, argument).and_then(|(names, key)| {
         let arguments = json!({
             "ref": reference,
             "argument": argument,
@@ -28,20 +28,26 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
         if arguments.to_string().len() > cap {
             return Err(RpcError::invalid_params(format!("ref, argument and context exceed the {cap}-byte limit")));
         }
-        Ok((names, arguments))
+        Ok((names, key, arguments))
     });
-    let (names, arguments) = match checked {
+    let (names, key, arguments) = match checked {
         Ok(checked) => checked,
         Err(err) => {
             crate::limits::admit_request(call.state, &call.principal).await?;
             return Err(err.into());
         }
     };
-    hidden::run(call, COMPLETE, &names, arguments, None).await
+    let pool = catalogue.offering_pool(&key).to_owned();
+    hidden::run(call, COMPLETE, &pool, &names, arguments, None).await
 }
 
-/// What the reference names, once it and the argument are checked.
-fn check(catalogue: &Catalogue, reference: Option<&Value>, argument: Option<&Value>) -> Result<String, RpcError> {
+/// What the reference names, and the catalogue key of the prompt or template, once it and the
+/// argument are checked.
+fn check(
+    catalogue: &Catalogue,
+    reference: Option<&Value>,
+    argument: Option<&Value>,
+) -> Result<(String, String), RpcError> {
     let argument_ok = argument
         .and_then(Value::as_object)
         .is_some_and(|a| a.get("name").is_some_and(Value::is_string) && a.get("value").is_some_and(Value::is_string));
@@ -53,12 +59,12 @@ fn check(catalogue: &Catalogue, reference: Option<&Value>, argument: Option<&Val
         (Some("ref/prompt"), Some(Value::String(name)), _)
             if catalogue.offering(&format!("prompt/{name}")).is_some() =>
         {
-            Ok(name.clone())
+            Ok((name.clone(), format!("prompt/{name}")))
         }
         (Some("ref/resource"), _, Some(Value::String(uri)))
             if catalogue.offered("template").any(|t| t.get("uriTemplate") == Some(&Value::from(uri.as_str()))) =>
         {
-            Ok(uri.clone())
+            Ok((uri.clone(), format!("template/{uri}")))
         }
         _ => Err(RpcError::invalid_params("ref names no published prompt or resource template")),
     }

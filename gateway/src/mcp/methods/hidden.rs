@@ -16,12 +16,14 @@ use super::binding::{Binding, Finisher};
 /// How often the worker is asked to report on a hidden task it runs (its poll interval).
 const POLL_MS: u64 = 100;
 
-/// Runs `method` (a reserved tool name) on a worker with `arguments`; `names` is what the
-/// request names (a prompt, a URI), bound into any `requestState`. `cache`: the result's
-/// `(ttlMs, cacheScope)`, for methods whose results carry cache hints.
+/// Runs `method` (a reserved tool name) on a worker of `pool` (the pool that serves the prompt or
+/// resource named) with `arguments`; `names` is what the request names (a prompt, a URI),
+/// bound into any `requestState`. `cache`: the result's `(ttlMs, cacheScope)`, for methods
+/// whose results carry cache hints.
 pub(crate) async fn run(
     call: &Call<'_>,
     method: &'static str,
+    pool: &str,
     names: &str,
     arguments: Value,
     cache: Option<(u64, &'static str)>,
@@ -41,9 +43,6 @@ pub(crate) async fn run(
     };
     let id = TaskId::generate(call.state.config.redis.queue_shards);
     crate::limits::admit_task(call.state, &call.principal, &id, inline::hidden_ttl_ms(&call.state.config)).await?;
-    // Prompts, resources and completions are answered by the `default` pool's workers: the
-    // catalogue routes tools only (docs/design.md, "Worker pools").
-    let pool = taskgate_shared::store::DEFAULT_POOL;
     let run = InlineRun::start(call, id, method, pool, &arguments.to_string(), POLL_MS, &gathered).await?;
     // These methods have no progress or log notices to forward.
     let forwarding = Forwarding::new(None, None, call.state.config.sse_keep_alive);

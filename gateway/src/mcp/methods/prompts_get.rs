@@ -29,7 +29,8 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
             return Err(err.into());
         }
     };
-    hidden::run(call, PROMPTS_GET, &name, json!({ "name": name, "arguments": arguments }), None).await
+    let pool = catalogue.offering_pool(&format!("prompt/{name}")).to_owned();
+    hidden::run(call, PROMPTS_GET, &pool, &name, json!({ "name": name, "arguments": arguments }), None).await
 }
 
 /// The prompt's name and arguments (strings only), or why not.

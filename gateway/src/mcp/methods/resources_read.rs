@@ -24,19 +24,29 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
         crate::limits::admit_request(call.state, &call.principal).await?;
         return Err(RpcError::invalid_params("uri is required").into());
     };
-    let known = reads(&catalogue, uri);
-    if !known {
+    let Some(key) = offering_of(&catalogue, uri) else {
         crate::limits::admit_request(call.state, &call.principal).await?;
         return Err(RpcError::invalid_params("Resource not found").with_data(json!({ "uri": uri })).into());
-    }
-    hidden::run(call, RESOURCES_READ, uri, json!({ "uri": uri }), Some(CACHE)).await
+    };
+    let pool = catalogue.offering_pool(&key).to_owned();
+    hidden::run(call, RESOURCES_READ, &pool, uri, json!({ "uri": uri }), Some(CACHE)).await
 }
 
 /// Whether `uri` is a published resource or matches a published template.
 fn reads(catalogue: &Catalogue, uri: &str) -> bool {
-    catalogue.offering(&format!("resource/{uri}")).is_some()
-        || catalogue
-            .offered("template")
-            .filter_map(|t| t.get("uriTemplate")?.as_str())
-            .any(|t| template_matches(t, uri))
+    offering_of(catalogue, uri).is_some()
+}
+
+/// The catalogue key of what serves `uri`: the resource itself, else the first template it
+/// matches.
+fn offering_of(catalogue: &Catalogue, uri: &str) -> Option<String> {
+    let direct = format!("resource/{uri}");
+    if catalogue.offering(&direct).is_some() {
+        return Some(direct);
+    }
+    catalogue
+        .offered("template")
+        .filter_map(|t| t.get("uriTemplate")?.as_str())
+        .find(|t| template_matches(t, uri))
+        .map(|t| format!("template/{t}"))
 }
