@@ -19,7 +19,7 @@ const PATIENCE: Duration = Duration::from_secs(60);
 async fn sentinel_stack(set: &SentinelSet) -> Stack {
     let mut stack = Stack::builder().gateways(0).workers(0).spawn().await;
     let url = set.url();
-    let gateway = stack.add_gateway_unready(&url, &["--redis-timeout-ms", "1000"]).await;
+    let gateway = stack.add_gateway_unready(&url, &["--redis-timeout-ms", "1000", "--console"]).await;
     let base = stack.gateways[gateway].url.clone().unwrap();
     eventually(PATIENCE, "the gateway to be ready through the sentinels", || async {
         let status = reqwest::get(format!("{base}/readyz")).await.ok()?.status();
@@ -93,6 +93,12 @@ async fn the_stack_finds_the_primary_through_the_sentinels_and_follows_a_failove
     let metrics = Scrape::of(&format!("{}/metrics", client.base())).await;
     assert!(metrics.sum("taskgate_redis_failovers_total", &[]) >= 1.0, "the failover is counted");
     assert!(stack.gateways[0].log().contains("the redis primary moved"), "and logged with the new address");
+    // The console says which primary the gateway follows now, and that it followed a failover.
+    let new_primary = format!("127.0.0.1:{}", set.nodes[promoted].port());
+    let overview = reqwest::get(format!("{}/console/", client.base())).await.unwrap().text().await.unwrap();
+    let redis = overview.split("id=\"redis\"").nth(1).expect("the Redis line").split("</p>").next().unwrap();
+    assert!(redis.contains(&new_primary) && redis.contains(MASTER), "{redis}");
+    assert!(!redis.contains("followed: 0"), "{redis}");
 }
 
 /// The task's fencing token, or `None` when this read failed: the first command after a

@@ -161,6 +161,9 @@ pub(crate) struct Overview {
     tools: Vec<String>,
     /// Every pool's backlog: for those who see every tenant only (a backlog counts them all).
     pools: Option<Vec<views::PoolView>>,
+    /// Behind Sentinel, for operators: the master's name, the primary as this replica last
+    /// found it, and the failovers this replica has seen.
+    redis: Option<views::RedisView>,
     read_ms: i64,
 }
 
@@ -189,7 +192,15 @@ async fn read_overview(
         Reach::Everything => Some(pools(state, &published.routes, &workers, &state.store.known_pools().await?).await?),
         Reach::Tenant(_) => None,
     };
-    let overview = Arc::new(Overview { tallies, sampled, workers, tools, pools, read_ms: now_ms() });
+    let redis = match viewer.reach {
+        Reach::Everything => state.store.sentinel_primary().map(|(master, primary)| views::RedisView {
+            master,
+            primary,
+            failovers: taskgate_shared::telemetry::metrics::REDIS.failovers_seen(),
+        }),
+        Reach::Tenant(_) => None,
+    };
+    let overview = Arc::new(Overview { tallies, sampled, workers, tools, pools, redis, read_ms: now_ms() });
     console.keep(viewer.reach.clone(), overview.clone());
     Ok(overview)
 }
@@ -200,7 +211,16 @@ async fn overview(
     viewer: Viewer,
 ) -> Result<Response, ConsoleError> {
     let o = read_overview(&state, &console, &viewer).await?;
-    Ok(html(views::overview(&viewer, &o.tallies, o.sampled, &o.workers, &o.tools, o.pools.as_deref(), o.read_ms)))
+    Ok(html(views::overview(
+        &viewer,
+        &o.tallies,
+        o.sampled,
+        &o.workers,
+        &o.tools,
+        o.pools.as_deref(),
+        o.redis.as_ref(),
+        o.read_ms,
+    )))
 }
 
 async fn overview_fragment(

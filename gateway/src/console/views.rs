@@ -91,6 +91,13 @@ pub(super) struct Tally {
     pub(super) oldest_queued_ms: Option<i64>,
 }
 
+/// Redis behind Sentinel, as this replica follows it.
+pub(super) struct RedisView {
+    pub(super) master: String,
+    pub(super) primary: Option<String>,
+    pub(super) failovers: u64,
+}
+
 /// A worker pool: its live workers (and their slots, as of their heartbeats) and its backlog.
 pub(super) struct PoolView {
     pub(super) name: String,
@@ -121,6 +128,7 @@ pub(super) fn overview(
     workers: &[WorkerView],
     tools: &[String],
     pools: Option<&[PoolView]>,
+    redis: Option<&RedisView>,
     now_ms: i64,
 ) -> Markup {
     page(
@@ -129,6 +137,14 @@ pub(super) fn overview(
         html! {
             h1 { "Overview" }
             (overview_live(tallies, sampled, now_ms))
+            @if let Some(redis) = redis {
+                h2 { "Redis" }
+                p #redis {
+                    "Sentinel master " code { (redis.master) } ", primary "
+                    @if let Some(primary) = &redis.primary { code { (primary) } } @else { span.pool-idle { "not known now" } }
+                    "; failovers this gateway followed: " (redis.failovers) "."
+                }
+            }
             @if let Some(pools) = pools {
                 h2 { "Worker pools" }
                 @if pools.is_empty() { p { "No pool has a live worker or a routed tool." } }

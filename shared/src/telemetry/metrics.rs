@@ -112,6 +112,11 @@ impl RedisMetrics {
         self.failovers.inc();
     }
 
+    /// How many such changes this process has seen.
+    pub fn failovers_seen(&self) -> u64 {
+        self.failovers.get()
+    }
+
     pub fn observe(&self, command: &str, spent: Duration, failed: bool) {
         self.seconds.with_label_values(&[command]).observe(spent.as_secs_f64());
         if failed {
