@@ -211,16 +211,7 @@ async fn overview(
     viewer: Viewer,
 ) -> Result<Response, ConsoleError> {
     let o = read_overview(&state, &console, &viewer).await?;
-    Ok(html(views::overview(
-        &viewer,
-        &o.tallies,
-        o.sampled,
-        &o.workers,
-        &o.tools,
-        o.pools.as_deref(),
-        o.redis.as_ref(),
-        o.read_ms,
-    )))
+    Ok(html(views::overview(&viewer, &o)))
 }
 
 async fn overview_fragment(

@@ -121,16 +121,9 @@ pub(super) struct WorkerView {
     pub(super) running: Option<usize>,
 }
 
-pub(super) fn overview(
-    viewer: &Viewer,
-    tallies: &BTreeMap<(String, String), Tally>,
-    sampled: usize,
-    workers: &[WorkerView],
-    tools: &[String],
-    pools: Option<&[PoolView]>,
-    redis: Option<&RedisView>,
-    now_ms: i64,
-) -> Markup {
+pub(super) fn overview(viewer: &Viewer, o: &super::Overview) -> Markup {
+    let (tallies, sampled, workers, tools, now_ms) = (&o.tallies, o.sampled, &o.workers, &o.tools, o.read_ms);
+    let (pools, redis) = (o.pools.as_deref(), o.redis.as_ref());
     page(
         "Overview",
         Some(viewer),
