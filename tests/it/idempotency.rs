@@ -64,13 +64,15 @@ async fn a_retry_with_the_same_key_through_either_replica_gets_the_same_task_and
     // The body's form of the key names the same task.
     let third = keyed_call(&b, "sleep", json!({"ms": 500}), None, Some("order-7f3a")).await;
     assert_eq!(task_id(&third), id);
-    a.wait_for_status(&id, "completed", PATIENCE).await;
-    assert_eq!(fence(&stack, &id).await, "1", "claimed and run once");
+    let done = a.wait_for_status(&id, "completed", PATIENCE).await;
+    // Claimed once: the result is the only claim's (a second claim would carry a later token).
+    let once = fence(&stack, &id).await;
+    assert_eq!(taskgate_tests::result_token(&done).to_string(), once, "claimed and run once");
     // A retry after it ended still names it, and runs nothing again.
     let late = keyed_call(&a, "sleep", arguments, Some("order-7f3a"), None).await;
     assert_eq!(task_id(&late), id);
     assert_eq!(a.get_task(&id).await.result()["status"], "completed");
-    assert_eq!(fence(&stack, &id).await, "1");
+    assert_eq!(fence(&stack, &id).await, once, "not claimed again");
     // Without a key, every call is a task of its own.
     assert_ne!(a.create_task("sleep", json!({"ms": 1})).await, a.create_task("sleep", json!({"ms": 1})).await);
 }
@@ -147,7 +149,9 @@ async fn a_retry_after_a_lost_answer_gets_the_task_the_first_call_made_and_one_r
     let files: Vec<_> = std::fs::read_dir(ledger.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(files, [std::ffi::OsString::from(&id)], "one task was made");
     let lines = std::fs::read_to_string(ledger.path().join(&id)).unwrap();
-    assert_eq!(lines.lines().collect::<Vec<_>>(), ["1 0", "1 1", "1 2"], "one run of three steps");
+    let lines: Vec<(&str, &str)> = lines.lines().map(|l| l.split_once(' ').unwrap()).collect();
+    let token = lines[0].0;
+    assert_eq!(lines, [(token, "0"), (token, "1"), (token, "2")], "one run of three steps");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,20 +27,31 @@ struct Sentinel {
 impl SentinelSet {
     /// A primary with one replica in sync, and three sentinels that agree on the primary.
     pub async fn start() -> Self {
+        Self::start_with(1).await
+    }
+
+    /// A primary with `replicas` replicas in sync (one failover each, without restarting any
+    /// node), and three sentinels that agree on the primary.
+    pub async fn start_with(replicas: usize) -> Self {
         let primary = RedisServer::start().await;
-        let replica = RedisServer::start_replica_of(&primary).await;
+        let mut nodes = Vec::new();
+        for _ in 0..replicas {
+            nodes.push(RedisServer::start_replica_of(&primary).await);
+        }
+        nodes.insert(0, primary);
         let mut sentinels = Vec::new();
         for _ in 0..3 {
-            sentinels.push(Sentinel::start(primary.port()).await);
+            sentinels.push(Sentinel::start(nodes[0].port()).await);
         }
-        let set = Self { nodes: vec![primary, replica], sentinels };
+        let set = Self { nodes, sentinels };
+        let expected = replicas.to_string();
         // Every sentinel knows the replica (and the others), so a failover can happen.
         eventually(Duration::from_secs(30), "the sentinels to see the replica and each other", || async {
             for sentinel in &set.sentinels {
                 let info = sentinel.master_info().await?;
-                let replicas = field(&info, "num-slaves")?;
+                let seen = field(&info, "num-slaves")?;
                 let others = field(&info, "num-other-sentinels")?;
-                if replicas != "1" || others != "2" {
+                if seen != expected || others != "2" {
                     return None;
                 }
             }
