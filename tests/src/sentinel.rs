@@ -13,9 +13,11 @@ use crate::{RedisServer, eventually, free_port};
 pub const MASTER: &str = "taskgate";
 
 pub struct SentinelSet {
-    /// The data nodes: at first `[primary, replica]`; [`Self::primary_index`] says which leads.
+    /// The data nodes: at first `[primary, replica…]`; [`Self::primary_index`] says which leads.
     pub nodes: Vec<RedisServer>,
     sentinels: Vec<Sentinel>,
+    /// How many nodes are down (killed by [`Self::fail_over`], not restarted).
+    down: usize,
 }
 
 struct Sentinel {
@@ -43,7 +45,7 @@ impl SentinelSet {
         for _ in 0..3 {
             sentinels.push(Sentinel::start(nodes[0].port()).await);
         }
-        let set = Self { nodes, sentinels };
+        let set = Self { nodes, sentinels, down: 0 };
         let expected = replicas.to_string();
         // Every sentinel knows the replica (and the others), so a failover can happen.
         eventually(Duration::from_secs(30), "the sentinels to see the replica and each other", || async {
@@ -87,13 +89,17 @@ impl SentinelSet {
     }
 
     /// `kill -9` of the primary; returns once the sentinels name another node, whose index it
-    /// returns. The old primary stays down (see [`Self::restart`]).
+    /// returns, and every replica left replicates from it in sync (so the next failover can
+    /// lose only what the next primary has not sent yet). The old primary stays down (see
+    /// [`Self::restart`]).
     pub async fn fail_over(&mut self) -> usize {
         let old = self.primary_index().await;
         let old_port = self.nodes[old].port();
         self.nodes[old].kill().await;
+        self.down += 1;
+        let replicas = self.nodes.len() - self.down - 1;
         let set = &*self;
-        eventually(Duration::from_secs(60), "the sentinels to promote the replica", || async {
+        let promoted = eventually(Duration::from_secs(60), "the sentinels to promote the replica", || async {
             let port = set.primary_port().await?;
             if port == old_port {
                 return None;
@@ -104,13 +110,22 @@ impl SentinelSet {
             let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut conn).await.ok()?;
             matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master").then_some(index)
         })
-        .await
+        .await;
+        let node = &self.nodes[promoted];
+        eventually(Duration::from_secs(60), "the replicas left to sync from the new primary", || async {
+            let mut conn = node.connection().await;
+            let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await.ok()?;
+            (info.matches("state=online").count() == replicas).then_some(())
+        })
+        .await;
+        promoted
     }
 
     /// Starts node `index` again (same port and directory): the sentinels make it a replica of
     /// the current primary.
     pub async fn restart(&mut self, index: usize) {
         self.nodes[index].restart().await;
+        self.down -= 1;
         let node = &self.nodes[index];
         eventually(Duration::from_secs(60), "the old primary to rejoin as a replica", || async {
             let mut conn = node.connection().await;
