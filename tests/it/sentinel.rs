@@ -229,7 +229,12 @@ async fn failovers_under_load() -> FailoverRun {
         .collect();
     let mut kills = Vec::new();
     for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        // Load before each kill: a few hundred creates acknowledged by the primary about to die.
+        let before = acked.lock().unwrap().len();
+        eventually(PATIENCE, "creates to be acknowledged before the kill", || async {
+            (acked.lock().unwrap().len() >= before + 300).then_some(())
+        })
+        .await;
         kills.push(Instant::now());
         set.fail_over().await;
         let killed = *kills.last().unwrap();
