@@ -139,7 +139,7 @@ async fn partitions_delays_and_kills_never_overlap_two_runs_of_a_task() {
         for (id, (status, result, fence, reclaimed)) in chunk.iter().zip(records) {
             assert_eq!(status.as_deref(), Some("completed"), "lost or stuck: {id}");
             reclaims += reclaimed.unwrap_or(0);
-            let tokens = ledger(ledger_dir.path(), id);
+            let tokens = taskgate_tests::ledger_tokens(ledger_dir.path(), id);
             if tokens.windows(2).any(|w| w[0] > w[1]) {
                 overlaps.push((id.clone(), tokens.clone()));
             }
@@ -235,12 +235,4 @@ async fn count_terminal_events(url: String, channel: String, counts: Arc<Mutex<H
             *counts.lock().unwrap().entry(id.to_owned()).or_default() += 1;
         }
     }
-}
-
-fn ledger(dir: &std::path::Path, task_id: &str) -> Vec<u64> {
-    std::fs::read_to_string(dir.join(task_id))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| line.split(' ').next()?.parse().ok())
-        .collect()
 }

@@ -93,15 +93,6 @@ async fn consumers(store: &Store, stream: &str) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// The ledger file of a task: the fencing token of every step, in the order written.
-fn ledger(dir: &std::path::Path, task_id: &str) -> Vec<u64> {
-    std::fs::read_to_string(dir.join(task_id))
-        .unwrap_or_default()
-        .lines()
-        .map(|line| line.split(' ').next().and_then(|t| t.parse().ok()).expect("a ledger line"))
-        .collect()
-}
-
 /// Two runs overlapped exactly when a token goes down.
 fn assert_no_overlap(tokens: &[u64], what: &str) {
     assert!(tokens.windows(2).all(|w| w[0] <= w[1]), "{what}: runs of one task overlapped: {tokens:?}");
@@ -150,7 +141,7 @@ async fn a_worker_that_reclaims_its_own_task_stops_the_old_run(topology: Topolog
     let id = TaskId::parse(&task_id).unwrap();
     let store = stack.store();
     eventually(PATIENCE, "the first run to write", || async {
-        (ledger(ledger_dir.path(), &task_id).len() >= 3).then_some(())
+        (taskgate_tests::ledger_tokens(ledger_dir.path(), &task_id).len() >= 3).then_some(())
     })
     .await;
     // Past a lease into the run, so the new claim outlives the old run's lease bookkeeping.
@@ -174,7 +165,7 @@ async fn a_worker_that_reclaims_its_own_task_stops_the_old_run(topology: Topolog
     let done = client.wait_for_status(&task_id, "completed", PATIENCE).await;
     let token = taskgate_tests::result_token(&done);
     assert_eq!(field(&store, &id, "reclaims").await.as_deref(), Some("1"), "only the reclaim made by hand");
-    let tokens = ledger(ledger_dir.path(), &task_id);
+    let tokens = taskgate_tests::ledger_tokens(ledger_dir.path(), &task_id);
     let first = tokens[0];
     assert!(token > first, "the second run finished it: {token} after {first}");
     let first_new = tokens.iter().position(|t| *t == token).expect("the second run wrote");
@@ -451,14 +442,14 @@ async fn a_partitioned_worker_stops_its_tool_before_its_lease_runs_out() {
     let client = stack.client(0);
     let task_id = client.create_task("ledger", json!({"steps": 60, "stepMs": 50})).await;
     eventually(PATIENCE, "the first run to write", || async {
-        (ledger(ledger_dir.path(), &task_id).len() >= 3).then_some(())
+        (taskgate_tests::ledger_tokens(ledger_dir.path(), &task_id).len() >= 3).then_some(())
     })
     .await;
     proxy.partition();
     stack.add_worker(&worker_args).await;
     let done = client.wait_for_status(&task_id, "completed", PATIENCE).await;
     proxy.heal();
-    let tokens = ledger(ledger_dir.path(), &task_id);
+    let tokens = taskgate_tests::ledger_tokens(ledger_dir.path(), &task_id);
     let (first, token) = (tokens[0], taskgate_tests::result_token(&done));
     assert!(token > first, "the second run finished it: {token} after {first}");
     assert_no_overlap(&tokens, "partitioned worker");

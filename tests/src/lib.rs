@@ -114,3 +114,14 @@ pub async fn record_fence(store: &taskgate_shared::store::Store, task_id: &str) 
 pub fn result_token(snapshot: &serde_json::Value) -> u64 {
     snapshot["result"]["structuredContent"]["fencingToken"].as_u64().unwrap_or_else(|| panic!("no token: {snapshot}"))
 }
+
+/// The fencing tokens the `ledger` demo tool wrote for `task_id` under `dir` (the worker's
+/// `--ledger-dir`), one per step in the order written. Two runs that never overlapped leave
+/// them in non-decreasing order.
+pub fn ledger_tokens(dir: &std::path::Path, task_id: &str) -> Vec<u64> {
+    std::fs::read_to_string(dir.join(task_id))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.split(' ').next()?.parse().ok())
+        .collect()
+}
