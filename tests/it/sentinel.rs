@@ -9,6 +9,7 @@
 //! without `--durability-replicas 1`, checked for lost creates, unfinished tasks, overlapping
 //! runs and terminal states that change, and timed from each kill to the first create that
 //! succeeds again. Run with `--nocapture` to see the figures `docs/durability.md` quotes.
+
 use std::time::{Duration, Instant};
 
 use serde_json::json;
