@@ -16,7 +16,7 @@ use serde_json::json;
 use taskgate_shared::store::{DEFAULT_POOL, Delivery, Endpoint, Store};
 use taskgate_shared::task::{Owner, TaskId};
 use taskgate_tests::sentinel::{MASTER, SentinelSet};
-use taskgate_tests::{RedisServer, Scrape, Stack, eventually};
+use taskgate_tests::{FaultProxy, RedisServer, Scrape, Stack, eventually};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -322,9 +322,8 @@ async fn failovers_under_load(gateway_args: &[&str]) -> FailoverRun {
             (acked.lock().unwrap().len() >= before + 300).then_some(())
         })
         .await;
-        let killed = Instant::now();
+        let (_, killed) = set.fail_over_timed().await;
         kills.push(killed);
-        set.fail_over().await;
         eventually(PATIENCE, "a create sent after the kill to be acknowledged", || async {
             acked.lock().unwrap().iter().any(|a| a.sent >= killed).then_some(())
         })
@@ -518,4 +517,120 @@ async fn without_durability_what_a_failover_loses_is_measured() {
     assert!(run.unfinished.is_empty(), "not terminal: {:?}", run.unfinished);
     assert!(run.overlapping.is_empty(), "overlapping runs: {:?}", run.overlapping);
     assert!(run.not_newest.is_empty(), "results not from the newest run: {:?}", run.not_newest);
+}
+
+/// What [`lagging_failover`] saw.
+struct LagRun {
+    acknowledged: usize,
+    /// Creates acknowledged while the replication stream was held back.
+    acknowledged_while_lagging: usize,
+    /// Creates refused while it was held back.
+    refused_while_lagging: usize,
+    /// Acknowledged creates the promoted replica does not know.
+    lost: usize,
+}
+
+/// One failover to a replica that lags: eight clients create without pause while the proxies
+/// between the primary and its two replicas hold the replication stream back; once 40 creates
+/// were answered (either way) the primary is killed, the held bytes are dropped with the
+/// proxies' connections, and the sentinels promote a replica, which never had them (the other
+/// then follows it, so durable creates can be acknowledged again). Every acknowledged create is
+/// then looked up.
+async fn lagging_failover(gateway_args: &[&str]) -> LagRun {
+    use std::sync::{Arc, Mutex};
+    let (mut set, proxies) = SentinelSet::start_behind_proxies(2).await;
+    let mut args = vec!["--tenant-rps", "0", "--tenant-create-rps", "0", "--tenant-max-active-tasks", "0"];
+    args.extend_from_slice(gateway_args);
+    let stack = sentinel_stack_with(&set, &args).await;
+    // Every answer: when it came, and the task's id if the create was acknowledged.
+    let answers = Arc::new(Mutex::new(Vec::<(Instant, Option<String>)>::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (client, answers, stop) = (stack.client(0), answers.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let r = client.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 0}})).await;
+                    let id = r.result()["taskId"].as_str().filter(|_| r.status == 200).map(str::to_owned);
+                    if id.is_none() {
+                        assert!(matches!(r.status, 500 | 503), "{}", r.text);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    answers.lock().unwrap().push((Instant::now(), id));
+                }
+            })
+        })
+        .collect();
+    let answered_since = |since: Instant| answers.lock().unwrap().iter().filter(|(at, _)| *at > since).count();
+    let start = Instant::now();
+    eventually(PATIENCE, "creates before the lag", || async { (answered_since(start) >= 200).then_some(()) }).await;
+    let lagging = Instant::now();
+    proxies.iter().for_each(FaultProxy::partition);
+    eventually(PATIENCE, "creates answered while the replica lags", || async {
+        (answered_since(lagging) >= 40).then_some(())
+    })
+    .await;
+    let (_, killed) = set.fail_over_timed().await;
+    proxies.iter().for_each(FaultProxy::cut);
+    eventually(PATIENCE, "a create sent after the failover to be acknowledged", || async {
+        answers.lock().unwrap().iter().any(|(at, id)| *at > killed && id.is_some()).then_some(())
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for client in clients {
+        client.await.unwrap();
+    }
+    let answers = answers.lock().unwrap().clone();
+    let while_lagging =
+        |acked: bool| answers.iter().filter(|(at, id)| *at > lagging && *at < killed && id.is_some() == acked).count();
+    let client = stack.client(0);
+    let mut run = LagRun {
+        acknowledged: 0,
+        acknowledged_while_lagging: while_lagging(true),
+        refused_while_lagging: while_lagging(false),
+        lost: 0,
+    };
+    for id in answers.iter().filter_map(|(_, id)| id.as_deref()) {
+        run.acknowledged += 1;
+        let r = eventually(PATIENCE, "the task to be read", || async {
+            let r = client.get_task(id).await;
+            (r.status == 200).then_some(r)
+        })
+        .await;
+        if r.error_code() == Some(-32602) {
+            run.lost += 1;
+        }
+    }
+    eprintln!(
+        "a lagging replica promoted, {}: {} creates acknowledged, {} of them while the replica lagged, {} refused \
+         then; {} lost",
+        if gateway_args.is_empty() { "no --durability-replicas" } else { "--durability-replicas 1" },
+        run.acknowledged,
+        run.acknowledged_while_lagging,
+        run.refused_while_lagging,
+        run.lost
+    );
+    run
+}
+
+/// The cost of asynchronous replication, shown where it bites: promoted after lagging, the
+/// replica lacks what the primary acknowledged meanwhile. With `--durability-replicas 1` those
+/// creates are refused instead, and none is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_replica_loses_acknowledged_creates_only_without_durability() {
+    let without = lagging_failover(&[]).await;
+    assert!(without.acknowledged_while_lagging > 0, "creates were acknowledged while the replica lagged");
+    assert!(without.lost > 0, "a promoted replica that lagged lacks what the primary acknowledged meanwhile");
+    assert!(without.lost <= without.acknowledged_while_lagging, "only creates acknowledged while it lagged are lost");
+
+    let with = lagging_failover(&["--durability-replicas", "1", "--durability-timeout-ms", "500"]).await;
+    // A create is acknowledged only once a replica has it: while the replicas lag, only the
+    // creates already made when the lag began (at most one per client) are.
+    assert!(
+        with.acknowledged_while_lagging <= 8,
+        "acknowledged while no replica had them: {}",
+        with.acknowledged_while_lagging
+    );
+    assert!(with.refused_while_lagging > 0, "creates were refused while the replica lagged");
+    assert_eq!(with.lost, 0, "no acknowledged create is lost");
 }

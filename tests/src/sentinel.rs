@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
-use crate::{RedisServer, eventually, free_port};
+use crate::{FaultProxy, RedisServer, eventually, free_port};
 
 /// The master name the sentinels monitor.
 pub const MASTER: &str = "taskgate";
@@ -41,6 +41,39 @@ impl SentinelSet {
             nodes.push(RedisServer::start_replica_of(&primary).await);
         }
         nodes.insert(0, primary);
+        Self::watch(nodes).await
+    }
+
+    /// A primary with `replicas` replicas that each replicate through a proxy of its own (a
+    /// [`FaultProxy`] in front of the primary), so a test can hold the replication stream back:
+    /// replicas that lag. The sentinels reach every node directly, and a replica they point at
+    /// a new primary replicates from it directly.
+    pub async fn start_behind_proxies(replicas: usize) -> (Self, Vec<FaultProxy>) {
+        let primary = RedisServer::start().await;
+        let mut nodes = vec![];
+        let mut proxies = vec![];
+        for _ in 0..replicas {
+            let proxy = FaultProxy::start(([127, 0, 0, 1], primary.port()).into()).await;
+            nodes.push(RedisServer::start_with(&["--replicaof", "127.0.0.1", &proxy.port().to_string()]).await);
+            proxies.push(proxy);
+        }
+        let conn = primary.connection().await;
+        eventually(Duration::from_secs(20), "the replicas to be in sync through the proxies", || {
+            let mut conn = conn.clone();
+            async move {
+                let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await.ok()?;
+                (info.matches("state=online").count() == replicas).then_some(())
+            }
+        })
+        .await;
+        nodes.insert(0, primary);
+        (Self::watch(nodes).await, proxies)
+    }
+
+    /// Three sentinels over `nodes` (the primary first, then its replicas, in sync), once every
+    /// sentinel knows every replica and the other sentinels.
+    async fn watch(nodes: Vec<RedisServer>) -> Self {
+        let replicas = nodes.len() - 1;
         let mut sentinels = Vec::new();
         for _ in 0..3 {
             sentinels.push(Sentinel::start(nodes[0].port()).await);
@@ -93,9 +126,15 @@ impl SentinelSet {
     /// lose only what the next primary has not sent yet). The old primary stays down (see
     /// [`Self::restart`]).
     pub async fn fail_over(&mut self) -> usize {
+        self.fail_over_timed().await.0
+    }
+
+    /// [`Self::fail_over`], with the moment the old primary was killed.
+    pub async fn fail_over_timed(&mut self) -> (usize, std::time::Instant) {
         let old = self.primary_index().await;
         let old_port = self.nodes[old].port();
         self.nodes[old].kill().await;
+        let killed = std::time::Instant::now();
         self.down += 1;
         let replicas = self.nodes.len() - self.down - 1;
         let set = &*self;
@@ -118,7 +157,7 @@ impl SentinelSet {
             (info.matches("state=online").count() == replicas).then_some(())
         })
         .await;
-        promoted
+        (promoted, killed)
     }
 
     /// Starts node `index` again (same port and directory): the sentinels make it a replica of
