@@ -39,6 +39,26 @@ async fn a_completed_small_task_keeps_the_compact_encoding_and_its_full_result()
     assert!(bytes <= 600, "a completed no-op task's record takes {bytes} bytes");
 }
 
+/// Real clients declare elicitation, sampling and roots: 75 bytes of JSON, stored packed
+/// (`store/compact.rs`), so the record stays compact. (The worker reads them back whole:
+/// `a_worker_claims_the_capabilities_its_creator_declared`, and `inline::only_declared_input_kinds_are_asked`.)
+#[tokio::test]
+async fn a_client_declaring_every_kind_of_input_keeps_the_compact_encoding() {
+    let stack = Stack::builder().spawn().await;
+    let client = stack.client(0);
+    let mut meta = taskgate_tests::meta();
+    meta["io.modelcontextprotocol/clientCapabilities"] = json!({
+        "elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {"listChanged": true},
+        "extensions": {"io.modelcontextprotocol/tasks": {}},
+    });
+    let reply = client.call("tools/call", json!({"name": "noop", "arguments": {}, "_meta": meta})).await;
+    let task = reply.result()["taskId"].as_str().unwrap_or_else(|| panic!("a task: {}", reply.text)).to_owned();
+    client.wait_for_status(&task, "completed", PATIENCE).await;
+    let (encoding, bytes) = encoding_and_bytes(&stack, &TaskId::parse(&task).unwrap()).await;
+    assert_eq!(encoding, "listpack", "the capabilities converted the record");
+    assert!(bytes <= 600, "a completed no-op task's record takes {bytes} bytes");
+}
+
 #[tokio::test]
 async fn a_worker_claims_the_capabilities_its_creator_declared() {
     let mut stack = Stack::builder().workers(0).spawn().await;

@@ -4,7 +4,9 @@
 //! `hash-max-listpack-value` bytes (64 by default). One longer value converts the whole hash to
 //! a hashtable for good, which for a small task record is about twice the memory. The
 //! declaration of the Tasks extension alone is 49 bytes of every task's `clientCapabilities`,
-//! so it is left out and put back when the task is claimed.
+//! so it is left out and put back when the task is claimed. What is left is packed
+//! ([`pack`]): the names and shapes every client declares become one byte each, so a client
+//! that declares elicitation, sampling and roots stores 16 bytes instead of 75.
 
 use serde_json::{Map, Value};
 
@@ -21,17 +23,56 @@ pub fn stored_capabilities(capabilities: &Map<String, Value>) -> (String, bool) 
         .and_then(Value::as_object)
         .is_some_and(Map::is_empty);
     if !plain_declaration {
-        return (json_text(capabilities), false);
+        return (pack(&json_text(capabilities)), false);
     }
     let mut stored = capabilities.clone();
     let Some(Value::Object(extensions)) = stored.get_mut("extensions") else {
-        return (json_text(capabilities), false);
+        return (pack(&json_text(capabilities)), false);
     };
     extensions.remove(TASKS_EXTENSION);
     if extensions.is_empty() {
         stored.remove("extensions");
     }
-    (json_text(&stored), true)
+    (pack(&json_text(&stored)), true)
+}
+
+/// What [`pack`] replaces, each by the control byte beside it: the members of
+/// `ClientCapabilities` that real clients declare, longest first. Serialised JSON never holds a
+/// raw control byte (inside strings they are escaped), so a byte of this table in stored text
+/// can only be one that [`pack`] put there, and text stored before packing (plain JSON)
+/// unpacks to itself. Append only: records written with a code must still unpack.
+const CODES: [(char, &str); 14] = [
+    ('\u{1}', r#""elicitation":"#),
+    ('\u{2}', r#""experimental":"#),
+    ('\u{3}', r#""listChanged":true"#),
+    ('\u{4}', r#""extensions":"#),
+    ('\u{5}', r#""sampling":"#),
+    ('\u{6}', r#""context":{}"#),
+    ('\u{7}', r#""roots":"#),
+    ('\u{8}', r#""tools":{}"#),
+    ('\u{b}', r#""tasks":"#),
+    ('\u{c}', r#""form":{}"#),
+    ('\u{e}', r#""url":{}"#),
+    ('\u{f}', r#""list":{}"#),
+    ('\u{10}', r#""cancel":{}"#),
+    ('\u{11}', "{}"),
+];
+
+/// JSON text with every phrase of [`CODES`] replaced by its byte.
+fn pack(json: &str) -> String {
+    CODES.iter().fold(json.to_owned(), |text, (code, phrase)| text.replace(phrase, code.encode_utf8(&mut [0; 4])))
+}
+
+/// Text [`pack`] made, as the JSON it was made from.
+fn unpack(stored: &str) -> String {
+    let mut json = String::with_capacity(stored.len() * 4);
+    for c in stored.chars() {
+        match CODES.iter().find(|(code, _)| *code == c) {
+            Some((_, phrase)) => json.push_str(phrase),
+            None => json.push(c),
+        }
+    }
+    json
 }
 
 /// A map as JSON text, serialised in place (it cannot fail: every key is a string).
@@ -42,6 +83,7 @@ fn json_text(map: &Map<String, Value>) -> String {
 /// The stored `clientCapabilities` read back, with the declaration put back when it was left
 /// out. Text that is not a JSON object is returned as it is (the worker treats it as none).
 pub(super) fn restored_capabilities(stored: String, declared_tasks: bool) -> String {
+    let stored = unpack(&stored);
     if !declared_tasks {
         return stored;
     }
@@ -64,7 +106,7 @@ mod tests {
     fn round_trip(capabilities: Value) -> (String, bool, Value) {
         let (stored, declared) = stored_capabilities(capabilities.as_object().unwrap());
         let restored = serde_json::from_str(&restored_capabilities(stored.clone(), declared)).unwrap();
-        (stored, declared, restored)
+        (unpack(&stored), declared, restored)
     }
 
     #[test]
@@ -95,5 +137,43 @@ mod tests {
             assert_eq!(restored, caps);
         }
         assert_eq!(restored_capabilities("not json".into(), true), "not json");
+    }
+
+    #[test]
+    fn what_real_clients_declare_packs_small_and_unpacks_exactly() {
+        let rich = json!({
+            "elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {"listChanged": true},
+            "extensions": {"io.modelcontextprotocol/tasks": {}},
+        });
+        let (stored, declared) = stored_capabilities(rich.as_object().unwrap());
+        assert!(declared);
+        assert!(stored.len() <= 20, "{} bytes: {stored:?}", stored.len());
+        let restored: Value = serde_json::from_str(&restored_capabilities(stored, true)).unwrap();
+        assert_eq!(restored, rich);
+    }
+
+    #[test]
+    fn text_stored_before_packing_unpacks_to_itself() {
+        let plain = r#"{"elicitation":{},"sampling":{"tools":{}}}"#;
+        assert_eq!(restored_capabilities(plain.into(), false), plain);
+    }
+
+    proptest::proptest! {
+        /// Whatever a client declares, including the phrases inside its own strings and keys,
+        /// and escaped control characters, comes back exactly.
+        #[test]
+        fn any_capabilities_round_trip(
+            keys in proptest::collection::vec("(elicitation|sampling|roots|tools|\\{\\}|\"url\":\\{\\}|[a-z\u{1}-\u{11}]{0,8})", 0..6),
+            flags in proptest::collection::vec(proptest::bool::ANY, 6),
+        ) {
+            let mut caps = Map::new();
+            for (i, key) in keys.iter().enumerate() {
+                let value = if flags[i] { json!({"listChanged": true, key.clone(): {}}) } else { json!(key) };
+                caps.insert(key.clone(), value);
+            }
+            let (stored, declared) = stored_capabilities(&caps);
+            let restored: Value = serde_json::from_str(&restored_capabilities(stored, declared)).unwrap();
+            proptest::prop_assert_eq!(restored, Value::Object(caps));
+        }
     }
 }
