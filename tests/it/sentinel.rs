@@ -368,8 +368,8 @@ async fn failovers_under_load(gateway_args: &[&str]) -> FailoverRun {
                 let record = store.keys().task(&TaskId::parse(&id).unwrap()).record;
                 let mut read = redis::cmd("HMGET");
                 read.arg(record).arg("fence").arg("reclaims");
-                let (fence, reclaims): (u64, u64) = read.query_async(&mut store.conn()).await.unwrap();
-                run.reclaims += reclaims;
+                let (fence, reclaims): (u64, Option<u64>) = read.query_async(&mut store.conn()).await.unwrap();
+                run.reclaims += reclaims.unwrap_or(0);
                 let token = taskgate_tests::result_token(&snapshot);
                 if Some(token) != tokens.iter().max().copied() || token != fence {
                     run.not_newest.push(id.clone());

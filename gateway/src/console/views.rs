@@ -395,7 +395,7 @@ pub(super) fn task(viewer: &Viewer, view: &TaskView<'_>) -> Markup {
                 dt { "Created" } dd { (timestamp(field("created"))) }
                 dt { "Time to live" } dd { (field("ttl")) " ms" }
                 dt { "Poll interval" } dd { (field("poll")) " ms" }
-                dt { "Reclaims" } dd { (field("reclaims")) }
+                dt { "Reclaims" } dd { (record.get("reclaims").map_or("0", String::as_str)) }
                 @if let Some(url) = &view.trace_url { dt { "Trace" } dd { a href=(url) rel="noreferrer" { "Open the trace" } } }
             }
             @if let Some(pool) = &view.waiting_for {

@@ -32,7 +32,7 @@ if status == 'working' and f[4] then
 end
 rcall('DEL', inputs)
 if f[6] then
-  rcall('HDEL', record, 'holder', 'lease', 'held')
+  rcall('HDEL', record, 'holder', 'lease', 'held', 'entry', 'queued')
   rcall('ZREM', KEYS[3], ARGV[1])
   if f[4] then rcall('PUBLISH', ARGV[6] .. f[4], ARGV[1]) end
 end

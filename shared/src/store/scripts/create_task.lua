@@ -52,8 +52,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- One HSET with the optional fields folded in: each command inside a script costs Redis a call.
 local fields = {'tenant', ARGV[2], 'principal', ARGV[3], 'tool', ARGV[4], 'args', ARGV[5],
   'status', 'working', 'created', now, 'updated', now, 'ttl', ARGV[6], 'poll', ARGV[7],
-  'ver', 1, 'fence', 0, 'reclaims', 0, 'caps', ARGV[11], 'counted', ARGV[12], 'pool', ARGV[16],
-  'queued', now}
+  'ver', 1, 'fence', 0, 'caps', ARGV[11], 'pool', ARGV[16], 'queued', now}
 local function optional(field, value)
   if value ~= '' then fields[#fields + 1] = field; fields[#fields + 1] = value end
 end
@@ -61,6 +60,9 @@ optional('msg', ARGV[8])
 optional('tp', ARGV[9])
 optional('tstate', ARGV[13])
 optional('idem', ARGV[17])
+-- Fields whose value would be the default are left out, to keep the record small: `reclaims`
+-- (absent: 0, and HINCRBY starts from nothing) and `counted` (absent: not counted).
+if ARGV[12] == '1' then optional('counted', '1') end
 if ARGV[14] == '1' then optional('capx', '1') end
 rcall('HSET', record, unpack(fields))
 rcall('PEXPIREAT', record, now + tonumber(ARGV[6]))

@@ -21,7 +21,8 @@ if (f[1] ~= 'working' and not (f[1] == 'input_required' and f[6])) or f[2] ~= AR
 end
 local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-rcall('HDEL', record, 'holder', 'lease', 'held')
+-- What only a queued or running task needs goes with its end (a smaller record for its TTL).
+rcall('HDEL', record, 'holder', 'lease', 'held', 'entry', 'queued')
 rcall('HSET', record, 'finisher', ARGV[2])
 rcall('ZREM', leases, ARGV[1])
 rcall('DEL', inputs)
