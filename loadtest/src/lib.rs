@@ -20,6 +20,10 @@ pub use crate::config::Config;
 use crate::driver::Recorder;
 use crate::report::{Percentiles, Report};
 
+/// Requests per `redis-benchmark` test: enough for its CPU time to be read to about 1 %
+/// (`/proc` counts in 10 ms ticks).
+const BENCHMARK_REQUESTS: u64 = 200_000;
+
 /// Runs the configured scenario and reports it.
 pub async fn run(config: Config) -> anyhow::Result<Report> {
     // One open file per connection: a listen run holds one per stream.
@@ -97,14 +101,26 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         cpu_us_per_op,
         cpu_cores,
         redis_benchmark: Default::default(),
+        redis_benchmark_cpu_us_per_op: Default::default(),
         ratios: Default::default(),
     };
     if config.compare_redis
         && let Some(url) = &config.redis_url
     {
-        report.redis_benchmark = redis_stats::benchmark(url, "get,set", config.concurrency, 200_000)?;
-        for (test, rps) in &report.redis_benchmark {
-            report.ratios.insert(format!("{} / redis {test}", report.scenario), throughput / rps);
+        let redis_pid = watched.iter().find(|w| w.role == "redis").map(|w| w.pid);
+        for test in ["get", "set"] {
+            let run = redis_stats::benchmark(url, test, config.concurrency, BENCHMARK_REQUESTS, redis_pid)?;
+            report.ratios.insert(format!("{} / redis {test}", report.scenario), throughput / run.per_s);
+            report.redis_benchmark.insert(test.to_owned(), run.per_s);
+            let Some(redis_us) = run.redis_cpu_us_per_op.filter(|us| *us > 0.0) else { continue };
+            report.redis_benchmark_cpu_us_per_op.insert(test.to_owned(), redis_us);
+            // The machine-normalised cost: the same CPU, clock and kernel price both sides.
+            if let Some(gateway_us) = report.cpu_us_per_op.get("gateway") {
+                report.ratios.insert(
+                    format!("gateway cpu per {} / redis cpu per {test}", report.scenario),
+                    gateway_us / redis_us,
+                );
+            }
         }
     }
     report.print();
@@ -139,6 +155,7 @@ async fn neighbour(config: &Config, client: client::Client) -> anyhow::Result<Re
         cpu_us_per_op: Default::default(),
         cpu_cores: Default::default(),
         redis_benchmark: Default::default(),
+        redis_benchmark_cpu_us_per_op: Default::default(),
         ratios: Default::default(),
     };
     report.print();

@@ -43,11 +43,28 @@ pub fn delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> B
         .collect()
 }
 
-/// `redis-benchmark -t <tests> -c <clients>`: requests per second by test name.
-pub fn benchmark(url: &str, tests: &str, clients: usize, requests: u64) -> anyhow::Result<BTreeMap<String, f64>> {
+/// One `redis-benchmark` test's figures.
+pub struct Benchmark {
+    pub per_s: f64,
+    /// Redis's CPU microseconds per request over the test (user plus system, from `/proc`),
+    /// when its pid is known.
+    pub redis_cpu_us_per_op: Option<f64>,
+}
+
+/// `redis-benchmark -t <test> -c <clients> -n <requests>`, with Redis's CPU time over it when
+/// `redis_pid` is given.
+pub fn benchmark(
+    url: &str,
+    test: &str,
+    clients: usize,
+    requests: u64,
+    redis_pid: Option<u32>,
+) -> anyhow::Result<Benchmark> {
     let rest = url.trim_start_matches("redis://");
     let authority = rest.split('/').next().unwrap_or(rest);
     let (host, port) = authority.rsplit_once(':').unwrap_or((authority, "6379"));
+    let cpu = || redis_pid.map(|pid| crate::cpu::cpu_time(Some(pid))).transpose();
+    let before = cpu()?;
     let out = std::process::Command::new("redis-benchmark")
         .args([
             "-h",
@@ -55,7 +72,7 @@ pub fn benchmark(url: &str, tests: &str, clients: usize, requests: u64) -> anyho
             "-p",
             port,
             "-t",
-            tests,
+            test,
             "-c",
             &clients.to_string(),
             "-n",
@@ -64,12 +81,17 @@ pub fn benchmark(url: &str, tests: &str, clients: usize, requests: u64) -> anyho
             "--csv",
         ])
         .output()?;
+    let after = cpu()?;
     anyhow::ensure!(out.status.success(), "redis-benchmark failed: {}", String::from_utf8_lossy(&out.stderr));
-    Ok(String::from_utf8_lossy(&out.stdout)
+    let per_s = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|line| {
             let fields: Vec<&str> = line.split(',').map(|f| f.trim_matches('"')).collect();
-            Some((fields.first()?.to_ascii_lowercase(), fields.get(1)?.parse().ok()?))
+            fields.first()?.eq_ignore_ascii_case(test).then(|| fields.get(1)?.parse().ok())?
         })
-        .collect())
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("redis-benchmark printed no {test} figure"))?;
+    let redis_cpu_us_per_op =
+        before.zip(after).map(|(before, after)| after.saturating_sub(before).as_secs_f64() * 1e6 / requests as f64);
+    Ok(Benchmark { per_s, redis_cpu_us_per_op })
 }

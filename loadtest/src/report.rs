@@ -59,7 +59,12 @@ pub struct Report {
     pub cpu_cores: BTreeMap<String, f64>,
     /// `redis-benchmark` requests per second, same server, same run.
     pub redis_benchmark: BTreeMap<String, f64>,
-    /// This run's throughput over each `redis-benchmark` figure.
+    /// Redis's own CPU microseconds per request under each `redis-benchmark` test (when Redis
+    /// runs on this machine): the yardstick that makes `cpu_us_per_op` comparable across
+    /// machines.
+    pub redis_benchmark_cpu_us_per_op: BTreeMap<String, f64>,
+    /// This run's throughput over each `redis-benchmark` figure, and the gateway's CPU per
+    /// operation over Redis's per request.
     pub ratios: BTreeMap<String, f64>,
 }
 
@@ -108,7 +113,10 @@ impl Report {
             println!("cpu µs/op           {}", roles.join("  "));
         }
         for (test, rps) in &self.redis_benchmark {
-            println!("redis-benchmark     {test}: {rps:.0} req/s");
+            match self.redis_benchmark_cpu_us_per_op.get(test) {
+                Some(us) => println!("redis-benchmark     {test}: {rps:.0} req/s, redis {us:.2} cpu µs/request"),
+                None => println!("redis-benchmark     {test}: {rps:.0} req/s"),
+            }
         }
         for (name, ratio) in &self.ratios {
             println!("ratio               {name}: {ratio:.3}");

@@ -78,6 +78,32 @@ async fn it_reports_cpu_per_operation_for_every_process() {
     assert!(in_window * 4 >= gateway_spent, "{in_window:?} of {gateway_spent:?} over {duration:?}");
 }
 
+/// Beside `redis-benchmark`'s throughput on the same Redis, Redis's own CPU per request under
+/// it, and the gateway's CPU per operation over it: a ratio that holds from one machine to
+/// another, where microseconds do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compared_with_redis_benchmark_it_reports_redis_cpu_per_request_and_the_normalised_ratio() {
+    let stack = stack().await;
+    let gateway = stack.gateways[0].pid();
+    let report_file = stack.scratch_dir().join("report.json");
+    let cpu_pid = format!("gateway={gateway}");
+    let out =
+        loadtest(&stack, &["--compare-redis", "--cpu-pid", &cpu_pid, "--json", report_file.to_str().unwrap()]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&report_file).unwrap()).unwrap();
+    for test in ["get", "set"] {
+        let redis_us = report["redis_benchmark_cpu_us_per_op"][test].as_f64().unwrap_or_else(|| panic!("{report}"));
+        // A GET or SET costs Redis a few microseconds of CPU; 0 or 1000 would be a misreading.
+        assert!((0.1..100.0).contains(&redis_us), "{test}: {redis_us} µs");
+        let gateway_us = report["cpu_us_per_op"]["gateway"].as_f64().unwrap();
+        let ratio = report["ratios"][format!("gateway cpu per lifecycle / redis cpu per {test}")].as_f64().unwrap();
+        assert!((ratio - gateway_us / redis_us).abs() < 1e-9, "{report}");
+        assert!(report["ratios"][format!("lifecycle / redis {test}")].as_f64().unwrap() > 0.0, "{report}");
+    }
+    assert!(stdout.contains("cpu µs/request"), "{stdout}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pid_that_is_not_running_is_refused_before_any_traffic() {
     let stack = stack().await;
