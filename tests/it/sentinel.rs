@@ -306,8 +306,8 @@ async fn failovers_under_load(gateway_args: &[&str]) -> FailoverRun {
                     };
                     acked.lock().unwrap().push(Acked { id: id.clone(), sent, at: Instant::now() });
                     let follow = if role == Role::Creator { 1 } else { usize::MAX };
-                    if let Some(seen) = follow_task(&client, &id, follow, &stop).await {
-                        changed.lock().unwrap().extend(seen);
+                    if follow_task(&client, &id, follow, &stop).await {
+                        changed.lock().unwrap().push(id);
                     }
                 }
             })
@@ -425,14 +425,14 @@ fn is_terminal(snapshot: &serde_json::Value) -> bool {
     ["completed", "failed", "cancelled"].iter().any(|s| snapshot["status"] == *s)
 }
 
-/// Reads `id` `reads` times, or until it is terminal, or told to stop. Returns the task's id
-/// when a read after a terminal one differed from it: a terminal state that changed.
+/// Reads `id` `reads` times, or until it is terminal (and once more), or told to stop. True
+/// when the read after a terminal one differed from it: a terminal state that changed.
 async fn follow_task(
     client: &taskgate_tests::McpClient,
     id: &str,
     reads: usize,
     stop: &std::sync::atomic::AtomicBool,
-) -> Option<Vec<String>> {
+) -> bool {
     let mut terminal: Option<serde_json::Value> = None;
     for _ in 0..reads {
         let r = client.get_task(id).await;
@@ -445,22 +445,19 @@ async fn follow_task(
         let snapshot = r.result().clone();
         let outcome = |s: &serde_json::Value| (s["status"].clone(), s.get("result").cloned());
         if let Some(before) = &terminal {
-            if outcome(before) != outcome(&snapshot) {
-                return Some(vec![id.to_owned()]);
-            }
-            // Read once more after the end, to see that it holds.
-            return None;
+            return outcome(before) != outcome(&snapshot);
         }
         if is_terminal(&snapshot) {
+            // Read once more, to see that it holds.
             terminal = Some(snapshot);
             continue;
         }
         if stop.load(std::sync::atomic::Ordering::Relaxed) {
-            return None;
+            return false;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    None
+    false
 }
 
 /// p50 and max of the windows.
