@@ -137,6 +137,11 @@ impl RedisServer {
         assert!(status.is_ok_and(|s| s.success()), "kill -{name} failed");
     }
 
+    /// Whether the process is up (not killed by [`Self::kill`]).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// `kill -9`.
     pub async fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
