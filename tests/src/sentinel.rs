@@ -12,6 +12,16 @@ use crate::{FaultProxy, RedisServer, eventually, free_port};
 /// The master name the sentinels monitor.
 pub const MASTER: &str = "taskgate";
 
+/// One failover of [`SentinelSet::fail_over_timed`].
+pub struct Failover {
+    /// The index of the new primary.
+    pub promoted: usize,
+    /// The index of the node killed, down until [`SentinelSet::rejoin`].
+    pub killed: usize,
+    /// When the killed process was gone.
+    pub killed_at: std::time::Instant,
+}
+
 pub struct SentinelSet {
     /// The data nodes: at first `[primary, replica…]`; [`Self::primary_index`] says which leads.
     pub nodes: Vec<RedisServer>,
@@ -126,11 +136,11 @@ impl SentinelSet {
     /// lose only what the next primary has not sent yet). The old primary stays down (see
     /// [`Self::restart`]).
     pub async fn fail_over(&mut self) -> usize {
-        self.fail_over_timed().await.0
+        self.fail_over_timed().await.promoted
     }
 
-    /// [`Self::fail_over`], with the moment the old primary was killed.
-    pub async fn fail_over_timed(&mut self) -> (usize, std::time::Instant) {
+    /// [`Self::fail_over`], with which node was killed and when.
+    pub async fn fail_over_timed(&mut self) -> Failover {
         let old = self.primary_index().await;
         let old_port = self.nodes[old].port();
         self.nodes[old].kill().await;
@@ -180,19 +190,28 @@ impl SentinelSet {
             None
         })
         .await;
-        (promoted, killed)
+        Failover { promoted, killed: old, killed_at: killed }
     }
 
-    /// Starts node `index` again (same port and directory): the sentinels make it a replica of
-    /// the current primary.
-    pub async fn restart(&mut self, index: usize) {
+    /// Starts node `index` again (same port, empty: the tests' nodes keep no data) as a replica
+    /// of the current primary, as a Kubernetes start script does, and returns once every live
+    /// replica is in sync with the primary. It never comes back as a primary: an empty primary
+    /// the sentinels took back would have its replicas drop their data.
+    pub async fn rejoin(&mut self, index: usize) {
+        let primary = self.primary_index().await;
+        let primary_port = self.nodes[primary].port().to_string();
         self.nodes[index].restart().await;
         self.down -= 1;
-        let node = &self.nodes[index];
-        eventually(Duration::from_secs(60), "the old primary to rejoin as a replica", || async {
-            let mut conn = node.connection().await;
+        let mut conn = self.nodes[index].connection().await;
+        let mut point = redis::cmd("REPLICAOF");
+        point.arg("127.0.0.1").arg(&primary_port);
+        point.query_async::<()>(&mut conn).await.expect("REPLICAOF");
+        let replicas = self.nodes.len() - self.down - 1;
+        let primary = &self.nodes[primary];
+        eventually(Duration::from_secs(60), "the restarted node to be in sync as a replica", || async {
+            let mut conn = primary.connection().await;
             let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await.ok()?;
-            (info.contains("role:slave") && info.contains("master_link_status:up")).then_some(())
+            (info.matches("state=online").count() == replicas).then_some(())
         })
         .await;
     }
