@@ -19,23 +19,11 @@ mod polls;
 mod state;
 mod stream_slots;
 
-use taskgate_shared::store::StoreError;
 use tokio::net::TcpListener;
 
 pub use config::Config;
 pub use http::router;
-pub use state::AppState;
-
-/// A gateway that cannot start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    StateKey(#[from] mrtr::BadStateKey),
-    #[error(transparent)]
-    Auth(#[from] auth::AuthSetupError),
-}
+pub use state::{AppState, StartError};
 
 /// Serves until `shutdown` resolves, then drains: readiness turns off at once, new requests are
 /// still served for `--shutdown-delay-ms` (while load balancers notice), then listen streams end

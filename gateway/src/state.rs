@@ -2,12 +2,23 @@
 
 use std::sync::Arc;
 
-use taskgate_shared::store::Store;
+use taskgate_shared::store::{Store, StoreError};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::origin::OriginPolicy;
-use crate::{StartError, auth, catalogue, events, metrics, mrtr, polls, stream_slots};
+use crate::{auth, catalogue, events, metrics, mrtr, polls, stream_slots};
+
+/// A gateway that cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    StateKey(#[from] mrtr::BadStateKey),
+    #[error(transparent)]
+    Auth(#[from] auth::AuthSetupError),
+}
 
 /// Shared by every request. One `Arc`: the router hands each request a clone, which is then a
 /// single reference count rather than one per part (and a cancellation token's clone takes a

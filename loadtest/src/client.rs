@@ -192,26 +192,67 @@ fn classify(err: reqwest::Error) -> LoadError {
 /// Reads SSE `data:` messages from a response, one JSON message per line.
 pub struct SseReader {
     response: reqwest::Response,
-    buffer: String,
+    lines: SseLines,
 }
 
 impl SseReader {
     pub fn new(response: reqwest::Response) -> Self {
-        Self { response, buffer: String::new() }
+        Self { response, lines: SseLines::default() }
     }
 
     /// The next message; `None` when the stream ends.
     pub async fn next(&mut self) -> Option<Value> {
         loop {
-            if let Some(end) = self.buffer.find('\n') {
-                let line: String = self.buffer.drain(..=end).collect();
-                if let Some(data) = line.trim_end().strip_prefix("data:") {
-                    return serde_json::from_str(data.trim()).ok();
-                }
-                continue;
+            if let Some(message) = self.lines.next_message() {
+                return Some(message);
             }
             let chunk = self.response.chunk().await.ok()??;
-            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+            self.lines.push(&chunk);
+        }
+    }
+}
+
+/// The bytes of an SSE stream, cut into `data:` messages. Lines are split on the byte: a chunk
+/// may end inside a UTF-8 character, and `\n` never occurs inside one.
+#[derive(Default)]
+struct SseLines {
+    buffer: Vec<u8>,
+}
+
+impl SseLines {
+    fn push(&mut self, chunk: &[u8]) {
+        self.buffer.extend_from_slice(chunk);
+    }
+
+    /// The next complete `data:` line's message, if one has arrived.
+    fn next_message(&mut self) -> Option<Value> {
+        while let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.buffer.drain(..=end).collect();
+            let Ok(line) = std::str::from_utf8(&line) else { continue };
+            if let Some(data) = line.trim_end().strip_prefix("data:")
+                && let Ok(message) = serde_json::from_str(data.trim())
+            {
+                return Some(message);
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SseLines;
+
+    #[test]
+    fn a_character_split_across_chunks_arrives_whole() {
+        let event = "data: {\"text\":\"caf\u{e9} \u{1f600}\"}\n\n".as_bytes();
+        for cut in 1..event.len() {
+            let mut lines = SseLines::default();
+            lines.push(&event[..cut]);
+            let early = lines.next_message();
+            lines.push(&event[cut..]);
+            let message = early.or_else(|| lines.next_message()).expect("one message");
+            assert_eq!(message["text"], "caf\u{e9} \u{1f600}", "cut at {cut}");
         }
     }
 }

@@ -140,12 +140,12 @@ async fn a_worker_that_reclaims_its_own_task_stops_the_old_run(topology: Topolog
     let task_id = client.create_task("ledger", json!({"steps": 80, "stepMs": 50})).await;
     let id = TaskId::parse(&task_id).unwrap();
     let store = stack.store();
-    eventually(PATIENCE, "the first run to write", || async {
-        (taskgate_tests::ledger_tokens(ledger_dir.path(), &task_id).len() >= 3).then_some(())
+    // Past a lease into the run (30 steps of 50 ms), so the old run has renewed its lease and
+    // the new claim outlives that bookkeeping.
+    eventually(PATIENCE, "the first run to be a lease and a half in", || async {
+        (taskgate_tests::ledger_tokens(ledger_dir.path(), &task_id).len() >= 30).then_some(())
     })
     .await;
-    // Past a lease into the run, so the new claim outlives the old run's lease bookkeeping.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
     let keys = store.keys().task(&id);
     // What `reclaim_task` does to an expired lease: holder gone, counted, requeued.
     let _: RedisValue = cmd(

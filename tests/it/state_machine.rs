@@ -6,12 +6,15 @@
 //! - a write with a stale fencing token is refused and changes nothing;
 //! - outstanding input requests exist only while `input_required`;
 //! - a held question (`hold_for_input`) keeps its holder, and is marked only while the task
-//!   shows `input_required`; looking for its answer changes nothing.
+//!   shows `input_required`; looking for its answer changes nothing;
+//! - an operator's fail ends any task that is not terminal, and leaves a terminal one alone.
 
 use std::time::Duration;
 
 use proptest::prelude::*;
-use taskgate_shared::store::{CancelOutcome, DEFAULT_POOL, Delivery, Endpoint, Finish, Lease, Parked, Released, Store};
+use taskgate_shared::store::{
+    CancelOutcome, DEFAULT_POOL, Delivery, Endpoint, Finish, Lease, OperatorFail, Parked, Released, Store,
+};
 use taskgate_shared::task::{Owner, TaskStatus};
 use taskgate_tests::RedisServer;
 
@@ -33,6 +36,8 @@ enum Op {
     /// Hold a question open (key `k`) while keeping the lease, or look for its answer.
     Hold(bool, u8),
     HeldAnswer(bool, u8),
+    /// An operator fails the task from the console, whoever holds it.
+    OperatorFail,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -49,6 +54,7 @@ fn op() -> impl Strategy<Value = Op> {
         Just(Op::Reclaim),
         (any::<bool>(), 0u8..4).prop_map(|(c, k)| Op::Hold(c, k)),
         (any::<bool>(), 0u8..4).prop_map(|(c, k)| Op::HeldAnswer(c, k)),
+        Just(Op::OperatorFail),
     ]
 }
 
@@ -169,6 +175,20 @@ async fn run(store: &Store, conn: &mut redis::aio::MultiplexedConnection, ops: V
                 store.held_answer(lease, &format!("k{k}")).await.unwrap();
                 let after = store.get_task(&id).await.unwrap().unwrap();
                 prop_assert_eq!(after.version, before.version, "looking for an answer wrote");
+            }
+            Op::OperatorFail => {
+                let outcome = store
+                    .fail_task_as_operator(&id, r#"{"code":-32603,"message":"stopped"}"#, "stopped", "t/op", "stuck")
+                    .await
+                    .unwrap();
+                let expected = if before.status.is_terminal() {
+                    OperatorFail::AlreadyTerminal
+                } else {
+                    prop_assert!(matches!(outcome, OperatorFail::Failed { .. }), "{outcome:?}");
+                    seen.holder = None;
+                    outcome.clone()
+                };
+                prop_assert_eq!(outcome, expected);
             }
             Op::Reclaim => {
                 // Expire the lease first so the reaper's step has something to do.

@@ -183,7 +183,7 @@ pub struct SseStream {
     pub status: u16,
     pub headers: reqwest::header::HeaderMap,
     body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
-    buffer: String,
+    buffer: Vec<u8>,
     pending: std::collections::VecDeque<SseItem>,
     /// Every raw line seen, for framing assertions.
     pub raw_lines: Vec<String>,
@@ -203,10 +203,13 @@ impl SseStream {
                 None => return None,
                 Some(Err(_)) => return None,
                 Some(Ok(bytes)) => {
-                    self.buffer.push_str(&String::from_utf8_lossy(&bytes));
-                    while let Some(end) = self.buffer.find('\n') {
-                        let line = self.buffer[..end].trim_end_matches('\r').to_owned();
-                        self.buffer.drain(..=end);
+                    // Split on the byte: a chunk may end inside a UTF-8 character, and `\n`
+                    // never occurs inside one, so only whole lines are decoded.
+                    self.buffer.extend_from_slice(&bytes);
+                    while let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+                        let raw: Vec<u8> = self.buffer.drain(..=end).collect();
+                        let line = String::from_utf8(raw).expect("an SSE line is UTF-8");
+                        let line = line.trim_end_matches(['\r', '\n']).to_owned();
                         self.raw_lines.push(line.clone());
                         if let Some(comment) = line.strip_prefix(':') {
                             self.pending.push_back(SseItem::Comment(comment.to_owned()));
@@ -252,7 +255,7 @@ impl McpClient {
             status,
             headers,
             body: Box::pin(response.bytes_stream()),
-            buffer: String::new(),
+            buffer: Vec::new(),
             pending: Default::default(),
             raw_lines: Vec::new(),
         };

@@ -397,10 +397,8 @@ impl ToolContext {
         if missing.is_empty() {
             return Ok(answers);
         }
-        if let (Ok(mut pending), Ok(mut message)) = (self.pending.lock(), self.park_message.lock()) {
-            pending.extend(missing);
-            *message = Some(status_message.to_owned());
-        }
+        self.pending.lock().expect("lock poisoned: a holder panicked").extend(missing);
+        *self.park_message.lock().expect("lock poisoned: a holder panicked") = Some(status_message.to_owned());
         Err(ToolError::Suspend)
     }
 
@@ -432,13 +430,9 @@ impl ToolContext {
     /// park; return the [`ToolError::Suspend`] it gives. The next run finds the state in
     /// [`saved_state`](Self::saved_state).
     pub fn suspend_saving(&self, requests: Vec<(String, Value)>, status_message: &str, state: Value) -> ToolError {
-        if let (Ok(mut pending), Ok(mut message), Ok(mut saved)) =
-            (self.pending.lock(), self.park_message.lock(), self.pending_state.lock())
-        {
-            pending.extend(requests);
-            *message = Some(status_message.to_owned());
-            *saved = Some(state);
-        }
+        self.pending.lock().expect("lock poisoned: a holder panicked").extend(requests);
+        *self.park_message.lock().expect("lock poisoned: a holder panicked") = Some(status_message.to_owned());
+        *self.pending_state.lock().expect("lock poisoned: a holder panicked") = Some(state);
         ToolError::Suspend
     }
 

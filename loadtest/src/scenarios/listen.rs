@@ -30,14 +30,19 @@ pub(super) async fn prepare(config: &Config, client: Client, recorder: Arc<Recor
         .map_err(|e| anyhow::anyhow!("creating: {e}"))?;
     let lags: Lags = Arc::new(Mutex::new(histogram()));
     let opened = Arc::new(AtomicUsize::new(0));
+    // Streams open `--concurrency` at a time, as a fleet of clients ramps up: all at once, the
+    // requests waiting for their headers would be load-shed by the gateway's in-flight bound.
+    let opening = Arc::new(tokio::sync::Semaphore::new(config.concurrency.max(1)));
     for id in &ids {
-        let (client, id, lags, opened, recorder) =
-            (client.clone(), id.clone(), lags.clone(), opened.clone(), recorder.clone());
+        let (client, id, lags, opened, recorder, opening) =
+            (client.clone(), id.clone(), lags.clone(), opened.clone(), recorder.clone(), opening.clone());
         tokio::spawn(async move {
+            let permit = opening.acquire_owned().await.expect("the semaphore is never closed");
             let response = match client.listen(&[&id]).await {
                 Ok(r) => r,
                 Err(err) => return recorder.error(&format!("listen: {err}")),
             };
+            drop(permit);
             opened.fetch_add(1, Ordering::Relaxed);
             let mut stream = SseReader::new(response);
             while let Some(message) = stream.next().await {
@@ -53,7 +58,7 @@ pub(super) async fn prepare(config: &Config, client: Client, recorder: Arc<Recor
             }
         });
     }
-    for _ in 0..600 {
+    for _ in 0..3000 {
         if opened.load(Ordering::Relaxed) >= k {
             break;
         }

@@ -9,7 +9,7 @@ use super::RpcError;
 use super::header_value;
 
 /// A method of 2026-07-28 plus the Tasks extension that taskgate answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::VariantArray)]
 pub enum Method {
     Discover,
     ToolsList,
@@ -47,21 +47,8 @@ pub enum Admission {
 }
 
 impl Method {
-    pub const ALL: [Self; 13] = [
-        Self::Discover,
-        Self::ToolsList,
-        Self::ToolsCall,
-        Self::TasksGet,
-        Self::TasksUpdate,
-        Self::TasksCancel,
-        Self::SubscriptionsListen,
-        Self::PromptsList,
-        Self::PromptsGet,
-        Self::ResourcesList,
-        Self::ResourcesTemplatesList,
-        Self::ResourcesRead,
-        Self::CompletionComplete,
-    ];
+    /// Every method, in declaration order (derived, so a new variant is never left out).
+    pub const ALL: &'static [Self] = <Self as strum::VariantArray>::VARIANTS;
 
     /// The JSON-RPC method name.
     pub const fn name(self) -> &'static str {
@@ -86,7 +73,7 @@ impl Method {
     /// `logging/setLevel`, `resources/subscribe`) or in the Tasks extension (`tasks/status`,
     /// `tasks/result`, `tasks/list`) are unknown like any other name.
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|m| m.name() == name)
+        Self::ALL.iter().copied().find(|m| m.name() == name)
     }
 
     /// The method of a wire name, or the error an unknown name gets. `initialize` names the
@@ -160,7 +147,7 @@ mod tests {
 
     #[test]
     fn every_method_round_trips_through_its_name() {
-        for method in Method::ALL {
+        for &method in Method::ALL {
             assert_eq!(Method::from_name(method.name()), Some(method));
             assert_eq!(Method::label_of(method.name()), method.name());
         }
@@ -194,9 +181,9 @@ mod tests {
 
     #[test]
     fn only_task_methods_need_the_extension_and_only_creators_admit_themselves() {
-        let need: Vec<_> = Method::ALL.into_iter().filter(|m| m.requires_tasks_extension()).collect();
+        let need: Vec<_> = Method::ALL.iter().copied().filter(|m| m.requires_tasks_extension()).collect();
         assert_eq!(need, [Method::TasksGet, Method::TasksUpdate, Method::TasksCancel]);
-        let own: Vec<_> = Method::ALL.into_iter().filter(|m| m.admission() == Admission::InMethod).collect();
+        let own: Vec<_> = Method::ALL.iter().copied().filter(|m| m.admission() == Admission::InMethod).collect();
         assert_eq!(
             own,
             [

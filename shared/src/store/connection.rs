@@ -14,7 +14,6 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Client, Cmd, Pipeline, RedisFuture, Value};
 
 use tracing::Instrument as _;
@@ -398,23 +397,6 @@ impl Store {
         }
         Ok(())
     }
-
-    /// `WAIT replicas timeout`: how many replicas acknowledged this connection's writes. On a
-    /// Cluster, `key` picks the primary whose replicas are asked.
-    pub async fn wait_for_replicas(&self, key: &str, replicas: u32, timeout: Duration) -> Result<u32, StoreError> {
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(replicas).arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
-        let acked: u32 = match &self.conn.0 {
-            Inner::Cluster(conn) => {
-                let route = Route::new(key_slot(key), SlotAddr::Master);
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                let reply = conn.clone().route_command(wait, routing).await?;
-                redis::from_redis_value(reply).map_err(|err| StoreError::UnexpectedReply(err.to_string()))?
-            }
-            _ => wait.query_async(&mut self.conn()).await?,
-        };
-        Ok(acked)
-    }
 }
 
 /// A sharded subscription ([`Store::shard_subscription`]); dropping it ends it.
@@ -463,32 +445,4 @@ impl ShardSubscription {
 
 pub(super) fn cluster_config(connect: Duration, response: Duration) -> ClusterConfig {
     ClusterConfig::new().set_connection_timeout(connect).set_response_timeout(response)
-}
-
-/// The Cluster hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).
-fn key_slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let tagged = bytes
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let close = bytes[open + 1..].iter().position(|&b| b == b'}')?;
-            (close > 0).then(|| &bytes[open + 1..open + 1 + close])
-        })
-        .unwrap_or(bytes);
-    crc16::State::<crc16::XMODEM>::calculate(tagged) % 16384
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn key_slots_match_redis() {
-        // Values from `CLUSTER KEYSLOT`.
-        assert_eq!(key_slot("foo"), 12182);
-        assert_eq!(key_slot("{user1000}.following"), key_slot("user1000"));
-        assert_eq!(key_slot("123456789"), 12739);
-        assert_eq!(key_slot("a{}b"), key_slot("a{}b"));
-    }
 }

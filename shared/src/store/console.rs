@@ -278,12 +278,7 @@ impl Store {
             .arg(why)
             .invoke_async(&mut self.conn())
             .await?;
-        let reply = Reply::new(reply);
-        Ok(match reply.int(0)? {
-            1 => OperatorFail::Failed { counted_tenant: Some(reply.string(2)?).filter(|t| !t.is_empty()) },
-            0 => OperatorFail::AlreadyTerminal,
-            _ => OperatorFail::NotFound,
-        })
+        OperatorFail::try_from(Reply::new(reply))
     }
 }
 

@@ -3,7 +3,8 @@
 //! Round trips per operation (the hot paths):
 //! - create: 1 script (`create_task`); with durability replicas, the script and `WAIT` in one
 //!   pipeline on a pooled connection, after the pool's `PING` of it;
-//! - get: 1 pipeline (`HMGET` record + `HGETALL` outstanding inputs);
+//! - get: 1 script (`poll_task`, or `read_task` with polls unlimited: the owner checked, then
+//!   the record and its outstanding inputs);
 //! - update, cancel: 1 script each;
 //! - claim: 1 script per delivered task when it is the fairest queued, 2 when another task is
 //!   at the front (the blocking `XREADGROUP` that delivers is the wait);

@@ -9,8 +9,8 @@ use redis::Value;
 use super::leases::ClaimStep;
 use super::tasks::snapshot_from;
 use super::{
-    Admission, Answered, CancelOutcome, Claim, HeldAnswer, Hold, Limit, Parked, Polled, Reclaimed, Released, Renewal,
-    Started, StoreError,
+    Admission, Answered, CancelOutcome, Claim, HeldAnswer, Hold, Limit, OperatorFail, Parked, Polled, Reclaimed,
+    Released, Renewal, Started, StoreError,
 };
 use crate::task::{Snapshot, TaskId, TaskStatus};
 
@@ -269,6 +269,19 @@ impl TryFrom<Reply> for CancelOutcome {
     }
 }
 
+impl TryFrom<Reply> for OperatorFail {
+    type Error = StoreError;
+
+    fn try_from(reply: Reply) -> Result<Self, StoreError> {
+        match reply.code()? {
+            code::OK => Ok(Self::Failed { counted_tenant: Some(reply.string(2)?).filter(|t| !t.is_empty()) }),
+            code::NOTHING => Ok(Self::AlreadyTerminal),
+            code::NOT_FOUND => Ok(Self::NotFound),
+            _ => Err(reply.unexpected_code()),
+        }
+    }
+}
+
 impl TryFrom<Reply> for Admission {
     type Error = StoreError;
 
@@ -279,7 +292,8 @@ impl TryFrom<Reply> for Admission {
                 let limit = match reply.string(2)?.as_str() {
                     "requests" => Limit::Requests,
                     "creations" => Limit::Creations,
-                    _ => Limit::ActiveTasks,
+                    "active_tasks" => Limit::ActiveTasks,
+                    other => return Err(StoreError::UnexpectedReply(format!("an unknown limit: {other:?}"))),
                 };
                 Ok(Self::Refused { limit, retry_after_ms: reply.int(1)?.max(1) as u64 })
             }
@@ -458,6 +472,14 @@ mod tests {
         );
         let refused = Admission::try_from(reply(vec![Value::Int(0), Value::Int(0), s("creations")])).unwrap();
         assert_eq!(refused, Admission::Refused { limit: Limit::Creations, retry_after_ms: 1 });
+        let active = Admission::try_from(reply(vec![Value::Int(0), Value::Int(1000), s("active_tasks")])).unwrap();
+        assert_eq!(active, Admission::Refused { limit: Limit::ActiveTasks, retry_after_ms: 1000 });
+        let failed = OperatorFail::try_from(reply(vec![Value::Int(1), Value::Int(4), s("acme")])).unwrap();
+        assert_eq!(failed, OperatorFail::Failed { counted_tenant: Some("acme".into()) });
+        assert_eq!(OperatorFail::try_from(reply(vec![Value::Int(-1)])).unwrap(), OperatorFail::NotFound);
+        assert!(OperatorFail::try_from(reply(vec![Value::Int(-2)])).is_err());
+        // A name this side does not know is a mismatch with the script, not a limit to guess.
+        assert!(Admission::try_from(reply(vec![Value::Int(0), Value::Int(1), s("active")])).is_err());
         assert!(reply(vec![Value::Int(-6)]).created_at().is_err());
         assert_eq!(reply(vec![Value::Int(1), Value::Int(42)]).created_at().unwrap(), 42);
         assert!(matches!(reply(vec![Value::Int(0)]).claim(&TaskId::generate(1)).unwrap(), ClaimStep::Done(None)));

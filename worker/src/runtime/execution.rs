@@ -221,19 +221,17 @@ async fn finish(
     lease: Lease<'_>,
     outcome: Finish<'_>,
 ) -> Result<bool, taskgate_shared::store::StoreError> {
-    let mut delay = std::time::Duration::from_millis(100);
-    let mut attempt = 1;
-    loop {
-        match store.finish(lease, outcome.clone()).await {
-            Err(err) if attempt < 3 => {
-                tracing::warn!(task_id = %lease.task_id, attempt, error = %err, "finish outcome unknown; sending it again");
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-                attempt += 1;
-            }
-            written => return written,
-        }
-    }
+    use backon::Retryable as _;
+    // Three attempts, 100 ms and then 200 ms apart.
+    let twice =
+        backon::ExponentialBuilder::default().with_min_delay(std::time::Duration::from_millis(100)).with_max_times(2);
+    (|| store.finish(lease, outcome.clone()))
+        .retry(twice)
+        .sleep(tokio::time::sleep)
+        .notify(|err, _| {
+            tracing::warn!(task_id = %lease.task_id, error = %err, "finish outcome unknown; sending it again");
+        })
+        .await
 }
 
 /// Writes the outcome; the terminal status when the task is now terminal.

@@ -175,7 +175,7 @@ impl UpstreamTool {
         meta.insert(IDEMPOTENCY_KEY_META.to_owned(), Value::from(ctx.task_id()));
         let in_flight = METRICS.upstream_in_flight.with_label_values(&[upstream]);
         in_flight.inc();
-        let _in_flight = scopeguard(move || in_flight.dec());
+        let _in_flight = scopeguard::guard((), move |()| in_flight.dec());
         let starting = bridge.starting();
         let handle = peer
             .send_request_with_option(ClientRequest::CallToolRequest(Request::new(params)), options)
@@ -426,17 +426,4 @@ impl Throttle {
             _ => std::future::pending().await,
         }
     }
-}
-
-/// Runs `f` when dropped.
-fn scopeguard(f: impl FnOnce()) -> impl Drop {
-    struct Guard<F: FnOnce()>(Option<F>);
-    impl<F: FnOnce()> Drop for Guard<F> {
-        fn drop(&mut self) {
-            if let Some(f) = self.0.take() {
-                f();
-            }
-        }
-    }
-    Guard(Some(f))
 }
