@@ -6,9 +6,22 @@ use std::sync::{Arc, Mutex};
 
 use crate::metrics::METRICS;
 
-/// Open listen streams per principal on this replica, and in all.
-#[derive(Default)]
-pub(crate) struct StreamCounts(Mutex<Counts>);
+/// Re-reads of watched tasks under way at once on this replica, over every stream: a burst of
+/// wake-ups (a resubscription, many tasks changing together) then waits here instead of
+/// queueing on the Redis connection past its timeout.
+const READS_IN_FLIGHT: usize = 256;
+
+/// Open listen streams per principal on this replica, and in all, and the re-reads they share.
+pub(crate) struct StreamCounts {
+    counts: Mutex<Counts>,
+    reads: tokio::sync::Semaphore,
+}
+
+impl Default for StreamCounts {
+    fn default() -> Self {
+        Self { counts: Mutex::default(), reads: tokio::sync::Semaphore::new(READS_IN_FLIGHT) }
+    }
+}
 
 #[derive(Default)]
 struct Counts {
@@ -25,7 +38,7 @@ pub(crate) struct StreamSlot {
 impl StreamCounts {
     /// A slot for `key`, unless it already holds `max`, or the replica holds `max_total`.
     pub(crate) fn acquire(self: &Arc<Self>, key: String, max: usize, max_total: usize) -> Option<StreamSlot> {
-        let mut counts = self.0.lock().expect("the stream counts' lock is never poisoned");
+        let mut counts = self.counts.lock().expect("the stream counts' lock is never poisoned");
         if counts.total >= max_total {
             return None;
         }
@@ -40,10 +53,22 @@ impl StreamCounts {
     }
 }
 
+impl StreamSlot {
+    /// Streams open on this replica now.
+    pub(crate) fn open_streams(&self) -> usize {
+        self.counts.counts.lock().expect("the stream counts' lock is never poisoned").total
+    }
+
+    /// A turn to re-read a watched task.
+    pub(crate) async fn read_turn(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.counts.reads.acquire().await.expect("the semaphore is never closed")
+    }
+}
+
 impl Drop for StreamSlot {
     fn drop(&mut self) {
         METRICS.sse_streams.dec();
-        let mut counts = self.counts.0.lock().expect("the stream counts' lock is never poisoned");
+        let mut counts = self.counts.counts.lock().expect("the stream counts' lock is never poisoned");
         counts.total -= 1;
         if let Some(open) = counts.per_principal.get_mut(&self.key) {
             *open -= 1;

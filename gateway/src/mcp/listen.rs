@@ -27,6 +27,18 @@ use crate::stream_slots::StreamSlot;
 
 /// How often an open stream re-reads its tasks without a wake-up.
 const BACKSTOP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The backstop's re-reads per second a replica spends at most, on average, over all its
+/// streams: with many streams open each one's period grows past [`BACKSTOP`], so 100,000
+/// streams cost 1,000 reads a second rather than 10,000.
+const BACKSTOP_READS_PER_SECOND: f64 = 1_000.0;
+
+/// The wait until a stream's next backstop, with `open` streams on the replica: jittered
+/// (0.5 to 1.5 times the period), so streams opened together do not re-read together.
+fn backstop_after(open: usize) -> std::time::Duration {
+    let period = BACKSTOP.max(std::time::Duration::from_secs_f64(open as f64 / BACKSTOP_READS_PER_SECOND));
+    period.mul_f64(0.5 + rand::random::<f64>())
+}
 /// Bounds of the wait between re-reads while Redis fails.
 const RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(200);
 const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
@@ -68,7 +80,7 @@ pub(crate) struct Listen {
     watch: Watch,
     /// Re-reads every open task now and then: a wake-up lost in transit (a Cluster bus link
     /// down, a failover) delays a snapshot by at most this period instead of forever.
-    backstop: tokio::time::Interval,
+    backstop: std::pin::Pin<Box<tokio::time::Sleep>>,
     /// The wait between failed re-reads, and whether one failed since the last success.
     retry: Backoff,
     failing: bool,
@@ -77,7 +89,8 @@ pub(crate) struct Listen {
     /// Whether the filter named `taskIds` at all (then the acknowledgement lists the subset
     /// accepted, even when empty).
     task_filter: bool,
-    _slot: StreamSlot,
+    /// This stream's count; also the replica's open streams and its turns to re-read.
+    slot: StreamSlot,
 }
 
 impl Listen {
@@ -101,19 +114,13 @@ impl Listen {
             dirty: VecDeque::new(),
             initial: accepted.into(),
             watch,
-            backstop: {
-                // Jittered, so streams opened together do not re-read together.
-                let first = BACKSTOP + BACKSTOP.mul_f64(rand::random::<f64>());
-                let mut every = tokio::time::interval_at(tokio::time::Instant::now() + first, BACKSTOP);
-                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                every
-            },
+            backstop: Box::pin(tokio::time::sleep(BACKSTOP + backstop_after(slot.open_streams()))),
             retry: Backoff::new(RETRY_MIN, RETRY_MAX),
             failing: false,
             shutdown,
             phase: Phase::Ack,
             task_filter,
-            _slot: slot,
+            slot,
         }
     }
 
@@ -182,7 +189,11 @@ impl Listen {
             }
             if let Some(i) = self.dirty.pop_front() {
                 let id = self.tasks[i].id.clone();
-                match self.store.get_owned_task(&id, &self.owner).await {
+                let read = {
+                    let _turn = self.slot.read_turn().await;
+                    self.store.get_owned_task(&id, &self.owner).await
+                };
+                match read {
                     Ok(Some(snapshot)) => {
                         self.retry.reset();
                         self.failing = false;
@@ -224,7 +235,11 @@ impl Listen {
                     Some(wake) => self.mark(wake),
                     None => return None,
                 },
-                _ = self.backstop.tick() => self.mark(Wake::Resync),
+                () = &mut self.backstop => {
+                    let next = backstop_after(self.slot.open_streams());
+                    self.backstop.as_mut().reset(tokio::time::Instant::now() + next);
+                    self.mark(Wake::Resync);
+                }
                 () = self.shutdown.cancelled() => {
                     self.phase = Phase::Finished;
                     return Some(self.closing_result().to_string());

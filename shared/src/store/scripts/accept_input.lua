@@ -21,8 +21,7 @@ local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'created', 'tt
   'lease', 'pool')
 if not f[1] or f[1] ~= ARGV[2] or f[2] ~= ARGV[3] then return {-1} end
 if f[3] ~= 'input_required' then return {0} end
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 -- A held question whose holder's lease lapsed cannot be answered any more (its session is
 -- gone): nothing is taken, and the reaper fails the task.
 if f[7] and (not f[8] or tonumber(f[9] or '0') <= now) then return {0} end

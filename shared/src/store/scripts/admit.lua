@@ -10,8 +10,7 @@
 --  ARGV[5] max active tasks ('0' = unlimited)   ARGV[6] task id   ARGV[7] task ttl ms]
 -- Returns {1} | {0, retry_after_ms, 'requests' | 'creations' | 'active_tasks'}.
 local rcall = redis.call
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local now = now_ms(true)
 
 -- The new TAT if allowed, else nil and the wait.
 local function gcra(key, interval, burst)

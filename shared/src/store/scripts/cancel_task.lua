@@ -19,8 +19,7 @@ local operator = ARGV[7] ~= '' and ARGV[7] or nil
 if not f[1] or (not operator and (f[1] ~= ARGV[2] or f[2] ~= ARGV[3])) then return {-1} end
 local status = f[3]
 if status ~= 'working' and status ~= 'input_required' then return {0} end
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 if status == 'working' and f[4] then
   if not f[7] then
     rcall('HSET', record, 'cancel', 1)

@@ -56,8 +56,7 @@ end
 rcall('XACK', stream, ARGV[5], ARGV[1])
 rcall('XDEL', stream, ARGV[1])
 if not unheld then return {0} end
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local lease_until = now + tonumber(ARGV[4])
 -- The token is the claim's time (ms), or one more than the last token if that is later: it
 -- grows with every claim, as a counter would, and a claim acknowledged by a primary that then

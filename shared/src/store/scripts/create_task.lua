@@ -47,8 +47,7 @@ if existing[1] then
   end
   return {-6}
 end
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 -- One HSET with the optional fields folded in: each command inside a script costs Redis a call.
 local fields = {'tenant', ARGV[2], 'principal', ARGV[3], 'tool', ARGV[4], 'args', ARGV[5],
   'status', 'working', 'created', now, 'updated', now, 'ttl', ARGV[6], 'poll', ARGV[7],

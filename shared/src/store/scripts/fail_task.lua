@@ -12,8 +12,7 @@ local record = KEYS[1]
 local f = rcall('HMGET', record, 'status', 'holder', 'tenant', 'counted')
 if not f[1] then return {-1} end
 if f[1] ~= 'working' and f[1] ~= 'input_required' then return {0} end
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 rcall('DEL', KEYS[2])
 rcall('ZREM', KEYS[3], ARGV[1])
 -- What only a queued or running task needs goes with its end (a smaller record for its TTL).

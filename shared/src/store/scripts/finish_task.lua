@@ -19,8 +19,7 @@ if f[1] == ARGV[4] and f[5] == ARGV[2] and f[3] == ARGV[3] then return {1, tonum
 if (f[1] ~= 'working' and not (f[1] == 'input_required' and f[6])) or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then
   return {-2}
 end
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 -- What only a queued or running task needs goes with its end (a smaller record for its TTL).
 rcall('HDEL', record, 'holder', 'lease', 'held', 'entry', 'queued')
 rcall('HSET', record, 'finisher', ARGV[2])

@@ -15,8 +15,7 @@ local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'cancel', 'created
 if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
 if f[4] then return {2} end
 if rcall('SISMEMBER', issued, ARGV[6]) == 1 then return {-5, ARGV[6]} end
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local expires = tonumber(f[5]) + tonumber(f[6])
 rcall('SADD', issued, ARGV[6])
 rcall('HSET', inputs, ARGV[6], ARGV[7])

@@ -1,4 +1,11 @@
 -- prelude: put before every script.
+-- now_ms: Redis's clock in milliseconds, whole as every record stores it, or with the
+-- microseconds as a fraction when `exact` (the rate limiter's arithmetic wants them).
+local function now_ms(exact)
+  local t = redis.call('TIME')
+  local us = tonumber(t[2])
+  return tonumber(t[1]) * 1000 + (exact and us / 1000 or math.floor(us / 1000))
+end
 -- publish_event: a task's change event. A channel in a hash tag is a Cluster shard's own
 -- (`SPUBLISH`: it stays on that shard's node); the one classic channel is used elsewhere.
 local function publish_event(channel, message)

@@ -22,8 +22,7 @@ local rcall = redis.call
 local specs, live, digests = KEYS[1], KEYS[2], KEYS[3]
 local serving, since, routes = KEYS[6], KEYS[7], KEYS[8]
 local pool = ARGV[5]
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local expiry = now + tonumber(ARGV[1])
 local function live_until(pair) return tonumber(rcall('ZSCORE', serving, pair) or '0') end
 rcall('HSET', KEYS[4], ARGV[3], ARGV[4])

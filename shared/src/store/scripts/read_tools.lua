@@ -4,8 +4,7 @@
 -- KEYS[1] specs hash   KEYS[2] live index   KEYS[3] routes (name -> pool)
 -- Returns {1, {name, spec JSON, ...}, {name, pool, ...}}.
 local rcall = redis.call
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local names = rcall('ZRANGEBYSCORE', KEYS[2], '(' .. now, '+inf')
 local out, routed = {}, {}
 if #names > 0 then

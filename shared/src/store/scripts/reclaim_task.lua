@@ -27,8 +27,7 @@ if (f[1] ~= 'working' and not held) or not f[2] then
   end
   return {0}
 end
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 if tonumber(f[3]) > now then
   rcall('ZADD', leases, f[3], ARGV[1])
   return {0}

@@ -22,8 +22,7 @@ end
 rcall('HDEL', record, 'holder', 'lease', 'held')
 rcall('ZREM', leases, ARGV[1])
 if held then
-  local t = rcall('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = now_ms()
   rcall('DEL', KEYS[4])
   rcall('HSET', record, 'status', 'failed', 'error', ARGV[6], 'msg', ARGV[7], 'updated', now)
   local ver = rcall('HINCRBY', record, 'ver', 1)
@@ -31,8 +30,7 @@ if held then
   publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' failed')
   return {4, ver}
 end
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 if not f[4] then
   rcall('HSET', record, 'queued', now)
   enqueue(stream, KEYS[6], KEYS[7], ARGV[1])

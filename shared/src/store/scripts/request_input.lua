@@ -20,8 +20,7 @@ if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
 for i = 8, #ARGV, 2 do
   if rcall('SISMEMBER', issued, ARGV[i]) == 1 then return {-5, ARGV[i]} end
 end
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local expires = tonumber(f[5]) + tonumber(f[6])
 rcall('HDEL', record, 'holder', 'lease')
 rcall('ZREM', leases, ARGV[1])

@@ -14,8 +14,7 @@ if f[1] ~= 'input_required' or not f[4] then
   if f[1] == 'working' then return {0} end
   return {-2}
 end
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 rcall('DEL', inputs)
 rcall('HDEL', record, 'held')
 rcall('HSET', record, 'status', 'working', 'msg', ARGV[4], 'updated', now)
