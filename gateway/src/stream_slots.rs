@@ -11,24 +11,15 @@ use crate::metrics::METRICS;
 /// queueing on the Redis connection past its timeout.
 const READS_IN_FLIGHT: usize = 256;
 
-/// Of those, the backstop's sweeps (re-reads no wake-up asked for) take at most this many at
-/// once, so a wave of them never holds back the reads a change asked for.
-const SWEEPS_IN_FLIGHT: usize = 16;
-
 /// Open listen streams per principal on this replica, and in all, and the re-reads they share.
 pub(crate) struct StreamCounts {
     counts: Mutex<Counts>,
     reads: tokio::sync::Semaphore,
-    sweeps: tokio::sync::Semaphore,
 }
 
 impl Default for StreamCounts {
     fn default() -> Self {
-        Self {
-            counts: Mutex::default(),
-            reads: tokio::sync::Semaphore::new(READS_IN_FLIGHT),
-            sweeps: tokio::sync::Semaphore::new(SWEEPS_IN_FLIGHT),
-        }
+        Self { counts: Mutex::default(), reads: tokio::sync::Semaphore::new(READS_IN_FLIGHT) }
     }
 }
 
@@ -68,11 +59,9 @@ impl StreamSlot {
         self.counts.counts.lock().expect("the stream counts' lock is never poisoned").total
     }
 
-    /// A turn to re-read a watched task: one of the sweeps' few when the backstop asked for
-    /// it, else one of the reads'.
-    pub(crate) async fn read_turn(&self, sweep: bool) -> tokio::sync::SemaphorePermit<'_> {
-        let turns = if sweep { &self.counts.sweeps } else { &self.counts.reads };
-        turns.acquire().await.expect("the semaphore is never closed")
+    /// A turn to re-read a watched task.
+    pub(crate) async fn read_turn(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.counts.reads.acquire().await.expect("the semaphore is never closed")
     }
 }
 

@@ -81,9 +81,6 @@ pub(crate) struct Listen {
     /// Re-reads every open task now and then: a wake-up lost in transit (a Cluster bus link
     /// down, a failover) delays a snapshot by at most this period instead of forever.
     backstop: std::pin::Pin<Box<tokio::time::Sleep>>,
-    /// Whether the tasks marked dirty now were marked by the backstop alone (their re-reads
-    /// take the sweeps' turns).
-    sweeping: bool,
     /// The wait between failed re-reads, and whether one failed since the last success.
     retry: Backoff,
     failing: bool,
@@ -118,7 +115,6 @@ impl Listen {
             initial: accepted.into(),
             watch,
             backstop: Box::pin(tokio::time::sleep(BACKSTOP + backstop_after(slot.open_streams()))),
-            sweeping: false,
             retry: Backoff::new(RETRY_MIN, RETRY_MAX),
             failing: false,
             shutdown,
@@ -162,8 +158,6 @@ impl Listen {
     }
 
     fn mark(&mut self, wake: Wake) {
-        // A wake-up is a change someone waits to hear of: its reads take the reads' turns.
-        self.sweeping = false;
         mark_dirty(&mut self.dirty, &self.tasks, wake);
     }
 
@@ -196,7 +190,7 @@ impl Listen {
             if let Some(i) = self.dirty.pop_front() {
                 let id = self.tasks[i].id.clone();
                 let read = {
-                    let _turn = self.slot.read_turn(self.sweeping).await;
+                    let _turn = self.slot.read_turn().await;
                     self.store.get_owned_task(&id, &self.owner).await
                 };
                 match read {
@@ -245,7 +239,6 @@ impl Listen {
                     let next = backstop_after(self.slot.open_streams());
                     self.backstop.as_mut().reset(tokio::time::Instant::now() + next);
                     self.mark(Wake::Resync);
-                    self.sweeping = true;
                 }
                 () = self.shutdown.cancelled() => {
                     self.phase = Phase::Finished;
