@@ -134,7 +134,7 @@ impl SentinelSet {
     /// `kill -9` of the primary; returns once the sentinels name another node, whose index it
     /// returns, and every replica left replicates from it in sync (so the next failover can
     /// lose only what the next primary has not sent yet). The old primary stays down (see
-    /// [`Self::restart`]).
+    /// [`Self::rejoin`]).
     pub async fn fail_over(&mut self) -> usize {
         self.fail_over_timed().await.promoted
     }

@@ -39,6 +39,7 @@ fn backstop_after(open: usize) -> std::time::Duration {
     let period = BACKSTOP.max(std::time::Duration::from_secs_f64(open as f64 / BACKSTOP_READS_PER_SECOND));
     period.mul_f64(0.5 + rand::random::<f64>())
 }
+
 /// Bounds of the wait between re-reads while Redis fails.
 const RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(200);
 const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
