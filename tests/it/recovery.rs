@@ -273,7 +273,10 @@ async fn a_listen_stream_survives_a_version_rollback(topology: Topology) {
     let id = TaskId::parse(&task_id).unwrap();
     let store = stack.store();
     let record = store.keys().task(&id).record;
-    let channel = store.keys().events_channel();
+    // The task's own channel (a shard's on a Cluster), so the change is heard at once rather
+    // than at the stream's backstop.
+    let channel = store.events_channel(&id);
+    let publish = if store.sharded_events() { "SPUBLISH" } else { "PUBLISH" };
     let (body, mut stream) =
         client.open_stream("subscriptions/listen", json!({"notifications": {"taskIds": [task_id]}})).await;
     let subscription = body["id"].clone();
@@ -284,7 +287,7 @@ async fn a_listen_stream_survives_a_version_rollback(topology: Topology) {
 
     // Three status changes land (version 4) and are seen...
     let _: () = cmd(&store, redis::cmd("HSET").arg(&record).arg("ver").arg(4).arg("msg").arg("Step four.")).await;
-    let _: i64 = cmd(&store, redis::cmd("PUBLISH").arg(&channel).arg(format!("{task_id} 4 working"))).await;
+    let _: i64 = cmd(&store, redis::cmd(publish).arg(&channel).arg(format!("{task_id} 4 working"))).await;
     let seen = stream.next_message(PATIENCE).await.unwrap();
     assert_eq!(seen["params"]["statusMessage"], "Step four.", "{seen}");
     // ...then a failover loses them: the record is back at version 1.

@@ -33,11 +33,15 @@ const BACKSTOP: std::time::Duration = std::time::Duration::from_secs(10);
 /// streams cost 1,000 reads a second rather than 10,000.
 const BACKSTOP_READS_PER_SECOND: f64 = 1_000.0;
 
-/// The wait until a stream's next backstop, with `open` streams on the replica: jittered
-/// (0.5 to 1.5 times the period), so streams opened together do not re-read together.
+/// A stream's backstop period with `open` streams on the replica.
+fn backstop_period(open: usize) -> std::time::Duration {
+    BACKSTOP.max(std::time::Duration::from_secs_f64(open as f64 / BACKSTOP_READS_PER_SECOND))
+}
+
+/// The wait until a stream's next backstop: jittered (0.5 to 1.5 periods), so streams opened
+/// together do not re-read together.
 fn backstop_after(open: usize) -> std::time::Duration {
-    let period = BACKSTOP.max(std::time::Duration::from_secs_f64(open as f64 / BACKSTOP_READS_PER_SECOND));
-    period.mul_f64(0.5 + rand::random::<f64>())
+    backstop_period(open).mul_f64(0.5 + rand::random::<f64>())
 }
 
 /// Bounds of the wait between re-reads while Redis fails.
@@ -115,7 +119,11 @@ impl Listen {
             dirty: VecDeque::new(),
             initial: accepted.into(),
             watch,
-            backstop: Box::pin(tokio::time::sleep(BACKSTOP + backstop_after(slot.open_streams()))),
+            // The first after 10 s and a random part of a period (10 to 20 s with few streams
+            // open), later ones a jittered period apart.
+            backstop: Box::pin(tokio::time::sleep(
+                BACKSTOP + backstop_period(slot.open_streams()).mul_f64(rand::random::<f64>()),
+            )),
             retry: Backoff::new(RETRY_MIN, RETRY_MAX),
             failing: false,
             shutdown,
