@@ -67,13 +67,8 @@ impl SentinelSet {
             nodes.push(RedisServer::start_with(&["--replicaof", "127.0.0.1", &proxy.port().to_string()]).await);
             proxies.push(proxy);
         }
-        let conn = primary.connection().await;
         eventually(Duration::from_secs(20), "the replicas to be in sync through the proxies", || {
-            let mut conn = conn.clone();
-            async move {
-                let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await.ok()?;
-                (info.matches("state=online").count() == replicas).then_some(())
-            }
+            replicas_online(&primary, replicas)
         })
         .await;
         nodes.insert(0, primary);
@@ -170,9 +165,7 @@ impl SentinelSet {
         let live: Vec<&RedisServer> =
             self.nodes.iter().enumerate().filter(|(i, n)| *i != promoted && n.is_running()).map(|(_, n)| n).collect();
         eventually(Duration::from_secs(180), "the replicas left to sync from the new primary", || async {
-            let mut conn = node.connection().await;
-            let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await.ok()?;
-            if info.matches("state=online").count() == replicas {
+            if replicas_online(node, replicas).await.is_some() {
                 return Some(());
             }
             if started.elapsed() > Duration::from_secs(15) {
@@ -185,7 +178,6 @@ impl SentinelSet {
                         point.query_async::<()>(&mut conn).await.ok()?;
                     }
                 }
-                tokio::time::sleep(Duration::from_secs(1)).await;
             }
             None
         })
@@ -208,10 +200,8 @@ impl SentinelSet {
         point.query_async::<()>(&mut conn).await.expect("REPLICAOF");
         let replicas = self.nodes.len() - self.down - 1;
         let primary = &self.nodes[primary];
-        eventually(Duration::from_secs(60), "the restarted node to be in sync as a replica", || async {
-            let mut conn = primary.connection().await;
-            let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await.ok()?;
-            (info.matches("state=online").count() == replicas).then_some(())
+        eventually(Duration::from_secs(60), "the restarted node to be in sync as a replica", || {
+            replicas_online(primary, replicas)
         })
         .await;
     }
@@ -259,6 +249,13 @@ impl Sentinel {
         let mut conn = self.connection().await.ok()?;
         redis::cmd("SENTINEL").arg("MASTER").arg(MASTER).query_async(&mut conn).await.ok()
     }
+}
+
+/// `Some` once `primary` has `replicas` replicas online (in sync and streaming).
+async fn replicas_online(primary: &RedisServer, replicas: usize) -> Option<()> {
+    let mut conn = primary.connection().await;
+    let info: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await.ok()?;
+    (info.matches("state=online").count() == replicas).then_some(())
 }
 
 fn field<'a>(info: &'a [String], name: &str) -> Option<&'a str> {
