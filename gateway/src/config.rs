@@ -10,6 +10,8 @@ use clap::{Parser, ValueEnum};
 use taskgate_shared::config::{RedisArgs, RedisConfigError, RedisSettings};
 use taskgate_shared::telemetry::LogFormat;
 
+use crate::runtime::{RuntimeSettings, RuntimeShape};
+
 /// How requests are authenticated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum AuthMode {
@@ -130,6 +132,26 @@ pub struct Cli {
     /// Concurrent requests on one HTTP/2 connection.
     #[arg(long, env = "TASKGATE_HTTP2_MAX_STREAMS", default_value = "256")]
     pub http2_max_streams: NonZeroU32,
+
+    /// The runtime: `work-stealing` (one multi-threaded runtime) or `per-core` (one
+    /// single-threaded runtime per core, each with its own listening socket and Redis
+    /// connection; `--max-connections` is shared out among them). See docs/performance.md.
+    #[arg(long, env = "TASKGATE_RUNTIME", default_value = "work-stealing")]
+    pub runtime: RuntimeShape,
+
+    /// Runtime threads (work-stealing) or runtimes (per-core); default: the cores this process
+    /// may use.
+    #[arg(long, env = "TASKGATE_RUNTIME_THREADS")]
+    pub runtime_threads: Option<NonZeroUsize>,
+
+    /// Scheduler ticks between polls for I/O and timers (tokio's default when unset: 61).
+    #[arg(long, env = "TASKGATE_RUNTIME_EVENT_INTERVAL")]
+    pub runtime_event_interval: Option<NonZeroU32>,
+
+    /// Scheduler ticks between looks at the shared run queue, work-stealing only (tokio's
+    /// default when unset adapts to how long tasks run).
+    #[arg(long, env = "TASKGATE_RUNTIME_GLOBAL_QUEUE_INTERVAL")]
+    pub runtime_global_queue_interval: Option<NonZeroU32>,
 
     /// Serves `POST /test/panic`, a handler that panics. For the black-box tests only.
     #[arg(long, env = "TASKGATE_TEST_ROUTES", hide = true)]
@@ -404,6 +426,7 @@ pub struct Config {
     pub max_in_flight: NonZeroUsize,
     pub request_timeout: Duration,
     pub connections: ConnectionLimits,
+    pub runtime: RuntimeSettings,
     pub test_routes: bool,
     /// `--console`: `None` when off.
     pub console: Option<ConsoleSettings>,
@@ -532,6 +555,14 @@ impl Config {
                 // only ever cuts a request that escaped them.
                 response_deadline: ms(cli.request_timeout_ms.max(1)).saturating_add(ms(cli.body_timeout_ms))
                     + Duration::from_secs(10),
+            },
+            runtime: RuntimeSettings {
+                shape: cli.runtime,
+                threads: cli
+                    .runtime_threads
+                    .unwrap_or_else(|| std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN)),
+                event_interval: cli.runtime_event_interval,
+                global_queue_interval: cli.runtime_global_queue_interval,
             },
             test_routes: cli.test_routes,
             console: cli.console.then_some(ConsoleSettings {

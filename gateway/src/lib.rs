@@ -16,6 +16,7 @@ mod metrics;
 mod mrtr;
 mod origin;
 mod polls;
+pub mod runtime;
 mod state;
 mod stream_slots;
 
@@ -27,12 +28,25 @@ pub use state::{AppState, StartError};
 
 /// Serves until `shutdown` resolves, then drains: readiness turns off at once, new requests are
 /// still served for `--shutdown-delay-ms` (while load balancers notice), then listen streams end
-/// with their graceful result, the listener closes, and in-flight requests finish.
+/// with their graceful result, the listeners close, and in-flight requests finish.
+///
+/// The first listener is served on the calling runtime; each further one (`--runtime
+/// per-core`, see [`runtime::bind`]) on a single-threaded runtime of its own thread, with its
+/// own Redis connection.
 pub async fn run(
     state: AppState,
-    listener: TcpListener,
+    listeners: Vec<std::net::TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let mut listeners = listeners.into_iter();
+    let first = listeners.next().ok_or_else(|| std::io::Error::other("no listener to serve"))?;
+    let mut limits = state.config.connections;
+    // Each runtime counts its own connections; together they keep the replica's limit.
+    limits.max_connections = limits.max_connections.div_ceil(listeners.len() + 1);
+    let cores = listeners
+        .enumerate()
+        .map(|(index, listener)| spawn_core(index + 1, state.on_own_redis()?, listener, limits))
+        .collect::<std::io::Result<Vec<_>>>()?;
     // Readiness stays off until Redis is usable; meanwhile each failed attempt says why.
     let usable = state.redis_usable.clone();
     let store = state.store.clone();
@@ -45,11 +59,10 @@ pub async fn run(
     let streams = state.shutdown.clone();
     let draining = state.draining.clone();
     let delay = state.config.shutdown_delay;
-    let limits = state.config.connections;
     // In-flight requests may take their own time to finish, the same bound as any request.
     let drain = state.config.request_timeout;
     let app = router(state);
-    let served = http::serve(listener, app, limits, drain, async move {
+    let served = http::serve(TcpListener::from_std(first)?, app, limits, drain, async move {
         shutdown.await;
         draining.cancel();
         tracing::info!(delay = ?delay, "shutting down: readiness off");
@@ -58,8 +71,31 @@ pub async fn run(
         tracing::info!("shutting down: listen streams ended, no new connections");
     })
     .await;
+    for core in cores {
+        let joined = tokio::task::spawn_blocking(move || core.join()).await.map_err(std::io::Error::other)?;
+        joined.map_err(|_| std::io::Error::other("a core's runtime panicked"))??;
+    }
     checker.abort();
     refresher.abort();
     hub.abort();
     served
+}
+
+/// Serves `listener` on a new thread with its own single-threaded runtime, until the shared
+/// shutdown ends the listen streams (the moment the first runtime stops accepting too).
+fn spawn_core(
+    index: usize,
+    state: AppState,
+    listener: std::net::TcpListener,
+    limits: config::ConnectionLimits,
+) -> std::io::Result<std::thread::JoinHandle<std::io::Result<()>>> {
+    let runtime = state.config.runtime.core_runtime()?;
+    std::thread::Builder::new().name(format!("taskgate-core-{index}")).spawn(move || {
+        runtime.block_on(async move {
+            let stopped = state.shutdown.clone();
+            let drain = state.config.request_timeout;
+            let listener = TcpListener::from_std(listener)?;
+            http::serve(listener, router(state), limits, drain, async move { stopped.cancelled().await }).await
+        })
+    })
 }

@@ -1,6 +1,6 @@
 use anyhow::Context as _;
 use taskgate_gateway::config::Auth;
-use taskgate_gateway::{AppState, Config};
+use taskgate_gateway::{AppState, Config, runtime};
 
 #[cfg(not(feature = "dhat-heap"))]
 #[global_allocator]
@@ -10,8 +10,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[global_allocator]
 static GLOBAL: dhat::Alloc = dhat::Alloc;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     #[cfg(feature = "dhat-heap")]
     let _profiler = dhat::Profiler::new_heap();
     let config = match Config::from_env() {
@@ -23,6 +22,10 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
+    config.runtime.main_runtime().context("starting the runtime")?.block_on(serve(config))
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
     let _telemetry = taskgate_shared::telemetry::init(config.log_format, "taskgate-gateway");
     if config.request_timeout <= config.inline_timeout {
         tracing::warn!(
@@ -34,11 +37,17 @@ async fn main() -> anyhow::Result<()> {
     if matches!(config.auth, Auth::None) {
         tracing::warn!(listen = %config.listen, "AUTHENTICATION IS OFF (--auth none): every caller is tenant 'default', principal 'anonymous'");
     }
-    let listener =
-        tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
-    tracing::info!(listen = %listener.local_addr()?, namespace = %config.redis.namespace, "gateway listening");
+    let listeners = runtime::bind(config.listen, config.runtime.listeners())
+        .with_context(|| format!("binding {}", config.listen))?;
+    tracing::info!(
+        listen = %listeners[0].local_addr()?,
+        namespace = %config.redis.namespace,
+        runtime = ?config.runtime.shape,
+        listeners = listeners.len(),
+        "gateway listening"
+    );
     let state = AppState::new(config).await?;
-    taskgate_gateway::run(state, listener, taskgate_shared::shutdown::signal()).await?;
+    taskgate_gateway::run(state, listeners, taskgate_shared::shutdown::signal()).await?;
     tracing::info!("gateway stopped");
     Ok(())
 }

@@ -35,6 +35,7 @@ impl std::ops::Deref for AppState {
 }
 
 /// What [`AppState`] holds.
+#[derive(Clone)]
 pub struct Shared {
     pub(crate) config: Arc<Config>,
     pub(crate) store: Store,
@@ -94,6 +95,15 @@ impl AppState {
             redis_usable: Arc::default(),
             idempotency_secret: tokio::sync::OnceCell::new(),
         })))
+    }
+
+    /// The same state with a Redis connection of its own, for another runtime (`--runtime
+    /// per-core`): a connection's reader runs on the runtime that opened it.
+    pub(crate) fn on_own_redis(&self) -> std::io::Result<Self> {
+        let redis = &self.config.redis;
+        let store =
+            Store::connect_lazy(&redis.endpoint, &redis.namespace, redis.timeout).map_err(std::io::Error::other)?;
+        Ok(Self(Arc::new(Shared { store, ..Shared::clone(&self.0) })))
     }
 
     pub(crate) fn shutting_down(&self) -> bool {

@@ -11,8 +11,19 @@ const PATIENCE: Duration = Duration::from_secs(20);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminated_gateway_drains_before_it_exits() {
+    drains_before_it_exits(&[]).await;
+}
+
+/// The same with one runtime per core: the stream and the call may be on either; every runtime
+/// stops together and the process exits once all have drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_per_core_gateway_drains_before_it_exits() {
+    drains_before_it_exits(&crate::pipeline::PER_CORE).await;
+}
+
+async fn drains_before_it_exits(runtime: &[&str]) {
     let mut stack = Stack::builder()
-        .gateway_args(&["--shutdown-delay-ms", "3000"])
+        .gateway_args(&[&["--shutdown-delay-ms", "3000"], runtime].concat())
         .worker_args(&["--tools", "conformance"])
         .spawn()
         .await;

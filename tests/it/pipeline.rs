@@ -112,9 +112,22 @@ async fn a_request_past_its_timeout_is_answered_504() {
     assert_eq!(client.call("server/discover", json!({})).await.status, 200);
 }
 
+/// `--runtime per-core` with two runtimes, each with its own listener: every connection limit
+/// and timeout holds there too, whichever runtime the kernel hands a connection to.
+pub(crate) const PER_CORE: [&str; 4] = ["--runtime", "per-core", "--runtime-threads", "2"];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_and_slow_connections_are_closed_within_the_header_timeout() {
-    let args = ["--header-read-timeout-ms", "1000", "--idle-timeout-ms", "4000"];
+    silent_and_slow_connections_are_closed(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_core_silent_and_slow_connections_are_closed_within_the_header_timeout() {
+    silent_and_slow_connections_are_closed(&PER_CORE).await;
+}
+
+async fn silent_and_slow_connections_are_closed(runtime: &[&str]) {
+    let args = [&["--header-read-timeout-ms", "1000", "--idle-timeout-ms", "4000"], runtime].concat();
     let stack = Stack::builder().workers(0).gateway_args(&args).spawn().await;
     let client = stack.client(0);
     let address = authority(&client);
@@ -153,10 +166,24 @@ async fn silent_and_slow_connections_are_closed_within_the_header_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_max_connections_a_connection_is_refused_with_503() {
-    let stack = Stack::builder().workers(0).gateway_args(&["--max-connections", "3"]).spawn().await;
+    refused_past_max_connections(&[], 3).await;
+}
+
+/// Two runtimes share out four connections, two each: the kernel may give the third to a full
+/// one (refused early), but never is a fifth served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_core_past_max_connections_a_connection_is_refused_with_503() {
+    refused_past_max_connections(&PER_CORE, 4).await;
+}
+
+async fn refused_past_max_connections(runtime: &[&str], limit: usize) {
+    let most = limit.to_string();
+    let args = [&["--max-connections", most.as_str()], runtime].concat();
+    let stack = Stack::builder().workers(0).gateway_args(&args).spawn().await;
     let client = stack.client(0);
     let address = authority(&client);
-    // Three open connections (reqwest's own pool may hold one of them: count by refusal).
+    // Open connections up to the limit (reqwest's own pool may hold one of them: count by
+    // refusal).
     let mut held = Vec::new();
     let refused = loop {
         let mut stream = TcpStream::connect(&address).await.unwrap();
@@ -169,7 +196,7 @@ async fn past_max_connections_a_connection_is_refused_with_503() {
         }
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
         held.push(stream);
-        assert!(held.len() <= 3, "a fourth connection was served");
+        assert!(held.len() <= limit, "a connection past the limit was served");
     };
     assert!(refused.to_ascii_lowercase().contains("retry-after: 1"), "{refused}");
     assert!(refused.to_ascii_lowercase().contains("connection: close"), "{refused}");
