@@ -98,3 +98,49 @@ async fn a_worker_claims_the_capabilities_its_creator_declared() {
     let claimed: Value = serde_json::from_str(&claim.client_capabilities).unwrap();
     assert_eq!(claimed, declared);
 }
+
+/// The outcome key's value and remaining life (ms), and the record's remaining life.
+async fn outcome_aside(stack: &Stack, id: &TaskId) -> (Option<String>, i64, i64) {
+    let keys = stack.store().keys().task(id);
+    let mut conn = stack.redis.connection().await;
+    let outcome: Option<String> = redis::cmd("GET").arg(&keys.outcome).query_async(&mut conn).await.unwrap();
+    let outcome_ttl: i64 = redis::cmd("PTTL").arg(&keys.outcome).query_async(&mut conn).await.unwrap();
+    let record_ttl: i64 = redis::cmd("PTTL").arg(&keys.record).query_async(&mut conn).await.unwrap();
+    (outcome, outcome_ttl, record_ttl)
+}
+
+/// A result or error longer than a compact value is kept in its own key, so the record stays a
+/// listpack; every reader gets it back whole, and it expires with the record.
+#[tokio::test]
+async fn a_long_outcome_is_kept_beside_a_compact_record() {
+    let stack = Stack::builder().spawn().await;
+    let client = stack.client(0);
+    let long = client.create_task("noop", json!({"bytes": 200})).await;
+    let failed = client.create_task("faulty", json!({"mode": "rpc_error"})).await;
+    let short = client.create_task("noop", json!({})).await;
+
+    let done = client.wait_for_status(&long, "completed", PATIENCE).await;
+    assert_eq!(done["result"]["content"][0]["text"], "x".repeat(200), "{done}");
+    let id = TaskId::parse(&long).unwrap();
+    let (encoding, bytes) = encoding_and_bytes(&stack, &id).await;
+    assert_eq!(encoding, "listpack", "the long result converted the record");
+    assert!(bytes <= 600, "the record of a task with a 200-byte result takes {bytes} bytes");
+    let (outcome, outcome_ttl, record_ttl) = outcome_aside(&stack, &id).await;
+    assert!(outcome.as_deref().is_some_and(|o| o.contains(&"x".repeat(200))), "{outcome:?}");
+    assert!(outcome_ttl > 0 && outcome_ttl <= record_ttl, "outcome {outcome_ttl} ms, record {record_ttl} ms");
+    // The service's own read (no poll marker) and the console's give it back too.
+    let snapshot = stack.store().get_task(&id).await.unwrap().expect("the task");
+    assert!(snapshot.result.expect("a result").get().contains(&"x".repeat(200)));
+    let inspected = stack.store().inspect_task(&id).await.unwrap().expect("the task");
+    assert!(inspected.record["result"].contains(&"x".repeat(200)), "{:?}", inspected.record);
+
+    let ended = client.wait_for_status(&failed, "failed", PATIENCE).await;
+    assert_eq!(ended["error"]["data"]["reason"], "demo", "{ended}");
+    let failed_id = TaskId::parse(&failed).unwrap();
+    assert_eq!(encoding_and_bytes(&stack, &failed_id).await.0, "listpack");
+    assert!(outcome_aside(&stack, &failed_id).await.0.is_some(), "the error, over 64 bytes, is kept aside");
+
+    // A short one stays in the record, with no second key.
+    client.wait_for_status(&short, "completed", PATIENCE).await;
+    assert_eq!(outcome_aside(&stack, &TaskId::parse(&short).unwrap()).await.0, None);
+}

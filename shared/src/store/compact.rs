@@ -36,6 +36,23 @@ pub fn stored_capabilities(capabilities: &Map<String, Value>) -> (String, bool) 
     (pack(&json_text(&stored)), true)
 }
 
+/// What a record holds in place of a `result` or `error` kept in the task's outcome key
+/// (`put_outcome` in the scripts' prelude, which spells it too).
+const OUTCOME_ASIDE: &str = "@out";
+
+/// A whole record as read (`HGETALL`), with its outcome put back from the outcome key's value.
+pub(crate) fn put_back_outcome(record: &mut std::collections::BTreeMap<String, String>, outcome: Option<String>) {
+    for field in ["result", "error"] {
+        if record.get(field).is_some_and(|v| v == OUTCOME_ASIDE) {
+            // Gone only when the record expires with it: show nothing rather than the marker.
+            match &outcome {
+                Some(outcome) => record.insert(field.to_owned(), outcome.clone()),
+                None => record.remove(field),
+            };
+        }
+    }
+}
+
 /// What [`pack`] replaces, each by the control byte beside it: the members of
 /// `ClientCapabilities` that real clients declare, longest first. Serialised JSON never holds a
 /// raw control byte (inside strings they are escaped), so a byte of this table in stored text
@@ -102,6 +119,25 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn the_scripts_spell_the_outcome_marker_as_the_store_does() {
+        let prelude = include_str!("scripts/prelude.lua");
+        assert!(prelude.contains(&format!("local OUTCOME_ASIDE = '{OUTCOME_ASIDE}'")));
+    }
+
+    #[test]
+    fn an_outcome_set_aside_is_put_back_and_nothing_else_is() {
+        let mut record: std::collections::BTreeMap<String, String> =
+            [("result", OUTCOME_ASIDE), ("msg", OUTCOME_ASIDE)].map(|(k, v)| (k.to_owned(), v.to_owned())).into();
+        put_back_outcome(&mut record, Some("{\"content\":[]}".to_owned()));
+        assert_eq!(record["result"], "{\"content\":[]}");
+        assert_eq!(record["msg"], OUTCOME_ASIDE, "a status message that happens to read like the marker stays");
+        let mut expired: std::collections::BTreeMap<String, String> =
+            [("error".to_owned(), OUTCOME_ASIDE.to_owned())].into();
+        put_back_outcome(&mut expired, None);
+        assert!(expired.is_empty());
+    }
 
     fn round_trip(capabilities: Value) -> (String, bool, Value) {
         let (stored, declared) = stored_capabilities(capabilities.as_object().unwrap());

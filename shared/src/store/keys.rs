@@ -53,6 +53,9 @@ pub struct TaskKeys {
     pub steps: String,
     /// STRING: the client's last poll, for poll-rate enforcement.
     pub poll: String,
+    /// STRING: the task's `result` or `error` when too long to keep the record compact
+    /// (`put_outcome` in the scripts' prelude); expires with the record.
+    pub outcome: String,
     /// STREAM: the shard's dispatch queue of the `default` pool (another pool's:
     /// [`Keys::queue`]).
     pub stream: String,
@@ -137,6 +140,7 @@ impl Keys {
             issued: format!("{ns}:{tag}:task:{id}:issued"),
             steps: format!("{ns}:{tag}:task:{id}:steps"),
             poll: format!("{ns}:{tag}:task:{id}:poll"),
+            outcome: format!("{ns}:{tag}:task:{id}:out"),
             stream: format!("{ns}:{tag}:queue"),
             leases: format!("{ns}:{tag}:leases"),
             timeline: format!("{ns}:{tag}:task:{id}:timeline"),
@@ -254,7 +258,7 @@ mod tests {
         let keys = Keys::new("tg");
         let id = TaskId::parse(&format!("tsk_0a{}", "1".repeat(32))).unwrap();
         let k = keys.task(&id);
-        for key in [&k.record, &k.inputs, &k.answers, &k.issued, &k.steps, &k.stream, &k.leases] {
+        for key in [&k.record, &k.inputs, &k.answers, &k.issued, &k.steps, &k.poll, &k.outcome, &k.stream, &k.leases] {
             assert!(key.starts_with("tg:{s0a}:"), "{key}");
         }
         assert_eq!(keys.shard(10).stream, k.stream);

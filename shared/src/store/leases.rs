@@ -501,6 +501,7 @@ impl Store {
             .key(&keys.leases)
             .key(&keys.inputs)
             .key(&keys.timeline)
+            .key(&keys.outcome)
             .arg(lease.task_id.as_str())
             .arg(lease.worker)
             .arg(lease.fence)

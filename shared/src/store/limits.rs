@@ -137,6 +137,7 @@ impl Store {
             .key(&keys.record)
             .key(&keys.inputs)
             .key(&keys.poll)
+            .key(&keys.outcome)
             .arg(&owner.tenant)
             .arg(&owner.principal)
             .arg(tolerance)

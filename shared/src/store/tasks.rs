@@ -165,6 +165,7 @@ impl Store {
         let keys = self.keys().task(id);
         let mut call = scripts::READ_TASK.key(&keys.record);
         call.key(&keys.inputs)
+            .key(&keys.outcome)
             .arg(owner.map_or("", |o| o.tenant.as_str()))
             .arg(owner.map_or("", |o| o.principal.as_str()));
         for field in SNAPSHOT_FIELDS {

@@ -3,7 +3,7 @@
 -- the poll rate: a read sooner than `tolerance * pollIntervalMs` after the
 -- previous one is refused, unless the task changed since: the marker holds the version that
 -- poll was answered with. Returns the record fields a snapshot needs, in one round trip.
--- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] poll marker
+-- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] poll marker   KEYS[4] outcome (read_outcomes)
 -- ARGV[1] tenant   ARGV[2] principal   ARGV[3] tolerance (0..1; '0' = no poll limit)
 -- Returns {1, fields (HMGET order of SNAPSHOT_FIELDS), inputs (flat k,v)} | {-1} not found
 --       | {-9, retry_after_ms, pollIntervalMs}.
@@ -11,8 +11,8 @@ local rcall = redis.call
 local record, inputs, marker = KEYS[1], KEYS[2], KEYS[3]
 local who = rcall('HMGET', record, 'tenant', 'principal')
 if not who[1] or who[1] ~= ARGV[1] or who[2] ~= ARGV[2] then return {-1} end
-local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'msg', 'created', 'updated', 'ttl', 'poll',
-  'result', 'error', 'ver')
+local FIELDS = {'tenant', 'principal', 'status', 'msg', 'created', 'updated', 'ttl', 'poll', 'result', 'error', 'ver'}
+local f = rcall('HMGET', record, unpack(FIELDS))
 local tolerance = tonumber(ARGV[3])
 local interval = math.floor(tonumber(f[8]) * tolerance)
 if interval > 0 then
@@ -22,4 +22,4 @@ if interval > 0 then
   end
   rcall('SET', marker, f[11], 'PX', interval)
 end
-return {1, f, rcall('HGETALL', inputs)}
+return {1, read_outcomes(f, FIELDS, KEYS[4]), rcall('HGETALL', inputs)}

@@ -3,7 +3,7 @@
 -- round (an answer and a new park landing between the reads); one script cannot.
 -- A client's read names its owner: the owner fields are compared before anything else is
 -- read, so another principal's task costs what an unknown one does and returns nothing of it.
--- KEYS[1] task record   KEYS[2] inputs hash
+-- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] outcome (read_outcomes)
 -- ARGV[1] tenant   ARGV[2] principal (both '' = whoever owns it: a read for the service)
 -- ARGV[3..] the record fields to read, in order
 -- Returns {1, fields (in ARGV order), inputs (flat k,v)} | {-1} not found (or not the owner).
@@ -11,4 +11,5 @@ local rcall = redis.call
 local who = rcall('HMGET', KEYS[1], 'tenant', 'principal')
 if not who[1] then return {-1} end
 if ARGV[1] ~= '' and (who[1] ~= ARGV[1] or who[2] ~= ARGV[2]) then return {-1} end
-return {1, rcall('HMGET', KEYS[1], unpack(ARGV, 3)), rcall('HGETALL', KEYS[2])}
+local names = {unpack(ARGV, 3)}
+return {1, read_outcomes(rcall('HMGET', KEYS[1], unpack(names)), names, KEYS[3]), rcall('HGETALL', KEYS[2])}
