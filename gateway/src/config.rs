@@ -140,7 +140,7 @@ pub struct Cli {
     pub runtime: RuntimeShape,
 
     /// Runtime threads (work-stealing) or runtimes (per-core); default: the cores this process
-    /// may use.
+    /// may use (for work-stealing, tokio's choice, which reads `TOKIO_WORKER_THREADS`).
     #[arg(long, env = "TASKGATE_RUNTIME_THREADS")]
     pub runtime_threads: Option<NonZeroUsize>,
 
@@ -558,9 +558,7 @@ impl Config {
             },
             runtime: RuntimeSettings {
                 shape: cli.runtime,
-                threads: cli
-                    .runtime_threads
-                    .unwrap_or_else(|| std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN)),
+                threads: cli.runtime_threads,
                 event_interval: cli.runtime_event_interval,
                 global_queue_interval: cli.runtime_global_queue_interval,
             },

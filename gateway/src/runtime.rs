@@ -29,8 +29,9 @@ pub enum RuntimeShape {
 #[derive(Debug, Clone, Copy)]
 pub struct RuntimeSettings {
     pub shape: RuntimeShape,
-    /// Runtimes for `per-core` (the cores this process may use); threads for `work-stealing`.
-    pub threads: NonZeroUsize,
+    /// Threads for `work-stealing`, runtimes for `per-core`; `None`: the cores this process may
+    /// use (for `work-stealing`, tokio's choice, which also reads `TOKIO_WORKER_THREADS`).
+    pub threads: Option<NonZeroUsize>,
     /// Scheduler ticks between polls of the I/O and timer drivers (tokio's default: 61).
     pub event_interval: Option<NonZeroU32>,
     /// Scheduler ticks between looks at the shared queue (work-stealing only; tokio's default
@@ -44,7 +45,9 @@ impl RuntimeSettings {
         match self.shape {
             RuntimeShape::WorkStealing => {
                 let mut builder = Builder::new_multi_thread();
-                builder.worker_threads(self.threads.get());
+                if let Some(threads) = self.threads {
+                    builder.worker_threads(threads.get());
+                }
                 if let Some(interval) = self.global_queue_interval {
                     builder.global_queue_interval(interval.get());
                 }
@@ -71,7 +74,9 @@ impl RuntimeSettings {
     pub fn listeners(&self) -> usize {
         match self.shape {
             RuntimeShape::WorkStealing => 1,
-            RuntimeShape::PerCore => self.threads.get(),
+            RuntimeShape::PerCore => {
+                self.threads.unwrap_or_else(|| std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN)).get()
+            }
         }
     }
 }

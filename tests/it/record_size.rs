@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use taskgate_shared::store::DEFAULT_POOL;
+use taskgate_shared::store::{DEFAULT_POOL, TaskKeys};
 use taskgate_shared::task::TaskId;
 use taskgate_tests::Stack;
 
@@ -99,23 +99,34 @@ async fn a_worker_claims_the_capabilities_its_creator_declared() {
     assert_eq!(claimed, declared);
 }
 
-/// The outcome key's value and remaining life (ms), and the record's remaining life.
-async fn outcome_aside(stack: &Stack, id: &TaskId) -> (Option<String>, i64, i64) {
+/// A key set aside beside a task's record (`outcome` or `args`): its value and remaining life
+/// (ms), and the record's remaining life.
+async fn aside(stack: &Stack, id: &TaskId, which: fn(&TaskKeys) -> &String) -> (Option<String>, i64, i64) {
     let keys = stack.store().keys().task(id);
     let mut conn = stack.redis.connection().await;
-    let outcome: Option<String> = redis::cmd("GET").arg(&keys.outcome).query_async(&mut conn).await.unwrap();
-    let outcome_ttl: i64 = redis::cmd("PTTL").arg(&keys.outcome).query_async(&mut conn).await.unwrap();
+    let value: Option<String> = redis::cmd("GET").arg(which(&keys)).query_async(&mut conn).await.unwrap();
+    let ttl: i64 = redis::cmd("PTTL").arg(which(&keys)).query_async(&mut conn).await.unwrap();
     let record_ttl: i64 = redis::cmd("PTTL").arg(&keys.record).query_async(&mut conn).await.unwrap();
-    (outcome, outcome_ttl, record_ttl)
+    (value, ttl, record_ttl)
 }
 
-/// A result or error longer than a compact value is kept in its own key, so the record stays a
-/// listpack; every reader gets it back whole, and it expires with the record.
+fn outcome(keys: &TaskKeys) -> &String {
+    &keys.outcome
+}
+
+fn args(keys: &TaskKeys) -> &String {
+    &keys.args
+}
+
+/// Arguments, a result or an error longer than a compact value are each kept in a key of their
+/// own, so the record stays a listpack; every reader (the worker's claim, `tasks/get`, the
+/// service's read, the console) gets them back whole, and they expire with the record.
 #[tokio::test]
-async fn a_long_outcome_is_kept_beside_a_compact_record() {
+async fn long_arguments_and_outcomes_are_kept_beside_a_compact_record() {
     let stack = Stack::builder().spawn().await;
     let client = stack.client(0);
-    let long = client.create_task("noop", json!({"bytes": 200})).await;
+    let padding = "y".repeat(100);
+    let long = client.create_task("noop", json!({"bytes": 200, "padding": padding})).await;
     let failed = client.create_task("faulty", json!({"mode": "rpc_error"})).await;
     let short = client.create_task("noop", json!({})).await;
 
@@ -125,22 +136,29 @@ async fn a_long_outcome_is_kept_beside_a_compact_record() {
     let (encoding, bytes) = encoding_and_bytes(&stack, &id).await;
     assert_eq!(encoding, "listpack", "the long result converted the record");
     assert!(bytes <= 600, "the record of a task with a 200-byte result takes {bytes} bytes");
-    let (outcome, outcome_ttl, record_ttl) = outcome_aside(&stack, &id).await;
-    assert!(outcome.as_deref().is_some_and(|o| o.contains(&"x".repeat(200))), "{outcome:?}");
-    assert!(outcome_ttl > 0 && outcome_ttl <= record_ttl, "outcome {outcome_ttl} ms, record {record_ttl} ms");
+    let (result, result_ttl, record_ttl) = aside(&stack, &id, outcome).await;
+    assert!(result.as_deref().is_some_and(|o| o.contains(&"x".repeat(200))), "{result:?}");
+    assert!(result_ttl > 0 && result_ttl <= record_ttl, "outcome {result_ttl} ms, record {record_ttl} ms");
+    // The claim read the arguments whole (the 200 bytes asked for came back, above).
+    let (arguments, arguments_ttl, record_ttl) = aside(&stack, &id, args).await;
+    assert!(arguments.as_deref().is_some_and(|a| a.contains(&padding)), "{arguments:?}");
+    assert!(arguments_ttl > 0 && arguments_ttl <= record_ttl, "arguments {arguments_ttl} ms, record {record_ttl} ms");
     // The service's own read (no poll marker) and the console's give it back too.
     let snapshot = stack.store().get_task(&id).await.unwrap().expect("the task");
     assert!(snapshot.result.expect("a result").get().contains(&"x".repeat(200)));
     let inspected = stack.store().inspect_task(&id).await.unwrap().expect("the task");
     assert!(inspected.record["result"].contains(&"x".repeat(200)), "{:?}", inspected.record);
+    assert!(inspected.record["args"].contains(&padding), "{:?}", inspected.record);
 
     let ended = client.wait_for_status(&failed, "failed", PATIENCE).await;
     assert_eq!(ended["error"]["data"]["reason"], "demo", "{ended}");
     let failed_id = TaskId::parse(&failed).unwrap();
     assert_eq!(encoding_and_bytes(&stack, &failed_id).await.0, "listpack");
-    assert!(outcome_aside(&stack, &failed_id).await.0.is_some(), "the error, over 64 bytes, is kept aside");
+    assert!(aside(&stack, &failed_id, outcome).await.0.is_some(), "the error, over 64 bytes, is kept aside");
 
-    // A short one stays in the record, with no second key.
+    // Short ones stay in the record, with no key beside it.
     client.wait_for_status(&short, "completed", PATIENCE).await;
-    assert_eq!(outcome_aside(&stack, &TaskId::parse(&short).unwrap()).await.0, None);
+    let short_id = TaskId::parse(&short).unwrap();
+    assert_eq!(aside(&stack, &short_id, outcome).await.0, None);
+    assert_eq!(aside(&stack, &short_id, args).await.0, None);
 }

@@ -36,18 +36,23 @@ pub fn stored_capabilities(capabilities: &Map<String, Value>) -> (String, bool) 
     (pack(&json_text(&stored)), true)
 }
 
-/// What a record holds in place of a `result` or `error` kept in the task's outcome key
-/// (`put_outcome` in the scripts' prelude, which spells it too).
-const OUTCOME_ASIDE: &str = "@out";
+/// What a record holds in place of a value kept in a key of its own (`aside` in the scripts'
+/// prelude, which spells it too): long arguments, results and errors.
+const ASIDE: &str = "@aside";
 
-/// A whole record as read (`HGETALL`), with its outcome put back from the outcome key's value.
-pub(crate) fn put_back_outcome(record: &mut std::collections::BTreeMap<String, String>, outcome: Option<String>) {
-    for field in ["result", "error"] {
-        if record.get(field).is_some_and(|v| v == OUTCOME_ASIDE) {
+/// A whole record as read (`HGETALL`), with `fields` set aside put back from `value`, the
+/// content of their key.
+pub(crate) fn put_back(
+    record: &mut std::collections::BTreeMap<String, String>,
+    fields: &[&str],
+    value: Option<String>,
+) {
+    for field in fields {
+        if record.get(*field).is_some_and(|v| v == ASIDE) {
             // Gone only when the record expires with it: show nothing rather than the marker.
-            match &outcome {
-                Some(outcome) => record.insert(field.to_owned(), outcome.clone()),
-                None => record.remove(field),
+            match &value {
+                Some(value) => record.insert((*field).to_owned(), value.clone()),
+                None => record.remove(*field),
             };
         }
     }
@@ -121,21 +126,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_scripts_spell_the_outcome_marker_as_the_store_does() {
+    fn the_scripts_spell_the_aside_marker_as_the_store_does() {
         let prelude = include_str!("scripts/prelude.lua");
-        assert!(prelude.contains(&format!("local OUTCOME_ASIDE = '{OUTCOME_ASIDE}'")));
+        assert!(prelude.contains(&format!("local ASIDE = '{ASIDE}'")));
     }
 
     #[test]
-    fn an_outcome_set_aside_is_put_back_and_nothing_else_is() {
+    fn a_value_set_aside_is_put_back_and_nothing_else_is() {
         let mut record: std::collections::BTreeMap<String, String> =
-            [("result", OUTCOME_ASIDE), ("msg", OUTCOME_ASIDE)].map(|(k, v)| (k.to_owned(), v.to_owned())).into();
-        put_back_outcome(&mut record, Some("{\"content\":[]}".to_owned()));
+            [("result", ASIDE), ("msg", ASIDE)].map(|(k, v)| (k.to_owned(), v.to_owned())).into();
+        put_back(&mut record, &["result", "error"], Some("{\"content\":[]}".to_owned()));
         assert_eq!(record["result"], "{\"content\":[]}");
-        assert_eq!(record["msg"], OUTCOME_ASIDE, "a status message that happens to read like the marker stays");
-        let mut expired: std::collections::BTreeMap<String, String> =
-            [("error".to_owned(), OUTCOME_ASIDE.to_owned())].into();
-        put_back_outcome(&mut expired, None);
+        assert_eq!(record["msg"], ASIDE, "a status message that happens to read like the marker stays");
+        let mut expired: std::collections::BTreeMap<String, String> = [("args".to_owned(), ASIDE.to_owned())].into();
+        put_back(&mut expired, &["args"], None);
         assert!(expired.is_empty());
     }
 

@@ -88,7 +88,7 @@ pub struct Page {
 /// Everything stored about one task, for an operator.
 #[derive(Debug, Clone)]
 pub struct Inspection {
-    /// Every field of the record, as stored, with a long outcome put back from its own key.
+    /// Every field of the record, as stored, with long values put back from their own keys.
     pub record: BTreeMap<String, String>,
     /// Outstanding input requests, key -> request JSON.
     pub inputs: BTreeMap<String, String>,
@@ -243,13 +243,15 @@ impl Store {
         pipe.cmd("HGETALL").arg(&keys.answers);
         pipe.cmd("LRANGE").arg(&keys.timeline).arg(0).arg(-1);
         pipe.cmd("GET").arg(&keys.outcome);
-        type Read =
-            (BTreeMap<String, String>, BTreeMap<String, String>, BTreeMap<String, String>, Vec<String>, Option<String>);
-        let (mut record, inputs, answers, timeline, outcome): Read = pipe.query_async(&mut self.conn()).await?;
+        pipe.cmd("GET").arg(&keys.args);
+        type Hash = BTreeMap<String, String>;
+        type Read = (Hash, Hash, Hash, Vec<String>, Option<String>, Option<String>);
+        let (mut record, inputs, answers, timeline, outcome, args): Read = pipe.query_async(&mut self.conn()).await?;
         if record.is_empty() {
             return Ok(None);
         }
-        super::compact::put_back_outcome(&mut record, outcome);
+        super::compact::put_back(&mut record, &["result", "error"], outcome);
+        super::compact::put_back(&mut record, &["args"], args);
         // An entry that is not JSON is shown as its text rather than hiding the rest.
         let timeline =
             timeline.into_iter().map(|e| serde_json::from_str(&e).unwrap_or(serde_json::Value::String(e))).collect();

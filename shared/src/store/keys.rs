@@ -54,8 +54,11 @@ pub struct TaskKeys {
     /// STRING: the client's last poll, for poll-rate enforcement.
     pub poll: String,
     /// STRING: the task's `result` or `error` when too long to keep the record compact
-    /// (`put_outcome` in the scripts' prelude); expires with the record.
+    /// (`aside` in the scripts' prelude); expires with the record.
     pub outcome: String,
+    /// STRING: the task's arguments when too long to keep the record compact (`aside`);
+    /// expires with the record.
+    pub args: String,
     /// STREAM: the shard's dispatch queue of the `default` pool (another pool's:
     /// [`Keys::queue`]).
     pub stream: String,
@@ -141,6 +144,7 @@ impl Keys {
             steps: format!("{ns}:{tag}:task:{id}:steps"),
             poll: format!("{ns}:{tag}:task:{id}:poll"),
             outcome: format!("{ns}:{tag}:task:{id}:out"),
+            args: format!("{ns}:{tag}:task:{id}:args"),
             stream: format!("{ns}:{tag}:queue"),
             leases: format!("{ns}:{tag}:leases"),
             timeline: format!("{ns}:{tag}:task:{id}:timeline"),
@@ -258,7 +262,9 @@ mod tests {
         let keys = Keys::new("tg");
         let id = TaskId::parse(&format!("tsk_0a{}", "1".repeat(32))).unwrap();
         let k = keys.task(&id);
-        for key in [&k.record, &k.inputs, &k.answers, &k.issued, &k.steps, &k.poll, &k.outcome, &k.stream, &k.leases] {
+        for key in
+            [&k.record, &k.inputs, &k.answers, &k.issued, &k.steps, &k.poll, &k.outcome, &k.args, &k.stream, &k.leases]
+        {
             assert!(key.starts_with("tg:{s0a}:"), "{key}");
         }
         assert_eq!(keys.shard(10).stream, k.stream);

@@ -300,6 +300,7 @@ impl Store {
                 .key(&keys.steps)
                 .key(&queue.ready)
                 .key(&queue.fair)
+                .key(&keys.args)
                 .arg(&delivery.entry_id)
                 .arg(delivery.task_id.as_str())
                 .arg(worker)

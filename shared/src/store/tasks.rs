@@ -278,6 +278,7 @@ fn create_invocation<'a>(store: &Store, keys: &'a super::TaskKeys, task: &NewTas
         .key(store.keys().task_index(shard, Some(&task.owner.tenant)))
         .key(queue.ready)
         .key(queue.fair)
+        .key(&keys.args)
         .arg(task.id.as_str())
         .arg(&task.owner.tenant)
         .arg(&task.owner.principal)

@@ -18,7 +18,7 @@
 -- KEYS[1] candidate's record   KEYS[2] the stream the entry was delivered from (the claiming
 -- worker's pool's on the shard)   KEYS[3] shard lease index   KEYS[4] candidate's answers hash
 -- KEYS[5] candidate's timeline   KEYS[6] candidate's steps hash   KEYS[7] the pool's ready set on
--- the shard   KEYS[8] its fairness tags
+-- the shard   KEYS[8] its fairness tags   KEYS[9] candidate's arguments set aside (prelude: aside)
 -- ARGV[1] stream entry id   ARGV[2] candidate task id   ARGV[3] worker id   ARGV[4] lease ms
 -- ARGV[5] consumer group
 -- Returns {1, fence, tool, args, traceparent|'', cancelRequested 0|1, answers (flat k,v list),
@@ -33,7 +33,7 @@ local record, stream, leases, answers, ready = KEYS[1], KEYS[2], KEYS[3], KEYS[4
 local f = rcall('HMGET', record, 'status', 'holder', 'tool', 'args', 'tp', 'cancel', 'caps', 'tenant', 'counted',
   'entry', 'fence', 'tstate', 'capx', 'queued')
 local function granted(fence)
-  return {1, fence, f[3], f[4], f[5] or '', f[6] and 1 or 0, rcall('HGETALL', answers), f[7] or '{}',
+  return {1, fence, f[3], from_aside(f[4], KEYS[9]), f[5] or '', f[6] and 1 or 0, rcall('HGETALL', answers), f[7] or '{}',
     (f[9] == '1' and f[8]) or '', f[12] or '', f[13] or '0', rcall('HGETALL', KEYS[6]), f[14] or '', f[8] or ''}
 end
 local unheld = f[1] == 'working' and not f[2]

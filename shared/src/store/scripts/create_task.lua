@@ -7,6 +7,7 @@
 --   (sorted sets: task id -> expiry ms; what the operator console lists; readers skip entries
 --   whose record has expired)
 -- KEYS[7] the pool's ready set on the shard   KEYS[8] its fairness tags (prelude: enqueue)
+-- KEYS[9] the task's arguments when too long for the record (prelude: aside)
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] tool   ARGV[5] arguments JSON
 -- ARGV[6] ttl ms    ARGV[7] poll interval ms   ARGV[8] status message ('' = none)
 -- ARGV[9] traceparent ('' = none)   ARGV[10] events channel
@@ -49,7 +50,8 @@ if existing[1] then
 end
 local now = now_ms()
 -- One HSET with the optional fields folded in: each command inside a script costs Redis a call.
-local fields = {'tenant', ARGV[2], 'principal', ARGV[3], 'tool', ARGV[4], 'args', ARGV[5],
+local fields = {'tenant', ARGV[2], 'principal', ARGV[3], 'tool', ARGV[4],
+  'args', aside(KEYS[9], ARGV[5], now + tonumber(ARGV[6])),
   'status', 'working', 'created', now, 'updated', now, 'ttl', ARGV[6], 'poll', ARGV[7],
   'ver', 1, 'fence', 0, 'caps', ARGV[11], 'pool', ARGV[16], 'queued', now}
 local function optional(field, value)

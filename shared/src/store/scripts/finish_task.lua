@@ -3,7 +3,7 @@
 -- that lands before a requested cancel wins. A held task (hold_for_input) may be finished by
 -- its holder too: the call ended while its question was still open.
 -- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] inputs hash   KEYS[4] timeline
--- KEYS[5] outcome (a long outcome goes there: put_outcome)
+-- KEYS[5] outcome (a long outcome goes there: aside)
 -- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] terminal status
 -- ARGV[5] outcome field ('result' | 'error' | '')   ARGV[6] outcome JSON
 -- ARGV[7] status message ('' = keep)   ARGV[8] events channel
@@ -27,7 +27,9 @@ rcall('HSET', record, 'finisher', ARGV[2])
 rcall('ZREM', leases, ARGV[1])
 rcall('DEL', inputs)
 rcall('HSET', record, 'status', ARGV[4], 'updated', now)
-if ARGV[5] ~= '' then put_outcome(record, KEYS[5], ARGV[5], ARGV[6], tonumber(f[7]) + tonumber(f[8])) end
+if ARGV[5] ~= '' then
+  rcall('HSET', record, ARGV[5], aside(KEYS[5], ARGV[6], tonumber(f[7]) + tonumber(f[8])))
+end
 if ARGV[7] ~= '' then rcall('HSET', record, 'msg', ARGV[7]) end
 local ver = rcall('HINCRBY', record, 'ver', 1)
 timeline(KEYS[4], now, {ev = 'finished', to = ARGV[4], fence = tonumber(ARGV[3]), holder = ARGV[2]})

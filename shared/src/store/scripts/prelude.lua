@@ -50,29 +50,30 @@ local function enqueue(stream, ready, fair, id, tenant, weight)
   redis.call('ZADD', ready, tag, id)
   redis.call('XADD', stream, '*', 'id', id)
 end
--- Outcomes set aside: a `result` or `error` longer than a compact hash value (64 bytes, Redis's
--- default hash-max-listpack-value) is kept in the task's outcome key, with OUTCOME_ASIDE in the
--- record in its place. One long value would turn the whole record from a listpack into a
--- hashtable, about twice the memory. No JSON text starts with '@', so the marker is no outcome.
-local OUTCOME_ASIDE = '@out'
--- put_outcome: writes an outcome into `field` of the record, aside when long; the outcome key
--- expires with the record (at created + ttl).
-local function put_outcome(record, outcome_key, field, value, expires_at)
-  if #value <= 64 then
-    redis.call('HSET', record, field, value)
-    return
-  end
-  redis.call('SET', outcome_key, value)
-  redis.call('PEXPIREAT', outcome_key, expires_at)
-  redis.call('HSET', record, field, OUTCOME_ASIDE)
+-- Values set aside: a task's arguments, `result` or `error` longer than a compact hash value
+-- (64 bytes, Redis's default hash-max-listpack-value) is kept in a key of its own beside the
+-- record (`:args`, `:out`), with ASIDE in the record in its place. One long value would turn the
+-- whole record from a listpack into a hashtable, about twice the memory. No JSON text starts
+-- with '@', so the marker is never a value.
+local ASIDE = '@aside'
+-- aside: what the record should hold for `value`: the value itself when short, else ASIDE,
+-- the value going into `key`, which expires with the record (at `expires_at`, ms).
+local function aside(key, value, expires_at)
+  if #value <= 64 then return value end
+  redis.call('SET', key, value)
+  redis.call('PEXPIREAT', key, expires_at)
+  return ASIDE
 end
--- read_outcomes: `values` read from a record for the field `names`, with the outcome put back
--- where the record holds the marker.
+-- from_aside: a value read from a record, put back from `key` when it was set aside.
+local function from_aside(value, key)
+  if value == ASIDE then return redis.call('GET', key) end
+  return value
+end
+-- read_outcomes: `values` read from a record for the fields `names`, with a `result` or
+-- `error` set aside put back from `outcome_key`.
 local function read_outcomes(values, names, outcome_key)
   for i, name in ipairs(names) do
-    if values[i] == OUTCOME_ASIDE and (name == 'result' or name == 'error') then
-      values[i] = redis.call('GET', outcome_key)
-    end
+    if name == 'result' or name == 'error' then values[i] = from_aside(values[i], outcome_key) end
   end
   return values
 end
