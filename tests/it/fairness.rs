@@ -12,23 +12,8 @@ use taskgate_tests::{McpClient, Stack, Topology, eventually};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// `mod name { standalone, cluster }` around `async fn name(Topology)`.
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn standalone() {
-                super::$name(super::Topology::Standalone).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn cluster() {
-                super::$name(super::Topology::Cluster).await
-            }
-        }
-    )*};
-}
-
-on_both!(
+taskgate_tests::on_topologies!(
+    [standalone: Standalone, cluster: Cluster]
     a_tenants_backlog_does_not_hold_back_another_tenants_first_task,
     weights_share_the_workers_and_each_tenant_keeps_its_order,
 );

@@ -9,24 +9,9 @@ use taskgate_tests::{McpClient, SseItem, SseStream, Topology, meta_without_tasks
 
 const PATIENCE: Duration = Duration::from_secs(15);
 
-/// `mod name { standalone, cluster_tls }` around `async fn name(Topology)`: the suite runs on a
-/// standalone server and on a Cluster over mutual TLS, where task events use sharded pub/sub.
-macro_rules! on_each_topology {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn standalone() {
-                super::$name(super::Topology::Standalone).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn cluster_tls() {
-                super::$name(super::Topology::ClusterTls).await
-            }
-        }
-    )*};
-}
-
-on_each_topology!(
+// On a standalone server and on a Cluster over mutual TLS, where task events use sharded pub/sub.
+taskgate_tests::on_topologies!(
+    [standalone: Standalone, cluster_tls: ClusterTls]
     a_listener_on_another_replica_sees_every_transition,
     unknown_and_foreign_ids_are_dropped_from_the_acknowledgement,
     a_late_subscriber_still_gets_the_terminal_snapshot,

@@ -17,23 +17,8 @@ const PATIENCE: Duration = Duration::from_secs(20);
 /// 30 s. No stopped worker holds a lease in these tests.
 const SHORT_LEASE: [&str; 2] = ["--lease-ms", "3000"];
 
-/// `mod name { standalone, cluster }` around `async fn name(Topology)`.
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn standalone() {
-                super::$name(super::Topology::Standalone).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn cluster() {
-                super::$name(super::Topology::Cluster).await
-            }
-        }
-    )*};
-}
-
-on_both!(
+taskgate_tests::on_topologies!(
+    [standalone: Standalone, cluster: Cluster]
     each_pool_runs_only_its_own_tasks_and_a_stopped_pool_waits,
     an_expired_lease_is_requeued_on_the_tasks_own_pool,
     a_tool_moved_to_another_pool_leaves_queued_tasks_where_they_are,

@@ -26,23 +26,8 @@ async fn without_workers(builder: StackBuilder) -> Stack {
     stack
 }
 
-/// `mod name { standalone, cluster }` around `async fn name(Topology)`.
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn standalone() {
-                super::$name(super::Topology::Standalone).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn cluster() {
-                super::$name(super::Topology::Cluster).await
-            }
-        }
-    )*};
-}
-
-on_both!(
+taskgate_tests::on_topologies!(
+    [standalone: Standalone, cluster: Cluster]
     an_unclaimed_delivery_is_recovered_by_an_idle_worker,
     a_worker_that_reclaims_its_own_task_stops_the_old_run,
     script_replays_answer_what_the_first_run_did,

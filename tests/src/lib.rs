@@ -125,3 +125,25 @@ pub fn ledger_tokens(dir: &std::path::Path, task_id: &str) -> Vec<u64> {
         .filter_map(|line| line.split(' ').next()?.parse().ok())
         .collect()
 }
+
+/// One test per topology around each `async fn name(Topology)`: `mod name { standalone, … }`.
+///
+/// ```ignore
+/// on_topologies!([standalone: Standalone, cluster: Cluster] a_suite, another_suite);
+/// ```
+#[macro_export]
+macro_rules! on_topologies {
+    (@one $name:ident [$($test:ident: $topology:ident),+ $(,)?]) => {
+        mod $name {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$name($crate::Topology::$topology).await
+                }
+            )+
+        }
+    };
+    ($topologies:tt $($name:ident),* $(,)?) => {
+        $($crate::on_topologies!(@one $name $topologies);)*
+    };
+}

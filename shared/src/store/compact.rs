@@ -80,9 +80,24 @@ const CODES: [(char, &str); 14] = [
     ('\u{11}', "{}"),
 ];
 
-/// JSON text with every phrase of [`CODES`] replaced by its byte.
+/// JSON text with every phrase of [`CODES`] replaced by its byte, in one pass: at each place
+/// the first phrase of the table that starts there (the longer ones come first).
 fn pack(json: &str) -> String {
-    CODES.iter().fold(json.to_owned(), |text, (code, phrase)| text.replace(phrase, code.encode_utf8(&mut [0; 4])))
+    let mut packed = String::with_capacity(json.len());
+    let mut rest = json;
+    while let Some(c) = rest.chars().next() {
+        match CODES.iter().find(|(_, phrase)| rest.starts_with(phrase)) {
+            Some((code, phrase)) => {
+                packed.push(*code);
+                rest = &rest[phrase.len()..];
+            }
+            None => {
+                packed.push(c);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+    }
+    packed
 }
 
 /// Text [`pack`] made, as the JSON it was made from.
