@@ -19,19 +19,19 @@ const MAX_REACHES: usize = 1024;
 /// The console's per-replica state.
 #[derive(Default)]
 pub(super) struct ConsoleState {
-    overviews: Mutex<HashMap<Reach, (Instant, Arc<super::Overview>)>>,
+    overviews: Mutex<HashMap<Reach, (Instant, Arc<super::overview::Overview>)>>,
     /// The CSRF secret, shared by every replica through Redis (read once).
     pub(super) secret: tokio::sync::OnceCell<[u8; 32]>,
 }
 
 impl ConsoleState {
     /// The overview for `reach` if one was built within [`OVERVIEW_FRESH`].
-    pub(super) fn overview(&self, reach: &Reach) -> Option<Arc<super::Overview>> {
+    pub(super) fn overview(&self, reach: &Reach) -> Option<Arc<super::overview::Overview>> {
         let overviews = self.overviews.lock().expect("lock poisoned: a holder panicked");
         overviews.get(reach).filter(|(at, _)| at.elapsed() < OVERVIEW_FRESH).map(|(_, o)| o.clone())
     }
 
-    pub(super) fn keep(&self, reach: Reach, overview: Arc<super::Overview>) {
+    pub(super) fn keep(&self, reach: Reach, overview: Arc<super::overview::Overview>) {
         let mut overviews = self.overviews.lock().expect("lock poisoned: a holder panicked");
         if overviews.len() >= MAX_REACHES {
             overviews.retain(|_, (at, _)| at.elapsed() < OVERVIEW_FRESH);

@@ -121,7 +121,7 @@ pub(super) struct WorkerView {
     pub(super) running: Option<usize>,
 }
 
-pub(super) fn overview(viewer: &Viewer, o: &super::Overview) -> Markup {
+pub(super) fn overview(viewer: &Viewer, o: &super::overview::Overview) -> Markup {
     let (tallies, sampled, workers, tools, now_ms) = (&o.tallies, o.sampled, &o.workers, &o.tools, o.read_ms);
     let (pools, redis) = (o.pools.as_deref(), o.redis.as_ref());
     page(
