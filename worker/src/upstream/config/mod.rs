@@ -3,12 +3,17 @@
 //! line and the field.
 
 use std::collections::BTreeMap;
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use taskgate_shared::tools::Execution;
+
+mod json_file;
+mod toml_file;
+
+use json_file::parse_json;
+use toml_file::parse_toml;
 
 /// Defaults, chosen for tools that run for minutes: a call may be silent for five minutes
 /// (progress restarts that clock) and may never run longer than an hour.
@@ -194,273 +199,6 @@ pub fn parse(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError>
     Ok(configs)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TomlFile {
-    #[serde(default)]
-    upstream: Vec<toml::Spanned<TomlUpstream>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TomlUpstream {
-    name: String,
-    command: Option<String>,
-    #[serde(default)]
-    args: Vec<String>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
-    #[serde(default)]
-    env_from: Vec<String>,
-    cwd: Option<PathBuf>,
-    url: Option<TomlValue>,
-    #[serde(default)]
-    headers: BTreeMap<String, TomlValue>,
-    read_timeout_ms: Option<u64>,
-    prefix: Option<String>,
-    connect_timeout_ms: Option<u64>,
-    instances: Option<u16>,
-    max_in_flight: Option<u32>,
-    tools: Option<Vec<String>>,
-    #[serde(default)]
-    deny_tools: Vec<String>,
-    // The server-wide tool settings (serde cannot flatten with unknown fields denied).
-    #[serde(default, deserialize_with = "execution")]
-    execution: Option<Execution>,
-    ttl_ms: Option<u64>,
-    poll_interval_ms: Option<u64>,
-    timeout_ms: Option<u64>,
-    max_timeout_ms: Option<u64>,
-    retry_on_reclaim: Option<bool>,
-    #[serde(default)]
-    elicitation: ElicitationPolicy,
-    follow_tasks: Option<bool>,
-    #[serde(default)]
-    prompts: bool,
-    #[serde(default)]
-    resources: bool,
-    #[serde(default)]
-    tool: BTreeMap<String, ToolSettings>,
-}
-
-/// A value given inline, or `{ env = "VAR" }` or `{ file = "PATH" }` with an optional prefix.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum TomlValue {
-    Value(String),
-    From {
-        env: Option<String>,
-        file: Option<PathBuf>,
-        #[serde(default)]
-        prefix: String,
-    },
-}
-
-fn parse_toml(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError> {
-    let file: TomlFile = toml::from_str(text).map_err(|err| ConfigError {
-        path: path.into(),
-        line: err.span().map(|span| line_at(text, span.start)),
-        message: err.message().to_owned(),
-    })?;
-    file.upstream
-        .into_iter()
-        .map(|entry| {
-            let span = entry.span();
-            let raw = entry.into_inner();
-            let fail = |field: &str, message: String| ConfigError {
-                path: path.into(),
-                line: Some(field_line(text, span.clone(), field)),
-                message: format!("upstream {:?}: `{field}`: {message}", raw.name),
-            };
-            check_name(&raw.name).map_err(|m| fail("name", m))?;
-            let transport = match (raw.command, raw.url) {
-                (Some(command), None) => {
-                    let mut env: BTreeMap<String, Secret> =
-                        raw.env.into_iter().map(|(k, v)| (k, Secret::Value(v))).collect();
-                    for name in raw.env_from {
-                        env.insert(name.clone(), Secret::Env { name, prefix: String::new() });
-                    }
-                    if command.trim().is_empty() {
-                        return Err(fail("command", "is empty".into()));
-                    }
-                    if raw.read_timeout_ms.is_some() {
-                        return Err(fail("read_timeout_ms", "applies to HTTP upstreams only".into()));
-                    }
-                    Transport::Stdio { command, args: raw.args, env, cwd: raw.cwd }
-                }
-                (None, Some(url)) => {
-                    let url = url.into_secret().map_err(|m| fail("url", m))?;
-                    if let Secret::Value(url) = &url {
-                        check_url(url).map_err(|m| fail("url", m))?;
-                    }
-                    if !raw.args.is_empty() || !raw.env.is_empty() || !raw.env_from.is_empty() || raw.cwd.is_some() {
-                        return Err(fail("url", "an HTTP upstream takes no `args`, `env`, `env_from` or `cwd`".into()));
-                    }
-                    let mut headers = BTreeMap::new();
-                    for (name, header) in raw.headers {
-                        if matches!(header, TomlValue::Value(_)) && looks_secret(&name) {
-                            return Err(fail(
-                                "headers",
-                                format!("{name:?} carries a credential: give it as {{ env = \"VAR\" }} or {{ file = \"PATH\" }}, never inline"),
-                            ));
-                        }
-                        let secret = header.into_secret().map_err(|m| fail("headers", format!("{name:?}: {m}")))?;
-                        headers.insert(name, secret);
-                    }
-                    let read_timeout = match raw.read_timeout_ms {
-                        Some(0) => return Err(fail("read_timeout_ms", "must be at least 1".into())),
-                        Some(ms) => ms,
-                        None => longest_timeout(raw.timeout_ms, &raw.tool),
-                    };
-                    Transport::Http { url, headers, read_timeout: Duration::from_millis(read_timeout) }
-                }
-                (Some(_), Some(_)) => return Err(fail("url", "give either `command` (stdio) or `url` (HTTP), not both".into())),
-                (None, None) => return Err(fail("command", "give `command` (stdio) or `url` (HTTP)".into())),
-            };
-            let prefix = raw.prefix.unwrap_or_else(|| format!("{}__", raw.name));
-            let instances = raw.instances.unwrap_or(1);
-            if instances == 0 || instances > 64 {
-                return Err(fail("instances", "must be 1 to 64".into()));
-            }
-            if matches!(transport, Transport::Http { .. }) && instances != 1 {
-                return Err(fail("instances", "applies to stdio children only".into()));
-            }
-            let max_in_flight = raw.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
-            if max_in_flight == 0 {
-                return Err(fail("max_in_flight", "must be at least 1".into()));
-            }
-            let defaults = ToolSettings {
-                execution: raw.execution,
-                ttl_ms: raw.ttl_ms,
-                poll_interval_ms: raw.poll_interval_ms,
-                timeout_ms: raw.timeout_ms,
-                max_timeout_ms: raw.max_timeout_ms,
-                retry_on_reclaim: raw.retry_on_reclaim,
-            };
-            check_settings(&defaults).map_err(|(f, m)| fail(f, m))?;
-            for (tool, settings) in &raw.tool {
-                check_settings(settings).map_err(|(f, m)| fail(&format!("tool.{tool}.{f}"), m))?;
-            }
-            Ok(UpstreamConfig {
-                name: raw.name,
-                transport,
-                prefix,
-                connect_timeout: Duration::from_millis(raw.connect_timeout_ms.unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS)),
-                instances,
-                max_in_flight,
-                allow: raw.tools,
-                deny: raw.deny_tools,
-                defaults,
-                tools: raw.tool,
-                elicitation: raw.elicitation,
-                follow_tasks: raw.follow_tasks.unwrap_or(true),
-                prompts: raw.prompts,
-                resources: raw.resources,
-            })
-        })
-        .collect()
-}
-
-/// The `mcpServers` shape: `{"mcpServers": {"<name>": {command, args, env, cwd} | {url,
-/// headers}}}`. Unknown fields are ignored (desktop clients add their own), `disabled: true`
-/// skips a server, and `${VAR}` (or `${env:VAR}`) in `env` and `headers` values reads the
-/// worker's environment.
-fn parse_json(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError> {
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct JsonFile {
-        mcp_servers: BTreeMap<String, JsonServer>,
-    }
-    #[derive(Deserialize)]
-    struct JsonServer {
-        #[serde(rename = "type")]
-        kind: Option<String>,
-        command: Option<String>,
-        #[serde(default)]
-        args: Vec<String>,
-        #[serde(default)]
-        env: BTreeMap<String, String>,
-        cwd: Option<PathBuf>,
-        url: Option<String>,
-        #[serde(default)]
-        headers: BTreeMap<String, String>,
-        #[serde(default)]
-        disabled: bool,
-    }
-    let file: JsonFile = serde_json::from_str(text).map_err(|err| ConfigError {
-        path: path.into(),
-        line: Some(err.line()),
-        message: err.to_string(),
-    })?;
-    let mut configs = Vec::new();
-    for (name, server) in file.mcp_servers {
-        if server.disabled {
-            continue;
-        }
-        let line = text.find(&format!("\"{name}\"")).map(|at| line_at(text, at));
-        let fail = |field: &str, message: String| ConfigError {
-            path: path.into(),
-            line,
-            message: format!("mcpServers {name:?}: `{field}`: {message}"),
-        };
-        check_name(&name).map_err(|m| fail("name", m))?;
-        let transport = match (server.kind.as_deref(), server.command, server.url) {
-            (Some("sse"), ..) => {
-                return Err(fail("type", "the old HTTP+SSE transport is not supported; use Streamable HTTP".into()));
-            }
-            (None | Some("stdio"), Some(command), None) => Transport::Stdio {
-                command,
-                args: server.args,
-                env: server.env.into_iter().map(|(k, v)| (k, placeholder(v))).collect(),
-                cwd: server.cwd,
-            },
-            (None | Some("http" | "streamable-http" | "streamableHttp"), None, Some(url)) => {
-                let url = placeholder(url);
-                if let Secret::Value(url) = &url {
-                    check_url(url).map_err(|m| fail("url", m))?;
-                }
-                let mut headers = BTreeMap::new();
-                for (header, value) in server.headers {
-                    let secret = placeholder(value);
-                    if matches!(secret, Secret::Value(_)) && looks_secret(&header) {
-                        return Err(fail(
-                            "headers",
-                            format!(
-                                "{header:?} carries a credential: write it as \"${{VAR}}\" and set VAR in the worker's environment"
-                            ),
-                        ));
-                    }
-                    headers.insert(header, secret);
-                }
-                let read_timeout = Duration::from_millis(DEFAULT_READ_TIMEOUT_MS);
-                Transport::Http { url, headers, read_timeout }
-            }
-            (_, Some(_), Some(_)) => return Err(fail("url", "give either `command` or `url`, not both".into())),
-            (Some(other), ..) if !matches!(other, "stdio" | "http" | "streamable-http" | "streamableHttp") => {
-                return Err(fail("type", format!("unknown transport {other:?}")));
-            }
-            _ => return Err(fail("command", "give `command` (stdio) or `url` (HTTP)".into())),
-        };
-        configs.push(UpstreamConfig {
-            prefix: format!("{name}__"),
-            name,
-            transport,
-            connect_timeout: Duration::from_millis(DEFAULT_CONNECT_TIMEOUT_MS),
-            instances: 1,
-            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-            allow: None,
-            deny: Vec::new(),
-            defaults: ToolSettings::default(),
-            tools: BTreeMap::new(),
-            elicitation: ElicitationPolicy::Decline,
-            follow_tasks: true,
-            prompts: false,
-            resources: false,
-        });
-    }
-    Ok(configs)
-}
-
 /// `${VAR}` or `${env:VAR}`, optionally after a literal prefix (`Bearer ${TOKEN}`), reads the
 /// environment; anything else is a literal.
 fn placeholder(value: String) -> Secret {
@@ -501,17 +239,6 @@ pub(super) fn check_url(url: &str) -> Result<(), String> {
     Ok(())
 }
 
-impl TomlValue {
-    fn into_secret(self) -> Result<Secret, String> {
-        match self {
-            Self::Value(value) => Ok(Secret::Value(value)),
-            Self::From { env: Some(name), file: None, prefix } => Ok(Secret::Env { name, prefix }),
-            Self::From { env: None, file: Some(path), prefix } => Ok(Secret::File { path, prefix }),
-            Self::From { .. } => Err("give exactly one of `env` or `file`".into()),
-        }
-    }
-}
-
 /// The default read timeout of an HTTP upstream: see [`DEFAULT_READ_TIMEOUT_MS`].
 fn longest_timeout(server: Option<u64>, tools: &BTreeMap<String, ToolSettings>) -> u64 {
     tools.values().filter_map(|t| t.timeout_ms).chain(server).fold(DEFAULT_READ_TIMEOUT_MS, u64::max)
@@ -549,25 +276,6 @@ fn execution<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<Execution
 /// 1-based line of a byte offset.
 fn line_at(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
-}
-
-/// The line of `field = …` in the entry that starts at `span` (its table runs to the next
-/// table header), or the entry's first line.
-fn field_line(text: &str, span: Range<usize>, field: &str) -> usize {
-    let key = field.rsplit('.').next().unwrap_or(field);
-    let start = span.start.min(text.len());
-    let mut offset = start;
-    for (i, line) in text[start..].split_inclusive('\n').enumerate() {
-        let trimmed = line.trim_start();
-        if i > 0 && trimmed.starts_with("[[upstream]]") {
-            break;
-        }
-        if trimmed.strip_prefix(key).is_some_and(|rest| rest.trim_start().starts_with('=')) {
-            return line_at(text, offset);
-        }
-        offset += line.len();
-    }
-    line_at(text, start)
 }
 
 /// A digest of the configuration, published beside the catalogue so the fleet can see that
