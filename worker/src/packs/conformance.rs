@@ -72,7 +72,13 @@ fn sampled_text(answer: &Value) -> String {
 }
 
 pub(super) fn tools() -> Vec<Arc<dyn Tool>> {
-    use Execution::{SyncOnly, TaskOptional, TaskRequired};
+    [content_tools(), input_tools(), task_tools()].concat()
+}
+
+/// The replies the tools-call scenarios check: content of every kind, tool errors, progress,
+/// logs, schemas and mirrored headers.
+fn content_tools() -> Vec<Arc<dyn Tool>> {
+    use Execution::SyncOnly;
     vec![
         tool("test_simple_text", "Returns a simple text response.", no_args(), SyncOnly, |_, _| {
             Box::pin(async { Ok(ToolOutput::text("This is a simple text response for testing.")) })
@@ -157,6 +163,25 @@ pub(super) fn tools() -> Vec<Arc<dyn Tool>> {
             SyncOnly,
             |args, _| Box::pin(async move { Ok(ToolOutput::text(format!("Received: {args}"))) }),
         ),
+        tool(
+            "test_custom_header",
+            "Echoes a region that is mirrored in the Mcp-Param-Region header.",
+            json!({"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}, "required": ["region"]}),
+            SyncOnly,
+            |args, _| {
+                Box::pin(async move {
+                    Ok(ToolOutput::text(format!("Region: {}", args["region"].as_str().unwrap_or_default())))
+                })
+            },
+        ),
+    ]
+}
+
+/// Input asked mid-call through MRTR rounds: elicitation, sampling, roots, several inputs at
+/// once, several rounds, and a `requestState` that must not be tampered with.
+fn input_tools() -> Vec<Arc<dyn Tool>> {
+    use Execution::SyncOnly;
+    vec![
         tool("test_input_required_result_elicitation", "Asks for the user's name.", no_args(), SyncOnly, |_, ctx| {
             Box::pin(async move {
                 let answer = ctx.input("user_name", elicitation_form("What is your name?", name_schema()), "")?;
@@ -266,17 +291,14 @@ pub(super) fn tools() -> Vec<Arc<dyn Tool>> {
                 })
             },
         ),
-        tool(
-            "test_custom_header",
-            "Echoes a region that is mirrored in the Mcp-Param-Region header.",
-            json!({"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}, "required": ["region"]}),
-            SyncOnly,
-            |args, _| {
-                Box::pin(async move {
-                    Ok(ToolOutput::text(format!("Region: {}", args["region"].as_str().unwrap_or_default())))
-                })
-            },
-        ),
+    ]
+}
+
+/// The tasks scenarios' tools: one that never becomes a task, and jobs that complete, run
+/// long, fail, end with a JSON-RPC error, or ask for input while they run.
+fn task_tools() -> Vec<Arc<dyn Tool>> {
+    use Execution::{SyncOnly, TaskOptional, TaskRequired};
+    vec![
         tool(
             "greet",
             "Greets someone (always inline).",
