@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use sha2::Digest as _;
-use taskgate_tests::{McpClient, Stack};
+use taskgate_tests::{McpClient, Scrape, Stack};
 
 const PATIENCE: Duration = Duration::from_secs(20);
 
@@ -279,6 +279,11 @@ async fn the_timeline_records_every_run_and_the_operators_actions_with_their_rea
     let again = console.post(&path, op, &[("csrf", &csrf), ("reason", "again")], None).await;
     assert_eq!(again.status, 303);
     assert_eq!(console.timeline(&parked, op).await.len(), 4, "created, claimed, asked, failed");
+    // The gateway counts the operator's fail as the transition it is, once.
+    let base = stack.gateways[0].url.clone().unwrap();
+    let metrics = Scrape::of(&format!("{base}/metrics")).await;
+    let failed = [("from", "input_required"), ("to", "failed")];
+    assert_eq!(metrics.get("taskgate_task_transitions_total", &failed), 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

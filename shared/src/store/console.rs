@@ -13,7 +13,7 @@ use redis::Value;
 
 use super::reply::Reply;
 use super::{Store, StoreError, scripts};
-use crate::task::TaskId;
+use crate::task::{TaskId, TaskStatus};
 
 /// Index entries examined at most per page request, as a multiple of the page size: a filter
 /// that matches little returns a short page and a cursor to go on from, not an unbounded scan.
@@ -101,8 +101,10 @@ pub struct Inspection {
 /// The outcome of an operator's fail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OperatorFail {
-    /// Failed; `counted_tenant` is the tenant whose active-task slot it held, if any.
+    /// Failed from status `from`; `counted_tenant` is the tenant whose active-task slot it
+    /// held, if any.
     Failed {
+        from: TaskStatus,
         counted_tenant: Option<String>,
     },
     AlreadyTerminal,

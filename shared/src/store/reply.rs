@@ -274,7 +274,10 @@ impl TryFrom<Reply> for OperatorFail {
 
     fn try_from(reply: Reply) -> Result<Self, StoreError> {
         match reply.code()? {
-            code::OK => Ok(Self::Failed { counted_tenant: Some(reply.string(2)?).filter(|t| !t.is_empty()) }),
+            code::OK => Ok(Self::Failed {
+                from: TaskStatus::parse(&reply.string(3)?).ok_or_else(|| reply.unexpected_code())?,
+                counted_tenant: Some(reply.string(2)?).filter(|t| !t.is_empty()),
+            }),
             code::NOTHING => Ok(Self::AlreadyTerminal),
             code::NOT_FOUND => Ok(Self::NotFound),
             _ => Err(reply.unexpected_code()),
@@ -474,8 +477,11 @@ mod tests {
         assert_eq!(refused, Admission::Refused { limit: Limit::Creations, retry_after_ms: 1 });
         let active = Admission::try_from(reply(vec![Value::Int(0), Value::Int(1000), s("active_tasks")])).unwrap();
         assert_eq!(active, Admission::Refused { limit: Limit::ActiveTasks, retry_after_ms: 1000 });
-        let failed = OperatorFail::try_from(reply(vec![Value::Int(1), Value::Int(4), s("acme")])).unwrap();
-        assert_eq!(failed, OperatorFail::Failed { counted_tenant: Some("acme".into()) });
+        let failed = OperatorFail::try_from(reply(vec![Value::Int(1), Value::Int(4), s("acme"), s("input_required")]));
+        assert_eq!(
+            failed.unwrap(),
+            OperatorFail::Failed { from: TaskStatus::InputRequired, counted_tenant: Some("acme".into()) }
+        );
         assert_eq!(OperatorFail::try_from(reply(vec![Value::Int(-1)])).unwrap(), OperatorFail::NotFound);
         assert!(OperatorFail::try_from(reply(vec![Value::Int(-2)])).is_err());
         // A name this side does not know is a mismatch with the script, not a limit to guess.

@@ -4,8 +4,9 @@
 -- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] shard lease index   KEYS[4] timeline
 -- ARGV[1] task id   ARGV[2] error JSON   ARGV[3] status message   ARGV[4] events channel
 -- ARGV[5] signal channel prefix   ARGV[6] the operator's "tenant/principal"   ARGV[7] reason
--- Returns {1, version, tenant if counted as active else ''} | {0} already terminal
---       | {-1} not found.
+-- Returns {1, version, tenant if counted as active else '', the status it had} | {0} already
+-- terminal
+--   | {-1} not found.
 -- Publishes "<id> <version> failed".
 local rcall = redis.call
 local record = KEYS[1]
@@ -22,4 +23,4 @@ local ver = rcall('HINCRBY', record, 'ver', 1)
 timeline(KEYS[4], now, {ev = 'failed by an operator', to = 'failed', holder = f[2] or nil, by = ARGV[6], why = ARGV[7]})
 if f[2] then rcall('PUBLISH', ARGV[5] .. f[2], ARGV[1]) end
 publish_event(ARGV[4], ARGV[1] .. ' ' .. ver .. ' failed')
-return {1, ver, (f[4] == '1' and f[3]) or ''}
+return {1, ver, (f[4] == '1' and f[3]) or '', f[1]}
