@@ -335,7 +335,7 @@ async fn a_foreign_task_is_never_read_before_its_owner_is_compared() {
     let keys = store.keys().task(&foreign);
     let read = |tenant: &str, principal: &str| {
         let mut call = script.key(&keys.record);
-        call.key(&keys.inputs).arg(tenant).arg(principal).arg("status").arg("result");
+        call.key(&keys.inputs).key(&keys.outcome).arg(tenant).arg(principal).arg("status").arg("result");
         call
     };
     let reply: Vec<redis::Value> = read("default", "anonymous").invoke_async(&mut conn).await.unwrap();

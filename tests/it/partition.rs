@@ -29,7 +29,7 @@ use taskgate_tests::{FaultProxy, McpClient, Stack};
 const LEASE_MS: u64 = 1_500;
 
 /// A task record's status, result, fencing token and reclaim count.
-type Record = (Option<String>, Option<String>, Option<u64>, Option<u64>);
+type Record = (Option<String>, Option<u64>, Option<u64>);
 
 #[derive(Debug, Default)]
 struct Faults {
@@ -133,17 +133,23 @@ async fn partitions_delays_and_kills_never_overlap_two_runs_of_a_task() {
         let mut pipe = redis::pipe();
         for id in chunk {
             let id = TaskId::parse(id).unwrap();
-            pipe.cmd("HMGET").arg(store.keys().task(&id).record).arg(&["status", "result", "fence", "reclaims"]);
+            pipe.cmd("HMGET").arg(store.keys().task(&id).record).arg(&["status", "fence", "reclaims"]);
         }
         let records: Vec<Record> = pipe.query_async(&mut store.conn()).await.unwrap();
-        for (id, (status, result, fence, reclaimed)) in chunk.iter().zip(records) {
+        // The result as every reader gets it (a long one is kept beside the record).
+        let snapshots = futures::future::join_all(chunk.iter().map(|id| {
+            let store = store.clone();
+            async move { store.get_task(&TaskId::parse(id).unwrap()).await.unwrap() }
+        }))
+        .await;
+        for ((id, (status, fence, reclaimed)), snapshot) in chunk.iter().zip(records).zip(snapshots) {
             assert_eq!(status.as_deref(), Some("completed"), "lost or stuck: {id}");
             reclaims += reclaimed.unwrap_or(0);
             let tokens = taskgate_tests::ledger_tokens(ledger_dir.path(), id);
             if tokens.windows(2).any(|w| w[0] > w[1]) {
                 overlaps.push((id.clone(), tokens.clone()));
             }
-            let result: Value = serde_json::from_str(&result.unwrap()).unwrap();
+            let result: Value = serde_json::from_str(snapshot.and_then(|s| s.result).expect("a result").get()).unwrap();
             let winner = result["structuredContent"]["fencingToken"].as_u64();
             if winner != tokens.iter().max().copied() || winner != fence {
                 not_newest.push((id.clone(), winner, fence, tokens));
