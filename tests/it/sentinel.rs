@@ -5,11 +5,10 @@
 //! sentinel settings are refused or reported at start.
 //!
 //! The chaos harness's failover mode is here too ([`failovers_under_load`]): repeated `kill -9`
-//! of the primary under a 32-client create/get/lifecycle load of `ledger` tasks, with
-//! `--durability-replicas 1` (a primary and one replica) and without it (a primary and two),
-//! checked for lost creates, unfinished tasks, overlapping runs and terminal states that change,
-//! and timed from each kill to the first create that succeeds again. Run with `--nocapture` to
-//! see the figures `docs/durability.md` quotes.
+//! of the primary under a 32-client create/get/lifecycle load of `ledger` tasks, with and
+//! without `--durability-replicas` (every replica), checked for lost creates, unfinished tasks, overlapping
+//! runs and terminal states that change, and timed from each kill to the first create that
+//! succeeds again. Run with `--nocapture` to see the figures `docs/durability.md` quotes.
 
 use std::time::{Duration, Instant};
 
@@ -206,8 +205,8 @@ async fn bad_sentinel_settings_are_refused_or_reported_at_start() {
 /// How many primaries [`failovers_under_load`] kills.
 const FAILOVERS: usize = 3;
 
-/// How many replicas the primary of [`failovers_under_load`] has without durability: the shape
-/// of the usual Sentinel charts (a primary and two replicas).
+/// How many replicas the primary of [`failovers_under_load`] has: the shape of the usual
+/// Sentinel charts (a primary and two replicas).
 const REPLICAS: usize = 2;
 
 /// What one client of [`failovers_under_load`] does.
@@ -259,13 +258,13 @@ struct FailoverRun {
 /// task to its end) run `ledger` tasks through one gateway and two workers that know only the
 /// sentinels, while the primary is killed with `kill -9` [`FAILOVERS`] times. After each
 /// failover the dead node comes back as a replica of the new primary, so every kill finds
-/// `replicas` replicas. Leases are shorter than a failover, so runs are reclaimed across it
+/// [`REPLICAS`] replicas. Leases are shorter than a failover, so runs are reclaimed across it
 /// and fencing is exercised. Then every acknowledged task is followed to its end, and the
 /// ledgers and logs are checked.
-async fn failovers_under_load(replicas: usize, gateway_args: &[&str]) -> FailoverRun {
+async fn failovers_under_load(gateway_args: &[&str]) -> FailoverRun {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
-    let mut set = SentinelSet::start_with(replicas).await;
+    let mut set = SentinelSet::start_with(REPLICAS).await;
     let mut args = vec!["--tenant-rps", "0", "--tenant-create-rps", "0", "--tenant-max-active-tasks", "0"];
     args.extend_from_slice(gateway_args);
     let mut stack = Stack::builder().gateways(0).workers(0).spawn().await;
@@ -517,14 +516,14 @@ fn assert_runs_keep_the_rules(run: &FailoverRun) {
     assert!(unexplained.is_empty(), "terminal states that changed with one outcome written: {unexplained:?}");
 }
 
-/// A primary, one replica and `--durability-replicas 1`: every replica acknowledges each create,
-/// so no acknowledged create is lost across repeated failovers under load. (With more replicas
-/// the same holds when `--durability-replicas` counts every one of them: the sentinels may
-/// promote any; docs/durability.md.)
+/// With every replica acknowledging each create (`--durability-replicas` = [`REPLICAS`]), no
+/// acknowledged create is lost across repeated failovers under load, whichever replica the
+/// sentinels promote.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_durability_no_acknowledged_create_is_lost_across_failovers() {
-    let run = failovers_under_load(1, &["--durability-replicas", "1", "--durability-timeout-ms", "500"]).await;
-    report("with --durability-replicas 1", &run);
+    let replicas = REPLICAS.to_string();
+    let run = failovers_under_load(&["--durability-replicas", &replicas, "--durability-timeout-ms", "500"]).await;
+    report(&format!("with --durability-replicas {REPLICAS}"), &run);
     assert!(run.lost.is_empty(), "acknowledged creates lost: {:?}", run.lost);
     assert_runs_keep_the_rules(&run);
 }
@@ -534,7 +533,7 @@ async fn with_durability_no_acknowledged_create_is_lost_across_failovers() {
 /// Tasks that survived keep every other rule.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_durability_what_a_failover_loses_is_measured() {
-    let run = failovers_under_load(REPLICAS, &[]).await;
+    let run = failovers_under_load(&[]).await;
     report("without --durability-replicas", &run);
     let old: Vec<_> = run.lost_before_kill.iter().filter(|d| **d > Duration::from_secs(10)).collect();
     assert!(old.is_empty(), "lost creates acknowledged long before a kill: {old:?}");
