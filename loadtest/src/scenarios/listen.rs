@@ -30,12 +30,23 @@ pub(super) async fn prepare(config: &Config, client: Client, recorder: Arc<Recor
         .map_err(|e| anyhow::anyhow!("creating: {e}"))?;
     let lags: Lags = Arc::new(Mutex::new(histogram()));
     let opened = Arc::new(AtomicUsize::new(0));
+    // Tasks the worker has parked (`input_required`): the measurement starts once every task
+    // is, so that the window holds the cancellations alone, not the worker still claiming the
+    // set-up's tasks.
+    let parked = Arc::new(AtomicUsize::new(0));
     // Streams open `--concurrency` at a time, as a fleet of clients ramps up: all at once, the
     // requests waiting for their headers would be load-shed by the gateway's in-flight bound.
     let opening = Arc::new(tokio::sync::Semaphore::new(config.concurrency.max(1)));
     for id in &ids {
-        let (client, id, lags, opened, recorder, opening) =
-            (client.clone(), id.clone(), lags.clone(), opened.clone(), recorder.clone(), opening.clone());
+        let (client, id, lags, opened, parked, recorder, opening) = (
+            client.clone(),
+            id.clone(),
+            lags.clone(),
+            opened.clone(),
+            parked.clone(),
+            recorder.clone(),
+            opening.clone(),
+        );
         tokio::spawn(async move {
             let permit = opening.acquire_owned().await.expect("the semaphore is never closed");
             let response = match client.listen(&[&id]).await {
@@ -45,8 +56,14 @@ pub(super) async fn prepare(config: &Config, client: Client, recorder: Arc<Recor
             drop(permit);
             opened.fetch_add(1, Ordering::Relaxed);
             let mut stream = SseReader::new(response);
+            let mut seen_parked = false;
             while let Some(message) = stream.next().await {
                 let snapshot = &message["params"];
+                if !seen_parked && message["method"] == "notifications/tasks" && snapshot["status"] == "input_required"
+                {
+                    seen_parked = true;
+                    parked.fetch_add(1, Ordering::Relaxed);
+                }
                 if message["method"] == "notifications/tasks" && snapshot["status"] == "cancelled" {
                     let updated = snapshot["lastUpdatedAt"]
                         .as_str()
@@ -65,6 +82,13 @@ pub(super) async fn prepare(config: &Config, client: Client, recorder: Arc<Recor
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     eprintln!("{} of {k} subscriptions open", opened.load(Ordering::Relaxed));
+    for _ in 0..3000 {
+        if parked.load(Ordering::Relaxed) >= opened.load(Ordering::Relaxed) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("{} of them on parked tasks (waiting for input)", parked.load(Ordering::Relaxed));
     let ids = Arc::new(ids);
     let next = Arc::new(AtomicUsize::new(0));
     let op: Op = Arc::new(move || {
