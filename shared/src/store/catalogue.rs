@@ -52,9 +52,17 @@ impl Store {
         ttl: Duration,
     ) -> Result<Vec<String>, StoreError> {
         let keys = self.keys().catalogue();
-        let mut invocation = scripts::PUBLISH_TOOLS.key(&keys.specs);
-        invocation.key(&keys.live).key(&keys.digests).key(&keys.workers).key(&keys.workers_live);
-        invocation.key(&keys.serving).key(&keys.serving_since).key(&keys.routes).key(&keys.pools);
+        let mut invocation = scripts::PUBLISH_TOOLS.keys([
+            &keys.specs,
+            &keys.live,
+            &keys.digests,
+            &keys.workers,
+            &keys.workers_live,
+            &keys.serving,
+            &keys.serving_since,
+            &keys.routes,
+            &keys.pools,
+        ]);
         invocation
             .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1))
             .arg(digest)
@@ -134,12 +142,8 @@ impl Store {
     /// `/` is a prompt, resource or template (tool names have none).
     pub async fn read_catalogue(&self) -> Result<Published, StoreError> {
         let keys = self.keys().catalogue();
-        let reply: Vec<Value> = scripts::READ_TOOLS
-            .key(&keys.specs)
-            .key(&keys.live)
-            .key(&keys.routes)
-            .invoke_async(&mut self.conn())
-            .await?;
+        let reply: Vec<Value> =
+            scripts::READ_TOOLS.keys([&keys.specs, &keys.live, &keys.routes]).invoke_async(&mut self.conn()).await?;
         let reply = Reply::new(reply);
         let raw = reply.pairs(1)?;
         let mut routes: BTreeMap<String, String> = reply.pairs(2)?.into_iter().collect();

@@ -392,8 +392,8 @@ impl Store {
     /// Cluster this reaches one node; `EVALSHA` falls back to `EVAL` on the others.)
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
         let mut conn = self.conn();
-        for (script, _) in scripts::all() {
-            script.load_async(&mut conn).await?;
+        for file in scripts::all() {
+            file.script.load_async(&mut conn).await?;
         }
         Ok(())
     }

@@ -272,10 +272,7 @@ impl Store {
     ) -> Result<OperatorFail, StoreError> {
         let keys = self.keys().task(id);
         let reply: Vec<Value> = scripts::FAIL_TASK
-            .key(&keys.record)
-            .key(&keys.inputs)
-            .key(&keys.leases)
-            .key(&keys.timeline)
+            .keys([&keys.record, &keys.inputs, &keys.leases, &keys.timeline])
             .arg(id.as_str())
             .arg(error)
             .arg(message)

@@ -81,8 +81,8 @@ impl Store {
             return Ok(Admission::Admitted);
         }
         let keys = self.keys().tenant(tenant);
-        let reply: Vec<Value> = scripts::ADMIT
-            .key(&keys.requests)
+        let reply: Vec<Value> = scripts::ADMIT_REQUEST
+            .keys([&keys.requests])
             .arg(requests.interval_ms())
             .arg(requests.burst)
             .invoke_async(&mut self.conn())
@@ -102,10 +102,8 @@ impl Store {
             return Ok(Admission::Admitted);
         }
         let keys = self.keys().tenant(tenant);
-        let reply: Vec<Value> = scripts::ADMIT
-            .key(&keys.requests)
-            .key(&keys.creations)
-            .key(&keys.active)
+        let reply: Vec<Value> = scripts::ADMIT_TASK
+            .keys([&keys.requests, &keys.creations, &keys.active])
             .arg(requests.interval_ms())
             .arg(requests.burst)
             .arg(task.creations.interval_ms())
@@ -134,10 +132,7 @@ impl Store {
     pub async fn poll_task(&self, id: &TaskId, owner: &Owner, tolerance: f64) -> Result<Polled, StoreError> {
         let keys = self.keys().task(id);
         let reply: Vec<Value> = scripts::POLL_TASK
-            .key(&keys.record)
-            .key(&keys.inputs)
-            .key(&keys.poll)
-            .key(&keys.outcome)
+            .keys([&keys.record, &keys.inputs, &keys.poll, &keys.outcome])
             .arg(&owner.tenant)
             .arg(&owner.principal)
             .arg(tolerance)

@@ -1,76 +1,159 @@
 //! The Lua scripts, loaded once per process. `invoke_async` sends EVALSHA and falls back to
 //! EVAL (then caches) when a server does not know the script yet.
 //!
-//! The table below is the only list: it makes each script's handle, its metric label
+//! The table below is the only list: it makes each script's handles, its metric label
 //! (`script:<file>`) and the list loaded at boot. Every script starts with `prelude.lua`, the
 //! helpers they share.
+//!
+//! A handle is typed by the number of keys its script takes ([`Lua::keys`] wants exactly
+//! that many), and a test holds each script's `KEYS[n]` header to the same count: a key added
+//! on one side and not the other fails the build or the tests, never a request in a Cluster.
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::{Script, ScriptInvocation};
+
+/// A script taking exactly `KEYS` keys.
+pub(super) struct Lua<const KEYS: usize> {
+    script: &'static LazyLock<Script>,
+}
+
+impl<const KEYS: usize> Lua<KEYS> {
+    /// A call with its keys in the order of the script's header; arguments follow.
+    pub(super) fn keys(&self, keys: [&str; KEYS]) -> ScriptInvocation<'static> {
+        let script: &'static Script = self.script;
+        let mut call = script.prepare_invoke();
+        for key in keys {
+            call.key(key);
+        }
+        call
+    }
+}
+
+/// One script file: its text, label and the key counts of its handles.
+pub(super) struct File {
+    pub(super) script: &'static LazyLock<Script>,
+    pub(super) label: &'static str,
+    /// The file's own text (without the prelude), for the header check.
+    #[cfg(test)]
+    source: &'static str,
+    #[cfg(test)]
+    key_counts: &'static [usize],
+}
 
 macro_rules! scripts {
-    ($($name:ident => $file:literal,)*) => {
+    ($($file:ident => $($name:ident: $keys:literal),+;)*) => {
         $(
-            pub(super) static $name: LazyLock<Script> =
-                LazyLock::new(|| Script::new(concat!(
-                    include_str!("scripts/prelude.lua"),
-                    include_str!(concat!("scripts/", $file, ".lua"))
-                )));
+            mod $file {
+                pub(super) static SCRIPT: std::sync::LazyLock<redis::Script> =
+                    std::sync::LazyLock::new(|| redis::Script::new(concat!(
+                        include_str!("scripts/prelude.lua"),
+                        include_str!(concat!("scripts/", stringify!($file), ".lua"))
+                    )));
+            }
+            $(
+                pub(super) static $name: Lua<$keys> = Lua { script: &$file::SCRIPT };
+            )+
         )*
 
-        /// Every script with its label, for loading at boot (so a broken one fails start-up
-        /// rather than a request) and for naming commands in metrics and spans.
-        pub(super) fn all() -> &'static [(&'static LazyLock<Script>, &'static str)] {
-            static ALL: &[(&LazyLock<Script>, &str)] = &[$((&$name, concat!("script:", $file)),)*];
+        /// Every script, for loading at boot (so a broken one fails start-up rather than a
+        /// request) and for naming commands in metrics and spans.
+        pub(super) fn all() -> &'static [File] {
+            static ALL: &[File] = &[$(File {
+                script: &$file::SCRIPT,
+                label: concat!("script:", stringify!($file)),
+                #[cfg(test)]
+                source: include_str!(concat!("scripts/", stringify!($file), ".lua")),
+                #[cfg(test)]
+                key_counts: &[$($keys),+],
+            },)*];
             ALL
         }
     };
 }
 
 scripts! {
-    CREATE_TASK => "create_task",
-    CLAIM_TASK => "claim_task",
-    EXTEND_LEASE => "extend_lease",
-    SET_STATUS => "set_status",
-    REQUEST_INPUT => "request_input",
-    ACCEPT_INPUT => "accept_input",
-    FINISH_TASK => "finish_task",
-    CANCEL_TASK => "cancel_task",
-    RECLAIM_TASK => "reclaim_task",
-    RELEASE_TASK => "release_task",
-    ADMIT => "admit",
-    POLL_TASK => "poll_task",
-    READ_TASK => "read_task",
-    REAP_CONSUMERS => "reap_consumers",
-    PUBLISH_TOOLS => "publish_tools",
-    READ_TOOLS => "read_tools",
-    MARK_STARTED => "mark_started",
-    HOLD_FOR_INPUT => "hold_for_input",
-    HELD_ANSWER => "held_answer",
-    SAVE_STATE => "save_state",
-    WITHDRAW_QUESTION => "withdraw_question",
-    FAIL_TASK => "fail_task",
-    RECORD_STEP => "record_step",
-    PASS_WAKEUP => "pass_wakeup",
+    create_task => CREATE_TASK: 9;
+    claim_task => CLAIM_TASK: 9;
+    extend_lease => EXTEND_LEASE: 2;
+    set_status => SET_STATUS: 1;
+    request_input => REQUEST_INPUT: 5;
+    accept_input => ACCEPT_INPUT: 7;
+    finish_task => FINISH_TASK: 5;
+    cancel_task => CANCEL_TASK: 4;
+    reclaim_task => RECLAIM_TASK: 7;
+    release_task => RELEASE_TASK: 7;
+    // A request alone checks its rate; one that creates a task also the creation rate and the
+    // active-task cap.
+    admit => ADMIT_REQUEST: 1, ADMIT_TASK: 3;
+    poll_task => POLL_TASK: 4;
+    read_task => READ_TASK: 3;
+    reap_consumers => REAP_CONSUMERS: 1;
+    publish_tools => PUBLISH_TOOLS: 9;
+    read_tools => READ_TOOLS: 3;
+    mark_started => MARK_STARTED: 1;
+    hold_for_input => HOLD_FOR_INPUT: 4;
+    held_answer => HELD_ANSWER: 2;
+    save_state => SAVE_STATE: 1;
+    withdraw_question => WITHDRAW_QUESTION: 3;
+    fail_task => FAIL_TASK: 4;
+    record_step => RECORD_STEP: 2;
+    pass_wakeup => PASS_WAKEUP: 1;
 }
 
 /// The script's label for metrics and spans (`script:<name>`), by its SHA-1.
 pub(super) fn label_of(sha: &[u8]) -> Option<&'static str> {
     static HASHES: LazyLock<Vec<(String, &'static str)>> =
-        LazyLock::new(|| all().iter().map(|(script, label)| (script.get_hash().to_owned(), *label)).collect());
+        LazyLock::new(|| all().iter().map(|file| (file.script.get_hash().to_owned(), file.label)).collect());
     HASHES.iter().find(|(hash, _)| hash.as_bytes() == sha).map(|(_, label)| *label)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
+    /// The `n` of every `KEYS[n]` in `text`.
+    fn key_indexes(text: &str) -> BTreeSet<usize> {
+        text.match_indices("KEYS[")
+            .filter_map(|(at, _)| {
+                let rest = &text[at + "KEYS[".len()..];
+                rest[..rest.find(']')?].parse().ok()
+            })
+            .collect()
+    }
+
     #[test]
     fn every_script_has_a_distinct_hash_and_label() {
         let all = super::all();
-        for (i, (script, label)) in all.iter().enumerate() {
-            assert_eq!(super::label_of(script.get_hash().as_bytes()), Some(*label));
-            assert!(all[..i].iter().all(|(other, name)| other.get_hash() != script.get_hash() && name != label));
+        for (i, file) in all.iter().enumerate() {
+            assert_eq!(super::label_of(file.script.get_hash().as_bytes()), Some(file.label));
+            assert!(
+                all[..i]
+                    .iter()
+                    .all(|other| other.script.get_hash() != file.script.get_hash() && other.label != file.label)
+            );
         }
         assert_eq!(super::label_of(b"0000"), None);
+    }
+
+    /// The header (the comment block the file opens with) names every key the Rust side
+    /// passes, `KEYS[1]` to `KEYS[n]` for the largest handle's `n`, and the body reads none
+    /// beyond it.
+    #[test]
+    fn every_script_header_names_exactly_the_keys_its_handles_pass() {
+        for file in super::all() {
+            let header: String =
+                file.source.lines().take_while(|line| line.starts_with("--")).collect::<Vec<_>>().join("\n");
+            let most = *file.key_counts.iter().max().expect("every script has a handle");
+            let expected: BTreeSet<usize> = (1..=most).collect();
+            assert_eq!(key_indexes(&header), expected, "{}: its header's KEYS against its handles' {most}", file.label);
+            let body_most = key_indexes(file.source).into_iter().max().unwrap_or(0);
+            assert!(body_most <= most, "{} reads KEYS[{body_most}], past the {most} its handles pass", file.label);
+        }
+    }
+
+    #[test]
+    fn the_header_check_reads_key_indexes() {
+        assert_eq!(key_indexes("-- KEYS[1] a   KEYS[12] b  KEYS[x] #KEYS"), BTreeSet::from([1, 12]));
     }
 }

@@ -163,11 +163,8 @@ impl Store {
 
     async fn read_task(&self, id: &TaskId, owner: Option<&Owner>) -> Result<Option<Snapshot>, StoreError> {
         let keys = self.keys().task(id);
-        let mut call = scripts::READ_TASK.key(&keys.record);
-        call.key(&keys.inputs)
-            .key(&keys.outcome)
-            .arg(owner.map_or("", |o| o.tenant.as_str()))
-            .arg(owner.map_or("", |o| o.principal.as_str()));
+        let mut call = scripts::READ_TASK.keys([&keys.record, &keys.inputs, &keys.outcome]);
+        call.arg(owner.map_or("", |o| o.tenant.as_str())).arg(owner.map_or("", |o| o.principal.as_str()));
         for field in SNAPSHOT_FIELDS {
             call.arg(field);
         }
@@ -188,14 +185,16 @@ impl Store {
         // `default`; a task of another pool costs a second round trip (store/pools.rs).
         let reply = self
             .on_pool_queue(id, super::DEFAULT_POOL, |queue: super::QueueKeys, pool: &str| {
-                let mut call = scripts::ACCEPT_INPUT.key(&keys.record);
-                call.key(&keys.inputs)
-                    .key(&keys.answers)
-                    .key(queue.stream)
-                    .key(&keys.timeline)
-                    .key(queue.ready)
-                    .key(queue.fair)
-                    .arg(id.as_str())
+                let mut call = scripts::ACCEPT_INPUT.keys([
+                    &keys.record,
+                    &keys.inputs,
+                    &keys.answers,
+                    &queue.stream,
+                    &keys.timeline,
+                    &queue.ready,
+                    &queue.fair,
+                ]);
+                call.arg(id.as_str())
                     .arg(&owner.tenant)
                     .arg(&owner.principal)
                     .arg(self.events_channel(id))
@@ -247,10 +246,7 @@ impl Store {
         let keys = self.keys().task(id);
         let (by, why) = operator.unwrap_or_default();
         let reply: Vec<Value> = scripts::CANCEL_TASK
-            .key(&keys.record)
-            .key(&keys.inputs)
-            .key(&keys.leases)
-            .key(&keys.timeline)
+            .keys([&keys.record, &keys.inputs, &keys.leases, &keys.timeline])
             .arg(id.as_str())
             .arg(owner.map_or("", |o| o.tenant.as_str()))
             .arg(owner.map_or("", |o| o.principal.as_str()))
@@ -266,20 +262,22 @@ impl Store {
 }
 
 fn create_invocation<'a>(store: &Store, keys: &'a super::TaskKeys, task: &NewTask<'_>) -> redis::ScriptInvocation<'a> {
-    let mut call = scripts::CREATE_TASK.key(&keys.record);
     let shard = task.id.shard();
     // The pool's queue is declared like every other key: the create stays one script in one
     // slot (the shard's), one round trip.
     let queue = store.keys().queue(shard, task.pool);
-    call.key(queue.stream)
-        .key(&keys.answers)
-        .key(&keys.timeline)
-        .key(store.keys().task_index(shard, None))
-        .key(store.keys().task_index(shard, Some(&task.owner.tenant)))
-        .key(queue.ready)
-        .key(queue.fair)
-        .key(&keys.args)
-        .arg(task.id.as_str())
+    let mut call = scripts::CREATE_TASK.keys([
+        &keys.record,
+        &queue.stream,
+        &keys.answers,
+        &keys.timeline,
+        &store.keys().task_index(shard, None),
+        &store.keys().task_index(shard, Some(&task.owner.tenant)),
+        &queue.ready,
+        &queue.fair,
+        &keys.args,
+    ]);
+    call.arg(task.id.as_str())
         .arg(&task.owner.tenant)
         .arg(&task.owner.principal)
         .arg(task.tool)

@@ -65,15 +65,17 @@ impl Store {
         for _ in 0..MAX_REDIRECTS {
             let keys = self.keys().task(&delivery.task_id);
             let reply: Vec<Value> = scripts::CLAIM_TASK
-                .key(&keys.record)
-                .key(&queue.stream)
-                .key(&keys.leases)
-                .key(&keys.answers)
-                .key(&keys.timeline)
-                .key(&keys.steps)
-                .key(&queue.ready)
-                .key(&queue.fair)
-                .key(&keys.args)
+                .keys([
+                    &keys.record,
+                    &queue.stream,
+                    &keys.leases,
+                    &keys.answers,
+                    &keys.timeline,
+                    &keys.steps,
+                    &queue.ready,
+                    &queue.fair,
+                    &keys.args,
+                ])
                 .arg(&delivery.entry_id)
                 .arg(delivery.task_id.as_str())
                 .arg(worker)
@@ -90,7 +92,7 @@ impl Store {
             }
         }
         let _passed: u8 = scripts::PASS_WAKEUP
-            .key(&queue.stream)
+            .keys([&queue.stream])
             .arg(&delivery.entry_id)
             .arg(WORKER_GROUP)
             .arg(delivery.task_id.as_str())

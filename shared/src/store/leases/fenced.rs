@@ -50,8 +50,7 @@ impl Store {
     pub async fn renew(&self, lease: Lease<'_>, duration: Duration) -> Result<Renewal, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let reply: Vec<Value> = scripts::EXTEND_LEASE
-            .key(&keys.record)
-            .key(&keys.leases)
+            .keys([&keys.record, &keys.leases])
             .arg(lease.task_id.as_str())
             .arg(lease.worker)
             .arg(lease.fence)
@@ -65,7 +64,7 @@ impl Store {
     pub async fn set_status(&self, lease: Lease<'_>, message: &str) -> Result<bool, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let reply: Vec<Value> = scripts::SET_STATUS
-            .key(&keys.record)
+            .keys([&keys.record])
             .arg(lease.task_id.as_str())
             .arg(lease.worker)
             .arg(lease.fence)
@@ -82,7 +81,7 @@ impl Store {
     pub async fn mark_started(&self, lease: Lease<'_>) -> Result<Started, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let reply: Vec<Value> = scripts::MARK_STARTED
-            .key(&keys.record)
+            .keys([&keys.record])
             .arg(lease.worker)
             .arg(lease.fence)
             .invoke_async(&mut self.conn())
@@ -95,7 +94,7 @@ impl Store {
     pub async fn save_state(&self, lease: Lease<'_>, state: &str) -> Result<bool, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let reply: Vec<Value> = scripts::SAVE_STATE
-            .key(&keys.record)
+            .keys([&keys.record])
             .arg(lease.worker)
             .arg(lease.fence)
             .arg(state)
@@ -110,8 +109,7 @@ impl Store {
     pub async fn record_step(&self, lease: Lease<'_>, name: &str, result: &str) -> Result<bool, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let reply: Vec<Value> = scripts::RECORD_STEP
-            .key(&keys.record)
-            .key(&keys.steps)
+            .keys([&keys.record, &keys.steps])
             .arg(lease.worker)
             .arg(lease.fence)
             .arg(name)
@@ -130,11 +128,7 @@ impl Store {
             Finish::Cancelled { message } => (TaskStatus::Cancelled, "", "", Some(message)),
         };
         let reply: Vec<Value> = scripts::FINISH_TASK
-            .key(&keys.record)
-            .key(&keys.leases)
-            .key(&keys.inputs)
-            .key(&keys.timeline)
-            .key(&keys.outcome)
+            .keys([&keys.record, &keys.leases, &keys.inputs, &keys.timeline, &keys.outcome])
             .arg(lease.task_id.as_str())
             .arg(lease.worker)
             .arg(lease.fence)

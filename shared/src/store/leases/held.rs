@@ -51,10 +51,7 @@ impl Store {
     ) -> Result<Hold, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let reply: Vec<Value> = scripts::HOLD_FOR_INPUT
-            .key(&keys.record)
-            .key(&keys.inputs)
-            .key(&keys.issued)
-            .key(&keys.timeline)
+            .keys([&keys.record, &keys.inputs, &keys.issued, &keys.timeline])
             .arg(lease.task_id.as_str())
             .arg(lease.worker)
             .arg(lease.fence)
@@ -72,9 +69,7 @@ impl Store {
     pub async fn withdraw_question(&self, lease: Lease<'_>, message: &str) -> Result<bool, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let reply: Vec<Value> = scripts::WITHDRAW_QUESTION
-            .key(&keys.record)
-            .key(&keys.inputs)
-            .key(&keys.timeline)
+            .keys([&keys.record, &keys.inputs, &keys.timeline])
             .arg(lease.task_id.as_str())
             .arg(lease.worker)
             .arg(lease.fence)
@@ -89,8 +84,7 @@ impl Store {
     pub async fn held_answer(&self, lease: Lease<'_>, key: &str) -> Result<HeldAnswer, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let reply: Vec<Value> = scripts::HELD_ANSWER
-            .key(&keys.record)
-            .key(&keys.answers)
+            .keys([&keys.record, &keys.answers])
             .arg(lease.worker)
             .arg(lease.fence)
             .arg(key)
@@ -110,12 +104,9 @@ impl Store {
         cancelled_message: &str,
     ) -> Result<Parked, StoreError> {
         let keys = self.keys().task(lease.task_id);
-        let mut call = scripts::REQUEST_INPUT.key(&keys.record);
-        call.key(&keys.leases)
-            .key(&keys.inputs)
-            .key(&keys.issued)
-            .key(&keys.timeline)
-            .arg(lease.task_id.as_str())
+        let mut call =
+            scripts::REQUEST_INPUT.keys([&keys.record, &keys.leases, &keys.inputs, &keys.issued, &keys.timeline]);
+        call.arg(lease.task_id.as_str())
             .arg(lease.worker)
             .arg(lease.fence)
             .arg(message.unwrap_or(""))

@@ -115,7 +115,7 @@ impl Store {
         min_idle: Duration,
     ) -> Result<u64, StoreError> {
         let deleted: u64 = scripts::REAP_CONSUMERS
-            .key(self.keys().queue(shard, pool).stream)
+            .keys([&self.keys().queue(shard, pool).stream])
             .arg(WORKER_GROUP)
             .arg(millis(min_idle))
             .arg(own.unwrap_or(""))

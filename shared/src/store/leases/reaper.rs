@@ -49,14 +49,16 @@ impl Store {
         let keys = self.keys().task(lease.task_id);
         let reply = self
             .on_pool_queue(lease.task_id, pool, |queue: QueueKeys, pool: &str| {
-                let mut call = scripts::RELEASE_TASK.key(&keys.record);
-                call.key(&keys.leases)
-                    .key(queue.stream)
-                    .key(&keys.inputs)
-                    .key(&keys.timeline)
-                    .key(queue.ready)
-                    .key(queue.fair)
-                    .arg(lease.task_id.as_str())
+                let mut call = scripts::RELEASE_TASK.keys([
+                    &keys.record,
+                    &keys.leases,
+                    &queue.stream,
+                    &keys.inputs,
+                    &keys.timeline,
+                    &queue.ready,
+                    &queue.fair,
+                ]);
+                call.arg(lease.task_id.as_str())
                     .arg(lease.worker)
                     .arg(lease.fence)
                     .arg(cancelled_message)
@@ -100,14 +102,16 @@ impl Store {
         let keys = self.keys().task(task_id);
         let reply = self
             .on_pool_queue(task_id, pool, |queue: QueueKeys, pool: &str| {
-                let mut call = scripts::RECLAIM_TASK.key(&keys.record);
-                call.key(&keys.leases)
-                    .key(queue.stream)
-                    .key(&keys.inputs)
-                    .key(&keys.timeline)
-                    .key(queue.ready)
-                    .key(queue.fair)
-                    .arg(task_id.as_str())
+                let mut call = scripts::RECLAIM_TASK.keys([
+                    &keys.record,
+                    &keys.leases,
+                    &queue.stream,
+                    &keys.inputs,
+                    &keys.timeline,
+                    &queue.ready,
+                    &queue.fair,
+                ]);
+                call.arg(task_id.as_str())
                     .arg(max_reclaims)
                     .arg(failure_error)
                     .arg(failure_message)
