@@ -89,22 +89,6 @@ pub(crate) fn init() {
     }
 }
 
-/// An operator's fail (the console): the transition, from the status the task had.
-pub(crate) fn count_operator_fail(from: taskgate_shared::task::TaskStatus) {
-    metrics::TASKS.transition(from.as_str(), "failed");
-}
-
-/// A cancel that ended a queued or parked task at the gateway: the transition (a running task
-/// is ended by its worker, which counts it).
-pub(crate) fn count_cancel(outcome: taskgate_shared::store::CancelOutcome) {
-    if let taskgate_shared::store::CancelOutcome::Cancelled { from, waited } = outcome {
-        metrics::TASKS.transition(from.as_str(), "cancelled");
-        if let Some(waited) = waited {
-            metrics::TASKS.left_state(from.as_str(), waited);
-        }
-    }
-}
-
 /// How a request ended, for the outcome label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {

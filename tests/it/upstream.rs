@@ -221,8 +221,14 @@ async fn input_requests_from_an_older_upstream_are_declined_by_default() {
 /// `elicitation = "hold"` and its stack: a legacy stdio fixture, a 1.5 s lease, and a call
 /// inactivity timeout of 1 s, which time spent holding a question must not count against.
 async fn holding_stack() -> (Stack, PathBuf, PathBuf) {
+    holding_stack_with(&[]).await
+}
+
+/// [`holding_stack`] with more worker arguments.
+async fn holding_stack_with(worker_args: &[&str]) -> (Stack, PathBuf, PathBuf) {
     let extra = "elicitation = \"hold\"\ntimeout_ms = 1000\n";
-    stack_from(Stack::builder(), Transport::Stdio { legacy: true }, extra, &["--lease-ms", "1500"]).await
+    let args = [&["--lease-ms", "1500"], worker_args].concat();
+    stack_from(Stack::builder(), Transport::Stdio { legacy: true }, extra, &args).await
 }
 
 /// The task's lease end as its record holds it, and Redis's clock, in ms.
@@ -246,7 +252,8 @@ pub(crate) async fn held_question(client: &McpClient, task: &str) -> (String, Va
 /// `input_required` (outliving several lease renewals) and the answer reaches the server.
 #[tokio::test]
 async fn a_held_question_is_answered_through_the_task() {
-    let (stack, _file, log) = holding_stack().await;
+    let listen = format!("127.0.0.1:{}", free_port());
+    let (stack, _file, log) = holding_stack_with(&["--metrics-listen", listen.as_str()]).await;
     let client = stack.client(0);
     wait_for_tool(&client, "fx__ask", PATIENCE).await;
     let task = client.create_task("fx__ask", json!({})).await;
@@ -271,6 +278,18 @@ async fn a_held_question_is_answered_through_the_task() {
     let text = done["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned();
     assert!(text.contains("action: Accept") && text.contains("\"ok\": Bool(true)"), "{done}");
     assert!(fixture_log(&log).contains("ask answered"), "{}", fixture_log(&log));
+    // Each transition counted once, by the process that made it: the worker's hold and finish,
+    // the gateway's resume on the answer.
+    let transition =
+        |s: &Scrape, from: &str, to: &str| s.get("taskgate_task_transitions_total", &[("from", from), ("to", to)]);
+    let worker = eventually(PATIENCE, "the worker to count the finish", || async {
+        let worker = Scrape::of(&format!("http://{listen}/metrics")).await;
+        (transition(&worker, "working", "completed") == 1.0).then_some(worker)
+    })
+    .await;
+    assert_eq!(transition(&worker, "working", "input_required"), 1.0, "the held question");
+    let gateway = Scrape::of(&format!("{}/metrics", stack.gateways[0].url.clone().unwrap())).await;
+    assert_eq!(transition(&gateway, "input_required", "working"), 1.0, "the answer");
     // Holding covers elicitation only: sampling is still refused.
     let sampled = run(&client, "fx__sample", json!({})).await;
     let text = sampled["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned();

@@ -47,7 +47,6 @@ pub(super) async fn cancel(
     let message = format!("Cancelled by an operator: {reason}");
     let outcome = state.store.cancel_task_as_operator(&id, &message, &by, &reason).await?;
     tracing::info!(target: "taskgate::audit", action = "cancel", task_id = %id, by = %by, reason = %reason, outcome = ?outcome, "console: task cancelled");
-    crate::metrics::count_cancel(outcome);
     if matches!(outcome, CancelOutcome::Cancelled { .. }) {
         if let Some(tenant) = inspection.record.get("tenant") {
             crate::mcp::release_active(&state, &id, tenant).await;
@@ -73,8 +72,7 @@ pub(super) async fn fail(
     let error = serde_json::json!({ "code": -32603, "message": message }).to_string();
     let outcome = state.store.fail_task_as_operator(&id, &error, &message, &by, &reason).await?;
     tracing::info!(target: "taskgate::audit", action = "fail", task_id = %id, by = %by, reason = %reason, outcome = ?outcome, "console: task failed");
-    if let OperatorFail::Failed { from, counted_tenant } = outcome {
-        crate::metrics::count_operator_fail(from);
+    if let OperatorFail::Failed { counted_tenant, .. } = outcome {
         if let Some(tenant) = counted_tenant {
             crate::mcp::release_active(&state, &id, &tenant).await;
         }

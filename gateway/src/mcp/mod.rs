@@ -22,7 +22,6 @@ use taskgate_shared::protocol::method::Admission;
 use taskgate_shared::protocol::{ErrorKind, Incoming, Method, Params, RpcError, ValidMeta, meta, params};
 
 use taskgate_shared::task::TaskId;
-use taskgate_shared::telemetry::metrics::TASKS;
 use taskgate_shared::telemetry::trace;
 
 pub(crate) use reply::{Reply, Stream};
@@ -194,7 +193,6 @@ pub(crate) async fn write_task(
         }
     };
     crate::metrics::METRICS.tasks_created.with_label_values(&[tool]).inc();
-    TASKS.transition("none", "working");
     Ok(created)
 }
 
@@ -210,7 +208,6 @@ pub(crate) fn counts_active(state: &AppState) -> bool {
 pub(crate) async fn abandon_task(state: &AppState, id: &TaskId, owner: &taskgate_shared::task::Owner, message: &str) {
     match state.store.cancel_task(id, owner, message).await {
         Ok(outcome) => {
-            crate::metrics::count_cancel(outcome);
             if outcome != taskgate_shared::store::CancelOutcome::Signalled {
                 release_active(state, id, &owner.tenant).await;
             }

@@ -13,7 +13,7 @@ use redis::Value;
 
 use super::reply::Reply;
 use super::{Store, StoreError, scripts};
-use crate::task::{TaskId, TaskStatus};
+use crate::task::{Actor, TaskId, TaskStatus, Transition};
 
 /// Index entries examined at most per page request, as a multiple of the page size: a filter
 /// that matches little returns a short page and a cursor to go on from, not an unbounded scan.
@@ -282,7 +282,11 @@ impl Store {
             .arg(why)
             .invoke_async(&mut self.conn())
             .await?;
-        OperatorFail::try_from(Reply::new(reply))
+        let outcome = OperatorFail::try_from(Reply::new(reply))?;
+        if let OperatorFail::Failed { from, .. } = &outcome {
+            super::transitions::emit(id, Transition::new(Some(*from), TaskStatus::Failed, Actor::Operator));
+        }
+        Ok(outcome)
     }
 }
 

@@ -26,6 +26,7 @@ mod reply;
 mod scripts;
 mod sentinel;
 mod tasks;
+mod transitions;
 
 pub use catalogue::Published;
 pub use compact::stored_capabilities;

@@ -117,11 +117,12 @@ impl TryFrom<Reply> for Fenced {
     }
 }
 
-/// `withdraw_question`: taken back (an answer that came meanwhile counts too), or the lease
-/// was lost.
+/// `withdraw_question`: taken back, answered meanwhile (the task is working again either
+/// way), or the lease was lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Withdrawn {
-    Withdrawn,
+    TakenBack,
+    AlreadyAnswered,
     LeaseLost,
 }
 
@@ -130,7 +131,8 @@ impl TryFrom<Reply> for Withdrawn {
 
     fn try_from(reply: Reply) -> Result<Self, StoreError> {
         match reply.code()? {
-            code::OK | code::NOTHING => Ok(Self::Withdrawn),
+            code::OK => Ok(Self::TakenBack),
+            code::NOTHING => Ok(Self::AlreadyAnswered),
             code::LEASE_LOST => Ok(Self::LeaseLost),
             _ => Err(reply.unexpected_code()),
         }
@@ -430,7 +432,8 @@ mod tests {
         assert_eq!(Fenced::try_from(reply(vec![Value::Int(-2)])).unwrap(), Fenced::LeaseLost);
         assert!(matches!(Fenced::try_from(reply(vec![Value::Int(7)])), Err(StoreError::UnexpectedReply(_))));
         assert!(Fenced::try_from(reply(vec![])).is_err(), "an empty reply is an error, not a panic");
-        assert_eq!(Withdrawn::try_from(reply(vec![Value::Int(0)])).unwrap(), Withdrawn::Withdrawn);
+        assert_eq!(Withdrawn::try_from(reply(vec![Value::Int(1), Value::Int(4)])).unwrap(), Withdrawn::TakenBack);
+        assert_eq!(Withdrawn::try_from(reply(vec![Value::Int(0)])).unwrap(), Withdrawn::AlreadyAnswered);
     }
 
     #[test]

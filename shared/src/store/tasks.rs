@@ -4,8 +4,9 @@ use redis::Value;
 use serde_json::Map;
 
 use super::reply::Reply;
+use super::transitions::emit;
 use super::{Store, StoreError, scripts};
-use crate::task::{Owner, Snapshot, SnapshotError, TaskId, TaskStatus};
+use crate::task::{Actor, Owner, Snapshot, SnapshotError, TaskId, TaskStatus, Transition};
 
 /// What `create_task` writes.
 #[derive(Debug, Clone)]
@@ -88,7 +89,9 @@ impl Store {
     pub async fn create_task(&self, task: NewTask<'_>) -> Result<i64, StoreError> {
         let keys = self.keys().task(task.id);
         let reply = Reply::new(create_invocation(self, &keys, &task).invoke_async(&mut self.conn()).await?);
-        reply.created_at()
+        let created = reply.created_at()?;
+        emit(task.id, Transition::new(None, TaskStatus::Working, Actor::Client));
+        Ok(created)
     }
 
     /// [`Store::create_task`], then `WAIT replicas timeout` on the same connection, in the same
@@ -129,7 +132,9 @@ impl Store {
                 return Err(err.into());
             }
         };
-        Ok((Reply::new(created).created_at()?, acked))
+        let created = Reply::new(created).created_at()?;
+        emit(task.id, Transition::new(None, TaskStatus::Working, Actor::Client));
+        Ok((created, acked))
     }
 
     /// The state a tool saved on its task (`None`: nothing saved, or no such task).
@@ -207,7 +212,14 @@ impl Store {
                 call
             })
             .await?;
-        Answered::try_from(reply)
+        let answered = Answered::try_from(reply)?;
+        if let Answered::Applied { resumed: true, waited, .. } = answered {
+            emit(
+                id,
+                Transition::new(Some(TaskStatus::InputRequired), TaskStatus::Working, Actor::Client).after(waited),
+            );
+        }
+        Ok(answered)
     }
 
     /// Publishes an ephemeral notification about a task (see `Keys::notify_channel`).
@@ -257,7 +269,12 @@ impl Store {
             .arg(why)
             .invoke_async(&mut self.conn())
             .await?;
-        CancelOutcome::try_from(Reply::new(reply))
+        let outcome = CancelOutcome::try_from(Reply::new(reply))?;
+        if let CancelOutcome::Cancelled { from, waited } = outcome {
+            let by = if operator.is_some() { Actor::Operator } else { Actor::Client };
+            emit(id, Transition::new(Some(from), TaskStatus::Cancelled, by).after(waited));
+        }
+        Ok(outcome)
     }
 }
 

@@ -3,10 +3,12 @@
 mod id;
 mod snapshot;
 mod timestamp;
+mod transition;
 
 pub use id::TaskId;
 pub use snapshot::{Snapshot, SnapshotError};
 pub use timestamp::{iso8601_ms, now_ms, parse_iso8601_ms, write_iso8601_ms};
+pub use transition::{Actor, Transition};
 
 /// A task's status. `completed`, `failed` and `cancelled` are terminal and never change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -109,8 +109,8 @@ async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
             METRICS.tool_run(&claim.tool, outcome.label(), started.elapsed());
             if let Outcome::Done(Err(ToolError::Suspend)) = outcome {
                 let parked = park(&shared, &task_id, claim.fence, &ctx).await;
-                if let Some(to) = parked {
-                    TASKS.transition("working", to);
+                if parked.is_some() {
+                    // The store counts the transition; the time spent working is this run's.
                     TASKS.left_state("working", started.elapsed());
                 }
                 if parked.is_some_and(|to| to != "input_required") {
@@ -123,8 +123,8 @@ async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
         }
     };
     held.ending.cancel();
-    if let Some(to) = write(&shared, &task_id, claim.fence, outcome).await {
-        TASKS.transition("working", to);
+    if write(&shared, &task_id, claim.fence, outcome).await.is_some() {
+        // The store counts the transition; the time spent working is this run's.
         TASKS.left_state("working", started.elapsed());
         super::reaper::release_active(&shared, claim.tenant.as_deref(), &task_id).await;
     }

@@ -13,8 +13,6 @@ use std::time::Duration;
 use serde_json::json;
 use taskgate_shared::store::Reclaimed;
 
-use taskgate_shared::telemetry::metrics::TASKS;
-
 use taskgate_shared::task::now_ms;
 
 use super::Shared;
@@ -72,13 +70,11 @@ async fn reclaim_shard(shared: &Shared, shard: u8, failure: &str) {
             }
             Ok(Reclaimed::Failed { tenant }) => {
                 METRICS.leases_reclaimed.inc();
-                TASKS.transition("working", "failed");
                 tracing::warn!(task_id = %id, "lease expired too often; task failed");
                 release_active(shared, tenant.as_deref(), &id).await;
             }
             Ok(Reclaimed::Cancelled { tenant }) => {
                 METRICS.leases_reclaimed.inc();
-                TASKS.transition("working", "cancelled");
                 tracing::info!(task_id = %id, "lease expired on a cancelled task; task cancelled");
                 release_active(shared, tenant.as_deref(), &id).await;
             }

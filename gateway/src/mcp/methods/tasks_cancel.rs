@@ -23,7 +23,6 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
         // Already terminal may be this same cancel re-sent after a lost reply: releasing again
         // is harmless, and skipping it could leave the slot held.
         CancelOutcome::Cancelled { .. } | CancelOutcome::AlreadyTerminal => {
-            crate::metrics::count_cancel(outcome);
             release_active(call.state, &id, &owner.tenant).await;
             Ok(result::ack())
         }

@@ -7,7 +7,6 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use taskgate_shared::protocol::{RpcError, result};
 use taskgate_shared::store::Answered;
-use taskgate_shared::telemetry::metrics::TASKS;
 
 use crate::error::GatewayError;
 use crate::mcp::{Call, task_id, task_not_found};
@@ -43,13 +42,6 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
     }
     match answered {
         Answered::NotFound => Err(task_not_found().into()),
-        Answered::Applied { resumed: true, waited, .. } => {
-            TASKS.transition("input_required", "working");
-            if let Some(waited) = waited {
-                TASKS.left_state("input_required", waited);
-            }
-            Ok(result::ack())
-        }
         Answered::Ignored | Answered::Applied { .. } => Ok(result::ack()),
     }
 }

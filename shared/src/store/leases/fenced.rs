@@ -7,8 +7,9 @@ use redis::Value;
 
 use super::{Lease, millis};
 use crate::store::reply::{Fenced, Reply};
+use crate::store::transitions::emit;
 use crate::store::{Store, StoreError, scripts};
-use crate::task::TaskStatus;
+use crate::task::{Actor, TaskStatus, Transition};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Renewal {
@@ -139,6 +140,12 @@ impl Store {
             .arg(self.events_channel(lease.task_id))
             .invoke_async(&mut self.conn())
             .await?;
-        Ok(Fenced::try_from(Reply::new(reply))?.written())
+        let written = Fenced::try_from(Reply::new(reply))?.written();
+        if written {
+            // From `working` as far as the store knows: a held task (showing `input_required`)
+            // finished by its holder is counted from `working` too.
+            emit(lease.task_id, Transition::new(Some(TaskStatus::Working), status, Actor::Worker));
+        }
+        Ok(written)
     }
 }

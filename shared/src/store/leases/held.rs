@@ -4,7 +4,9 @@ use redis::Value;
 
 use super::Lease;
 use crate::store::reply::{Reply, Withdrawn};
+use crate::store::transitions::emit;
 use crate::store::{Store, StoreError, scripts};
+use crate::task::{Actor, TaskStatus, Transition};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Parked {
@@ -61,7 +63,11 @@ impl Store {
             .arg(request)
             .invoke_async(&mut self.conn())
             .await?;
-        Hold::try_from(Reply::new(reply))
+        let hold = Hold::try_from(Reply::new(reply))?;
+        if hold == Hold::Held {
+            emit(lease.task_id, Transition::new(Some(TaskStatus::Working), TaskStatus::InputRequired, Actor::Worker));
+        }
+        Ok(hold)
     }
 
     /// Takes a held question back (its asker stopped waiting); the task is working again.
@@ -77,7 +83,18 @@ impl Store {
             .arg(self.events_channel(lease.task_id))
             .invoke_async(&mut self.conn())
             .await?;
-        Ok(Withdrawn::try_from(Reply::new(reply))? == Withdrawn::Withdrawn)
+        Ok(match Withdrawn::try_from(Reply::new(reply))? {
+            Withdrawn::TakenBack => {
+                emit(
+                    lease.task_id,
+                    Transition::new(Some(TaskStatus::InputRequired), TaskStatus::Working, Actor::Worker),
+                );
+                true
+            }
+            // The answer resumed it, and that transition was counted then.
+            Withdrawn::AlreadyAnswered => true,
+            Withdrawn::LeaseLost => false,
+        })
     }
 
     /// The answer to a held request, if it came.
@@ -116,6 +133,15 @@ impl Store {
         for (key, request) in requests {
             call.arg(key).arg(request);
         }
-        Parked::try_from(Reply::new(call.invoke_async(&mut self.conn()).await?))
+        let parked = Parked::try_from(Reply::new(call.invoke_async(&mut self.conn()).await?))?;
+        let to = match parked {
+            Parked::Parked => Some(TaskStatus::InputRequired),
+            Parked::CancelledInstead => Some(TaskStatus::Cancelled),
+            Parked::LeaseLost | Parked::KeyReused(_) => None,
+        };
+        if let Some(to) = to {
+            emit(lease.task_id, Transition::new(Some(TaskStatus::Working), to, Actor::Worker));
+        }
+        Ok(parked)
     }
 }

@@ -2,8 +2,9 @@
 //! expired ones.
 
 use super::Lease;
+use crate::store::transitions::emit;
 use crate::store::{QueueKeys, Store, StoreError, scripts};
-use crate::task::TaskId;
+use crate::task::{Actor, TaskId, TaskStatus, Transition};
 
 /// The outcome of a held question whose worker stopped: the upstream session it belonged to is
 /// gone, so nobody can take the answer any more.
@@ -69,7 +70,17 @@ impl Store {
                 call
             })
             .await?;
-        Released::try_from(reply)
+        let released = Released::try_from(reply)?;
+        let ended = match released {
+            Released::Cancelled => Some((TaskStatus::Working, TaskStatus::Cancelled)),
+            // Only a task holding a question (shown as `input_required`) fails on release.
+            Released::Failed => Some((TaskStatus::InputRequired, TaskStatus::Failed)),
+            Released::Requeued | Released::LeaseLost => None,
+        };
+        if let Some((from, to)) = ended {
+            emit(lease.task_id, Transition::new(Some(from), to, Actor::Worker));
+        }
+        Ok(released)
     }
 
     /// Task ids in a shard's lease index whose lease is due by the caller's clock. A hint:
@@ -123,6 +134,15 @@ impl Store {
                 call
             })
             .await?;
-        Reclaimed::try_from(reply)
+        let reclaimed = Reclaimed::try_from(reply)?;
+        let to = match reclaimed {
+            Reclaimed::Failed { .. } => Some(TaskStatus::Failed),
+            Reclaimed::Cancelled { .. } => Some(TaskStatus::Cancelled),
+            Reclaimed::Nothing | Reclaimed::Requeued | Reclaimed::AlreadyEnded { .. } => None,
+        };
+        if let Some(to) = to {
+            emit(task_id, Transition::new(Some(TaskStatus::Working), to, Actor::Reaper));
+        }
+        Ok(reclaimed)
     }
 }
