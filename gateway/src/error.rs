@@ -13,7 +13,10 @@
 //! - storage: 500 with a bare `-32603`, the cause in the log only;
 //! - the request pipeline's own answers: 503 overloaded, 504 timed out, 500 panicked.
 
+use std::sync::Arc;
+
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use serde_json::Value;
 use taskgate_shared::protocol::{ErrorKind, RpcError};
 use taskgate_shared::store::{Limit, StoreError};
 
@@ -37,7 +40,12 @@ pub(crate) enum Framing {
 #[derive(Debug)]
 pub(crate) enum GatewayError {
     Framing(Framing),
-    Auth(AuthError),
+    /// Refused by authentication, with the configured scheme's challenge for the
+    /// `WWW-Authenticate` header.
+    Auth {
+        error: AuthError,
+        challenge: Option<Arc<Challenge>>,
+    },
     /// The validation ladder refused the request before its method ran.
     Envelope(RpcError),
     /// The method ran and refused: the error is in-band.
@@ -87,32 +95,30 @@ impl Answer {
 }
 
 impl GatewayError {
-    /// The whole mapping. `challenge` is the configured authentication's (none under
-    /// `--auth none`, where no request fails authentication).
-    pub(crate) fn answer(&self, challenge: Option<&Challenge>) -> Answer {
+    /// The whole mapping.
+    pub(crate) fn answer(&self) -> Answer {
         match self {
             Self::Framing(framing) => framing_answer(*framing),
-            Self::Auth(err) => match (err, challenge) {
-                (_, None) => Answer::new(StatusCode::UNAUTHORIZED, RpcError::internal()),
-                (AuthError::Missing | AuthError::Invalid(_), Some(c)) => {
-                    Answer::new(StatusCode::UNAUTHORIZED, RpcError::unauthorized())
-                        .with_header(header::WWW_AUTHENTICATE, HeaderValue::from_str(&c.invalid_token()).ok())
-                }
-                (AuthError::InsufficientScope, Some(c)) => Answer::new(StatusCode::FORBIDDEN, RpcError::forbidden())
-                    .with_header(header::WWW_AUTHENTICATE, HeaderValue::from_str(&c.insufficient_scope()).ok()),
-            },
-            Self::Envelope(err) => Answer::new(status_of(err.kind, Stage::Envelope), err.clone()),
-            Self::Method(err) => {
-                let answer = Answer::new(status_of(err.kind, Stage::Method), err.clone());
-                // A tool's stored -31429 still tells the client when to come back.
-                match err.kind {
-                    ErrorKind::RateLimited => {
-                        let retry_ms = err.data.as_ref().and_then(|d| d.get("retryAfterMs")).and_then(|v| v.as_u64());
-                        answer.with_header(header::RETRY_AFTER, Some(retry_after(retry_ms.unwrap_or(1_000))))
-                    }
-                    _ => answer,
-                }
+            Self::Auth { error: AuthError::Missing | AuthError::Invalid(_), challenge } => {
+                Answer::new(StatusCode::UNAUTHORIZED, RpcError::unauthorized()).with_header(
+                    header::WWW_AUTHENTICATE,
+                    challenge.as_ref().and_then(|c| HeaderValue::from_str(&c.invalid_token()).ok()),
+                )
             }
+            Self::Auth { error: AuthError::InsufficientScope, challenge } => {
+                Answer::new(StatusCode::FORBIDDEN, RpcError::forbidden()).with_header(
+                    header::WWW_AUTHENTICATE,
+                    challenge.as_ref().and_then(|c| HeaderValue::from_str(&c.insufficient_scope()).ok()),
+                )
+            }
+            Self::Envelope(err) => Answer::new(status_of(err.kind, Stage::Envelope), err.clone()),
+            // A tool's stored -31429 still tells the client when to come back.
+            Self::Method(err) if err.kind == ErrorKind::RateLimited => {
+                let retry_ms = err.data.as_ref().and_then(|d| d.get("retryAfterMs")).and_then(Value::as_u64);
+                Answer::new(status_of(err.kind, Stage::Method), err.clone())
+                    .with_header(header::RETRY_AFTER, Some(retry_after(retry_ms.unwrap_or(1_000))))
+            }
+            Self::Method(err) => Answer::new(status_of(err.kind, Stage::Method), err.clone()),
             Self::RateLimited { limit, retry_after_ms } => {
                 Answer::new(StatusCode::TOO_MANY_REQUESTS, RpcError::rate_limited(limit.as_str(), *retry_after_ms))
                     .with_header(header::RETRY_AFTER, Some(retry_after(*retry_after_ms)))
@@ -142,7 +148,7 @@ impl GatewayError {
         match self {
             Self::Storage(_) | Self::Overloaded | Self::TimedOut | Self::Panicked => Outcome::ServerError,
             Self::Method(err) if err.kind == ErrorKind::Internal => Outcome::ServerError,
-            Self::Framing(_) | Self::Auth(_) | Self::Envelope(_) | Self::Method(_) | Self::RateLimited { .. } => {
+            Self::Framing(_) | Self::Auth { .. } | Self::Envelope(_) | Self::Method(_) | Self::RateLimited { .. } => {
                 Outcome::ClientError
             }
         }
@@ -152,7 +158,7 @@ impl GatewayError {
     /// auth reasons are a closed set, storage errors are ours.
     pub(crate) fn record(&self) {
         match self {
-            Self::Auth(err) => {
+            Self::Auth { error: err, .. } => {
                 tracing::info!(reason = err.label(), "request refused by authentication");
                 METRICS.auth_failures.with_label_values(&[err.label()]).inc();
             }
@@ -239,39 +245,39 @@ mod tests {
     #[test]
     fn invalid_params_is_in_band_only_inside_a_method() {
         let err = RpcError::invalid_params("x");
-        assert_eq!(GatewayError::Envelope(err.clone()).answer(None).status, StatusCode::BAD_REQUEST);
-        assert_eq!(GatewayError::Method(err).answer(None).status, StatusCode::OK);
+        assert_eq!(GatewayError::Envelope(err.clone()).answer().status, StatusCode::BAD_REQUEST);
+        assert_eq!(GatewayError::Method(err).answer().status, StatusCode::OK);
     }
 
     #[test]
     fn limits_carry_retry_after_in_whole_seconds() {
-        let answer = GatewayError::RateLimited { limit: Limit::Poll, retry_after_ms: 1_001 }.answer(None);
+        let answer = GatewayError::RateLimited { limit: Limit::Poll, retry_after_ms: 1_001 }.answer();
         assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(answer.error.code(), -31429);
         assert_eq!(answer.headers, vec![(header::RETRY_AFTER, HeaderValue::from(2u64))]);
-        let brief = GatewayError::RateLimited { limit: Limit::Requests, retry_after_ms: 0 }.answer(None);
+        let brief = GatewayError::RateLimited { limit: Limit::Requests, retry_after_ms: 0 }.answer();
         assert_eq!(brief.headers[0].1, HeaderValue::from(1u64));
     }
 
     #[test]
     fn a_tools_auth_codes_stay_in_band() {
         for err in [RpcError::unauthorized(), RpcError::forbidden(), RpcError::new(ErrorKind::Application(-1), "x")] {
-            let answer = GatewayError::Method(err).answer(None);
+            let answer = GatewayError::Method(err).answer();
             assert_eq!(answer.status, StatusCode::OK);
             assert!(answer.headers.is_empty());
         }
-        let limited = GatewayError::Method(RpcError::rate_limited("requests", 2_500)).answer(None);
+        let limited = GatewayError::Method(RpcError::rate_limited("requests", 2_500)).answer();
         assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(limited.headers, vec![(header::RETRY_AFTER, HeaderValue::from(3u64))]);
     }
 
     #[test]
     fn storage_errors_say_nothing_specific() {
-        let answer = GatewayError::Storage(StoreError::Corrupt("status")).answer(None);
+        let answer = GatewayError::Storage(StoreError::Corrupt("status")).answer();
         assert_eq!((answer.status, answer.error.code()), (StatusCode::INTERNAL_SERVER_ERROR, -32603));
         assert_eq!(answer.error.message, "internal error");
         // Unreachable Redis is retryable: 503 with Retry-After, the same JSON-RPC code.
-        let answer = GatewayError::Storage(StoreError::Timeout(std::time::Duration::from_secs(2))).answer(None);
+        let answer = GatewayError::Storage(StoreError::Timeout(std::time::Duration::from_secs(2))).answer();
         assert_eq!((answer.status, answer.error.code()), (StatusCode::SERVICE_UNAVAILABLE, -32603));
         assert_eq!(answer.headers, vec![(header::RETRY_AFTER, HeaderValue::from_static("1"))]);
         assert_eq!(
@@ -282,14 +288,19 @@ mod tests {
 
     #[test]
     fn authentication_failures_carry_their_challenge() {
-        let challenge = Challenge::new("https://mcp.example.com/mcp".into(), vec![], vec!["tasks".into()]);
-        let missing = GatewayError::Auth(AuthError::Missing).answer(Some(&challenge));
+        let challenge =
+            Some(Arc::new(Challenge::new("https://mcp.example.com/mcp".into(), vec![], vec!["tasks".into()])));
+        let refused = |error| GatewayError::Auth { error, challenge: challenge.clone() }.answer();
+        let missing = refused(AuthError::Missing);
         assert_eq!((missing.status, missing.error.code()), (StatusCode::UNAUTHORIZED, -31401));
         let value = missing.headers[0].1.to_str().unwrap();
         assert!(value.starts_with("Bearer error=\"invalid_token\""), "{value}");
-        let scope = GatewayError::Auth(AuthError::InsufficientScope).answer(Some(&challenge));
+        let scope = refused(AuthError::InsufficientScope);
         assert_eq!((scope.status, scope.error.code()), (StatusCode::FORBIDDEN, -31403));
         assert!(scope.headers[0].1.to_str().unwrap().contains("scope=\"tasks\""));
+        // Without a configured scheme (none can refuse then): the status and code, no header.
+        let bare = GatewayError::Auth { error: AuthError::Missing, challenge: None }.answer();
+        assert_eq!((bare.status, bare.error.code(), bare.headers.len()), (StatusCode::UNAUTHORIZED, -31401, 0));
     }
 
     #[test]
@@ -300,9 +311,9 @@ mod tests {
             (GatewayError::Panicked, StatusCode::INTERNAL_SERVER_ERROR),
         ] {
             assert_eq!(err.outcome(), Outcome::ServerError);
-            let answer = err.answer(None);
+            let answer = err.answer();
             assert_eq!((answer.status, answer.error.code()), (status, -32603));
         }
-        assert!(GatewayError::Overloaded.answer(None).headers.iter().any(|(n, _)| n == header::RETRY_AFTER));
+        assert!(GatewayError::Overloaded.answer().headers.iter().any(|(n, _)| n == header::RETRY_AFTER));
     }
 }

@@ -11,7 +11,7 @@ use crate::mrtr::state::{Expected, StateKeys};
 /// the order the gateway runs them. Every refusal must be a JSON-RPC error that serializes.
 pub fn wire(headers: &HeaderMap, body: &[u8], strict_headers: bool) -> Result<(), RpcError> {
     crate::http::transport::negotiate(headers)
-        .map_err(|framing| crate::error::GatewayError::Framing(framing).answer(None).error)?;
+        .map_err(|framing| crate::error::GatewayError::Framing(framing).answer().error)?;
     let message = envelope::parse(body).map_err(|bad| bad.error)?;
     crate::mcp::admit(strict_headers, headers, &message).map(drop)
 }

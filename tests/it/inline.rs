@@ -206,3 +206,30 @@ async fn inline_calls_are_bounded_by_a_deadline() {
     assert_eq!(r.error_code(), Some(-32603));
     assert_eq!(r.body["error"]["message"], "the tool did not finish within 300 ms");
 }
+
+/// A streamed call's end is answered by the same error table as any other, in-band after the
+/// 200: the deadline passes after a progress notification went out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_after_the_stream_began_is_its_last_message() {
+    let stack = conformance_stack().gateway_args(&["--inline-timeout-ms", "3000"]).spawn().await;
+    let client = stack.client(0);
+    let mut meta = meta_without_tasks();
+    meta["progressToken"] = json!("p-late");
+    let body =
+        client.envelope("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 20}, "_meta": meta}));
+    let r = client.send(&standard_headers(&body), body.to_string().into_bytes()).await;
+    assert_eq!((r.status, r.header("content-type")), (200, Some("text/event-stream")), "{}", r.text);
+    let messages: Vec<Value> = r
+        .text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| serde_json::from_str(d.trim()).expect("one JSON message per data line"))
+        .collect();
+    assert_eq!(messages[0]["method"], "notifications/progress", "{}", r.text);
+    assert_eq!(messages[0]["params"]["progressToken"], "p-late");
+    let last = messages.last().unwrap();
+    assert_eq!(last["id"], body["id"], "{last}");
+    assert_eq!(last["error"]["code"], -32603, "{last}");
+    assert_eq!(last["error"]["message"], "the tool did not finish within 3000 ms", "{last}");
+    assert!(last.get("result").is_none(), "{last}");
+}

@@ -139,7 +139,11 @@ async fn admit(state: &AppState, principal: &Principal) -> Result<(), ConsoleErr
         Err(crate::error::GatewayError::RateLimited { retry_after_ms, .. }) => {
             Err(ConsoleError::RateLimited { retry_after_ms })
         }
-        Err(_) => Err(ConsoleError::Unavailable),
+        Err(crate::error::GatewayError::Storage(err)) => Err(ConsoleError::Unavailable(Some(err))),
+        Err(err) => {
+            tracing::error!(outcome = ?err.outcome(), "console: the request-rate check failed");
+            Err(ConsoleError::Unavailable(None))
+        }
     }
 }
 
@@ -148,13 +152,10 @@ async fn admit(state: &AppState, principal: &Principal) -> Result<(), ConsoleErr
 async fn secret(state: &AppState, parts: &Parts) -> Result<[u8; 32], ConsoleError> {
     let Some(console) = parts.extensions.get::<std::sync::Arc<super::cache::ConsoleState>>() else {
         tracing::error!("a console request without the console's state");
-        return Err(ConsoleError::Unavailable);
+        return Err(ConsoleError::Unavailable(None));
     };
     let secret = console.secret.get_or_try_init(|| state.store.console_secret()).await;
-    secret.copied().map_err(|err| {
-        tracing::warn!(error = %err, "console secret unavailable");
-        ConsoleError::Unavailable
-    })
+    secret.copied().map_err(|err| ConsoleError::Unavailable(Some(err)))
 }
 
 /// The same `Host` and `Origin` rules as `/mcp` (on a loopback listener only loopback names,

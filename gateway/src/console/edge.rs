@@ -55,7 +55,7 @@ pub(crate) async fn pipeline_error(err: BoxError) -> Response {
         ConsoleError::TimedOut
     } else {
         tracing::error!(error = %err, "unexpected error in the console's pipeline");
-        ConsoleError::Unavailable
+        ConsoleError::Unavailable(None)
     };
     refusal.into_response()
 }

@@ -2,6 +2,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
+use taskgate_shared::store::StoreError;
 
 use super::views::{self};
 
@@ -13,8 +14,9 @@ pub(crate) enum ConsoleError {
     Forbidden(&'static str),
     NotFound,
     BadRequest(&'static str),
-    /// Redis did not answer.
-    Unavailable,
+    /// Redis did not answer (the cause is logged where the page is made), or the console's
+    /// state is missing.
+    Unavailable(Option<StoreError>),
     /// The form did not arrive whole within `--body-timeout-ms`.
     SlowBody,
     /// The form is larger than the console ever needs.
@@ -38,10 +40,15 @@ impl IntoResponse for ConsoleError {
                 (StatusCode::NOT_FOUND, views::error("Not found", "No such task, or not one you may see."))
             }
             Self::BadRequest(why) => (StatusCode::BAD_REQUEST, views::error("Bad request", why)),
-            Self::Unavailable => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                views::error("Unavailable", "Redis did not answer; try again shortly."),
-            ),
+            Self::Unavailable(cause) => {
+                if let Some(err) = cause {
+                    tracing::warn!(error = %err, "console: storage unavailable");
+                }
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    views::error("Unavailable", "Redis did not answer; try again shortly."),
+                )
+            }
             Self::SlowBody => {
                 (StatusCode::REQUEST_TIMEOUT, views::error("Too slow", "The form did not arrive in time."))
             }
@@ -68,9 +75,8 @@ pub(super) fn retry_later(status: StatusCode, after_ms: u64, title: &str) -> Res
     response
 }
 
-impl From<taskgate_shared::store::StoreError> for ConsoleError {
-    fn from(err: taskgate_shared::store::StoreError) -> Self {
-        tracing::warn!(error = %err, "console read failed");
-        Self::Unavailable
+impl From<StoreError> for ConsoleError {
+    fn from(err: StoreError) -> Self {
+        Self::Unavailable(Some(err))
     }
 }

@@ -1,5 +1,7 @@
 //! Where MCP answers become HTTP responses: JSON bodies, SSE streams, and every error through
-//! [`GatewayError::answer`]. No other module builds an MCP response.
+//! [`GatewayError::answer`]. No other module builds an MCP response: the MCP layer returns
+//! typed replies, and a stream yields typed items (notifications, then `Done` with a result or
+//! a `GatewayError`) that are written as JSON-RPC messages here.
 
 use std::any::Any;
 use std::convert::Infallible;
@@ -13,21 +15,20 @@ use serde_json::Value;
 use taskgate_shared::protocol::{RequestId, envelope};
 use tower::BoxError;
 
-use crate::auth::Challenge;
 use crate::error::GatewayError;
-use crate::mcp::{Reply, Stream};
+use crate::mcp::{Notice, NoticeParams, Reply, Stream, StreamItem};
 use crate::metrics::{METRICS, Outcome};
 
 /// The response to one request. Errors are recorded here, where they are handled.
-pub(crate) fn render(challenge: Option<&Challenge>, id: &RequestId, outcome: Result<Reply, GatewayError>) -> Response {
+pub(crate) fn render(id: &RequestId, outcome: Result<Reply, GatewayError>) -> Response {
     match outcome {
         Ok(Reply::Result(result)) => json(StatusCode::OK, &envelope::success(id, result)),
         Ok(Reply::Encoded(result)) => json_bytes(StatusCode::OK, envelope::encode_success(id, &result)),
-        Ok(Reply::Stream(stream)) => sse(stream),
+        Ok(Reply::Stream(stream)) => sse(id.clone(), stream),
         Ok(Reply::Accepted) => StatusCode::ACCEPTED.into_response(),
         Err(err) => {
             err.record();
-            let answer = err.answer(challenge);
+            let answer = err.answer();
             let mut response = json(answer.status, &envelope::failure(id, &answer.error));
             response.headers_mut().extend(answer.headers);
             response.extensions_mut().insert(err.outcome());
@@ -38,7 +39,7 @@ pub(crate) fn render(challenge: Option<&Challenge>, id: &RequestId, outcome: Res
 
 /// An error with no request id to answer: framing, or the pipeline's own refusals.
 pub(crate) fn refusal(err: GatewayError) -> Response {
-    render(None, &Value::Null, Err(err))
+    render(&Value::Null, Err(err))
 }
 
 /// The pipeline's answer to an error from its tower layers (load shedding, timeouts). These
@@ -88,11 +89,29 @@ fn json_bytes(status: StatusCode, bytes: Vec<u8>) -> Response {
 
 /// A request-scoped SSE stream: one `data:` line per message, no `id:` lines (nothing is
 /// replayed), keep-alive comments, and no buffering by proxies on the way.
-fn sse(stream: Stream) -> Response {
-    let events = stream.messages.map(|message| Ok::<_, Infallible>(Event::default().data(message)));
+fn sse(id: RequestId, stream: Stream) -> Response {
+    let events = stream.items.map(move |item| Ok::<_, Infallible>(Event::default().data(message(&id, item))));
     let mut response = Sse::new(events).keep_alive(KeepAlive::new().interval(stream.keep_alive)).into_response();
     let headers = response.headers_mut();
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
+}
+
+/// One SSE item as a JSON-RPC message. An error ending a stream is recorded and answered by the
+/// same table as any other, in-band: the 200 went out with the stream's head.
+fn message(id: &RequestId, item: StreamItem) -> String {
+    match item {
+        StreamItem::Notice(Notice { method, params: NoticeParams::Value(params) }) => {
+            envelope::notification(method, params).to_string()
+        }
+        StreamItem::Notice(Notice { method, params: NoticeParams::Members(members) }) => {
+            envelope::encode_notification(method, members.len(), |out| out.extend_from_slice(&members))
+        }
+        StreamItem::Done(Ok(result)) => envelope::success(id, result).to_string(),
+        StreamItem::Done(Err(err)) => {
+            err.record();
+            envelope::failure(id, &err.answer().error).to_string()
+        }
+    }
 }

@@ -55,7 +55,7 @@ async fn respond(state: &AppState, request: Request) -> (&'static str, Response)
     };
     let message = match envelope::parse(&bytes) {
         Ok(message) => message,
-        Err(bad) => return ("invalid", edge::render(None, &bad.id, Err(GatewayError::Envelope(bad.error)))),
+        Err(bad) => return ("invalid", edge::render(&bad.id, Err(GatewayError::Envelope(bad.error)))),
     };
     let method = Method::label_of(&message.method);
     // Set by the pipeline's request-id layer: the caller's, if sane, else a new one.
@@ -76,7 +76,7 @@ async fn respond(state: &AppState, request: Request) -> (&'static str, Response)
     let id = message.id.clone().unwrap_or(Value::Null);
     let response = async {
         let outcome = mcp::handle(state, &parts.headers, &message).await;
-        edge::render(state.challenge.as_deref(), &id, outcome)
+        edge::render(&id, outcome)
     }
     .instrument(span)
     .await;

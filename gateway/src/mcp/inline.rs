@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use serde_json::{Map, Value, json};
-use taskgate_shared::protocol::{ErrorKind, RequestId, RpcError, envelope};
+use taskgate_shared::protocol::{ErrorKind, RpcError};
 use taskgate_shared::task::{Owner, TaskId, TaskStatus};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::{Call, Durability, Stream, TaskShape, abandon_task, write_task};
+use super::{Call, Durability, Notice, Stream, StreamItem, TaskShape, abandon_task, write_task};
 use crate::config::Config;
 use crate::error::GatewayError;
 use crate::events::{Wake, Watch};
@@ -174,7 +174,7 @@ impl Forwarding {
     }
 
     /// The notification to send for a tool's notice, if the client asked for that kind.
-    fn notification(&self, notice: &Value, last_progress: &mut Option<f64>) -> Option<Value> {
+    fn notification(&self, notice: &Value, last_progress: &mut Option<f64>) -> Option<Notice> {
         match notice.get("kind").and_then(Value::as_str)? {
             "progress" => {
                 let token = self.progress_token.clone()?;
@@ -192,7 +192,7 @@ impl Forwarding {
                         params.insert(optional.into(), v.clone());
                     }
                 }
-                Some(envelope::notification("notifications/progress", Value::Object(params)))
+                Some(Notice::new("notifications/progress", Value::Object(params)))
             }
             "log" => {
                 let min = self.min_log_level?;
@@ -207,7 +207,7 @@ impl Forwarding {
                     params.insert("logger".into(), logger.clone());
                 }
                 params.insert("data".into(), notice.get("data").cloned().unwrap_or(Value::Null));
-                Some(envelope::notification("notifications/message", Value::Object(params)))
+                Some(Notice::new("notifications/message", Value::Object(params)))
             }
             _ => None,
         }
@@ -219,7 +219,6 @@ impl Forwarding {
 pub(crate) async fn drive(
     mut run: InlineRun,
     forwarding: Forwarding,
-    id: RequestId,
     finish: impl FnOnce(Done) -> Result<Value, GatewayError> + Send + 'static,
 ) -> Result<Done, Stream> {
     let mut last_progress = None;
@@ -234,12 +233,12 @@ pub(crate) async fn drive(
         }
     };
     let keep_alive = forwarding.keep_alive;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Value>(32);
+    let (tx, rx) = tokio::sync::mpsc::channel::<StreamItem>(32);
     tokio::spawn(async move {
         let mut next = Some(first);
         loop {
-            if let Some(message) = next.take()
-                && tx.send(message).await.is_err()
+            if let Some(notice) = next.take()
+                && tx.send(StreamItem::Notice(notice)).await.is_err()
             {
                 return; // client gone: dropping `run` cancels the task
             }
@@ -250,22 +249,13 @@ pub(crate) async fn drive(
             match step {
                 Step::Notice(notice) => next = forwarding.notification(&notice, &mut last_progress),
                 Step::Done(done) => {
-                    // The stream's last message is the response; an error is handled here, where
-                    // the HTTP status was already sent.
-                    let reply = match finish(done) {
-                        Ok(result) => envelope::success(&id, result),
-                        Err(err) => {
-                            err.record();
-                            envelope::failure(&id, &err.answer(None).error)
-                        }
-                    };
-                    let _ = tx.send(reply).await;
+                    let _ = tx.send(StreamItem::Done(finish(done))).await;
                     return;
                 }
             }
         }
     });
-    Err(Stream { messages: ReceiverStream::new(rx).map(|message| message.to_string()).boxed(), keep_alive })
+    Err(Stream { items: ReceiverStream::new(rx).boxed(), keep_alive })
 }
 
 /// The JSON-RPC error a failed task stored.
@@ -285,6 +275,7 @@ mod tests {
     use serde_json::json;
 
     use super::Forwarding;
+    use crate::mcp::Notice;
 
     fn forwarding(token: Option<serde_json::Value>, level: Option<&str>) -> Forwarding {
         Forwarding::new(token, level, Duration::from_secs(15))
@@ -301,8 +292,7 @@ mod tests {
             asked.notification(&json!({"kind": "progress", "progress": 1, "total": 4, "message": null}), &mut last);
         assert_eq!(
             first,
-            Some(json!({"jsonrpc": "2.0", "method": "notifications/progress",
-                        "params": {"progressToken": "tok", "progress": 1, "total": 4}}))
+            Some(Notice::new("notifications/progress", json!({"progressToken": "tok", "progress": 1, "total": 4})))
         );
         assert_eq!(asked.notification(&json!({"kind": "progress", "progress": 1}), &mut last), None, "not increasing");
         assert_eq!(asked.notification(&json!({"kind": "progress", "progress": 0.5}), &mut last), None, "backwards");
@@ -318,8 +308,7 @@ mod tests {
         assert_eq!(warnings.notification(&log("info"), &mut last), None);
         assert_eq!(
             warnings.notification(&log("error"), &mut last),
-            Some(json!({"jsonrpc": "2.0", "method": "notifications/message",
-                        "params": {"level": "error", "logger": "tool", "data": {"n": 1}}}))
+            Some(Notice::new("notifications/message", json!({"level": "error", "logger": "tool", "data": {"n": 1}})))
         );
         assert_eq!(warnings.notification(&log("loud"), &mut last), None, "unknown levels are dropped");
         assert_eq!(forwarding(None, None).notification(&log("emergency"), &mut last), None, "not asked for");

@@ -16,11 +16,12 @@ use futures::StreamExt as _;
 use futures::stream;
 use serde_json::{Map, Value, json};
 use taskgate_shared::backoff::Backoff;
-use taskgate_shared::protocol::{envelope, meta_keys, result};
+use taskgate_shared::protocol::{meta_keys, result};
 use taskgate_shared::store::Store;
 use taskgate_shared::task::{Owner, Snapshot, TaskId};
 use tokio_util::sync::CancellationToken;
 
+use super::{Notice, NoticeParams, Stream, StreamItem};
 use crate::events::{Wake, Watch};
 use crate::metrics::METRICS;
 use crate::stream_slots::StreamSlot;
@@ -137,33 +138,33 @@ impl Listen {
         json!({ meta_keys::SUBSCRIPTION_ID: self.subscription_id.clone() })
     }
 
-    fn acknowledgement(&self) -> Value {
+    fn acknowledgement(&self) -> StreamItem {
         let ids: Vec<&str> = self.tasks.iter().map(|t| t.id.as_str()).collect();
         let notifications = if self.task_filter { json!({ "taskIds": ids }) } else { json!({}) };
-        envelope::notification(
+        StreamItem::Notice(Notice::new(
             "notifications/subscriptions/acknowledged",
             json!({ "notifications": notifications, "_meta": self.meta() }),
-        )
+        ))
     }
 
     /// The DetailedTask, as `tasks/get` would return it, minus `resultType`: written straight
     /// into one buffer, the stored result spliced in.
-    fn notification(&self, snapshot: &Snapshot) -> String {
+    fn notification(&self, snapshot: &Snapshot) -> StreamItem {
         // Room for the `_meta` with the subscription id too.
-        let size_hint = snapshot.encoded_len_hint() + 128;
-        envelope::encode_notification("notifications/tasks", size_hint, |out| {
-            snapshot.write_detailed(out);
-            out.extend_from_slice(br#","_meta":"#);
-            // Into a Vec, of a Value: writing cannot fail.
-            let _ = serde_json::to_writer(out, &self.meta());
-        })
+        let mut members = Vec::with_capacity(snapshot.encoded_len_hint() + 128);
+        snapshot.write_detailed(&mut members);
+        members.extend_from_slice(br#","_meta":"#);
+        // Into a Vec, of a Value: writing cannot fail.
+        let _ = serde_json::to_writer(&mut members, &self.meta());
+        StreamItem::Notice(Notice { method: "notifications/tasks", params: NoticeParams::Members(members) })
     }
 
-    fn closing_result(&self) -> Value {
+    /// The listen request's response (its id is the subscription id), which ends the stream.
+    fn closing_result(&self) -> StreamItem {
         let mut fields = Map::new();
         fields.insert("resultType".into(), result::COMPLETE.into());
         fields.insert("_meta".into(), self.meta());
-        envelope::success(&self.subscription_id, Value::Object(fields))
+        StreamItem::Done(Ok(Value::Object(fields)))
     }
 
     fn mark(&mut self, wake: Wake) {
@@ -177,13 +178,13 @@ impl Listen {
     }
 
     /// The next message to send, or `None` when the stream is over.
-    async fn next_message(&mut self) -> Option<String> {
+    async fn next_message(&mut self) -> Option<StreamItem> {
         loop {
             match self.phase {
                 Phase::Finished => return None,
                 Phase::Ack => {
                     self.phase = Phase::Live;
-                    return Some(self.acknowledgement().to_string());
+                    return Some(self.acknowledgement());
                 }
                 Phase::Live => {}
             }
@@ -228,7 +229,7 @@ impl Listen {
                             () = self.retry.wait() => {}
                             () = self.shutdown.cancelled() => {
                                 self.phase = Phase::Finished;
-                                return Some(self.closing_result().to_string());
+                                return Some(self.closing_result());
                             }
                         }
                     }
@@ -237,7 +238,7 @@ impl Listen {
             }
             if self.tasks.iter().all(|t| t.done) {
                 self.phase = Phase::Finished;
-                return Some(self.closing_result().to_string());
+                return Some(self.closing_result());
             }
             tokio::select! {
                 wake = self.watch.recv() => match wake {
@@ -251,19 +252,19 @@ impl Listen {
                 }
                 () = self.shutdown.cancelled() => {
                     self.phase = Phase::Finished;
-                    return Some(self.closing_result().to_string());
+                    return Some(self.closing_result());
                 }
             }
         }
     }
 
     /// The stream's messages, each sent whole as it is ready.
-    pub(crate) fn into_stream(self, keep_alive: std::time::Duration) -> super::Stream {
-        let messages = stream::unfold(self, |mut listen| async move {
-            let message = listen.next_message().await?;
-            Some((message, listen))
+    pub(crate) fn into_stream(self, keep_alive: std::time::Duration) -> Stream {
+        let items = stream::unfold(self, |mut listen| async move {
+            let item = listen.next_message().await?;
+            Some((item, listen))
         });
-        super::Stream { messages: messages.boxed(), keep_alive }
+        Stream { items: items.boxed(), keep_alive }
     }
 }
 

@@ -24,7 +24,7 @@ use taskgate_shared::protocol::{ErrorKind, Incoming, Method, Params, RpcError, V
 use taskgate_shared::task::TaskId;
 use taskgate_shared::telemetry::trace;
 
-pub(crate) use reply::{Reply, Stream};
+pub(crate) use reply::{Notice, NoticeParams, Reply, Stream, StreamItem};
 
 use crate::auth::Principal;
 use crate::error::GatewayError;
@@ -47,7 +47,11 @@ pub(crate) async fn handle(
     headers: &HeaderMap,
     message: &Incoming<'_>,
 ) -> Result<Reply, GatewayError> {
-    let principal = state.auth.authenticate(headers).await.map_err(GatewayError::Auth)?;
+    let principal = state
+        .auth
+        .authenticate(headers)
+        .await
+        .map_err(|error| GatewayError::Auth { error, challenge: state.challenge.clone() })?;
     tracing::Span::current().record("tenant", principal.tenant.as_str());
     if message.is_notification() {
         // Core defines no client-to-server notifications over HTTP; accepting is all there is.

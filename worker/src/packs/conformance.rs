@@ -319,6 +319,8 @@ fn task_tools() -> Vec<Arc<dyn Tool>> {
                 Box::pin(async move {
                     let seconds = args["seconds"].as_f64().unwrap_or(0.0);
                     let label = args["label"].as_str().unwrap_or("compute").to_owned();
+                    // Forwarded only to a caller that sent a progressToken.
+                    ctx.progress(0.0, Some(seconds), Some("started")).await;
                     tokio::select! {
                         () = tokio::time::sleep(Duration::from_secs_f64(seconds)) => {}
                         () = ctx.cancelled() => return Err(ToolError::Cancelled(Some("Computation cancelled.".into()))),

@@ -76,14 +76,9 @@ impl Finisher {
     }
 
     /// Waits for `run`: the result as JSON, or a stream once notices had to be forwarded.
-    pub(crate) async fn drive(
-        self,
-        call: &Call<'_>,
-        run: InlineRun,
-        forwarding: Forwarding,
-    ) -> Result<Reply, GatewayError> {
+    pub(crate) async fn drive(self, run: InlineRun, forwarding: Forwarding) -> Result<Reply, GatewayError> {
         let streamed = self.clone();
-        match inline::drive(run, forwarding, call.id.clone(), move |done| streamed.finish(done)).await {
+        match inline::drive(run, forwarding, move |done| streamed.finish(done)).await {
             Ok(done) => self.finish(done).map(Reply::Result),
             Err(stream) => Ok(Reply::Stream(stream)),
         }

@@ -46,5 +46,5 @@ pub(crate) async fn run(
     let run = InlineRun::start(call, id, method, pool, &arguments.to_string(), POLL_MS, &gathered).await?;
     // These methods have no progress or log notices to forward.
     let forwarding = Forwarding::new(None, None, call.state.config.sse_keep_alive);
-    Finisher::new(call, binding, gathered.answers, cache).drive(call, run, forwarding).await
+    Finisher::new(call, binding, gathered.answers, cache).drive(run, forwarding).await
 }

@@ -105,7 +105,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
         call.meta.log_level.as_deref(),
         call.state.config.sse_keep_alive,
     );
-    Finisher::new(call, binding, gathered.answers, None).drive(call, run, forwarding).await
+    Finisher::new(call, binding, gathered.answers, None).drive(run, forwarding).await
 }
 
 /// What is stored of the arguments: the client's own text when it is within `cap`, else their
