@@ -12,7 +12,7 @@ use taskgate_tests::{McpClient, Scrape, Stack, eventually, free_port, standard_h
 
 const PATIENCE: Duration = Duration::from_secs(20);
 
-fn api_keys_file(dir: &std::path::Path) -> std::path::PathBuf {
+pub(crate) fn api_keys_file(dir: &std::path::Path) -> std::path::PathBuf {
     let file = dir.join("api-keys");
     let hash = |key: &str| sha2::Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect::<String>();
     std::fs::write(&file, format!("{} acme alice\n", hash("secret-key-alice"))).unwrap();

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use taskgate_tests::{McpClient, Scrape, Stack, eventually, meta_without_tasks};
+use taskgate_tests::{McpClient, Scrape, Stack, eventually, meta_without_tasks, standard_headers};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -275,4 +275,28 @@ async fn a_request_under_way_is_never_idle() {
     assert!(first.contains("Computed"), "{first}");
     let second = post_on(&mut stream, &client.envelope("server/discover", json!({}))).await;
     assert!(second.starts_with("HTTP/1.1 200"), "{second}");
+}
+
+/// `--http1-max-buffer-bytes 8192`: a head with a 6 KB bearer token is still read whole (an
+/// unknown key here: 401, not 431), a 6 KB header beside a valid token is served, and a head
+/// past the cap is refused 431.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capped_http1_read_buffer_still_takes_a_6_kb_token() {
+    let mut stack = Stack::builder().gateways(0).gateway_args(&["--http1-max-buffer-bytes", "8192"]).spawn().await;
+    let keys = super::observability::api_keys_file(stack.scratch_dir());
+    stack.add_gateway_with_auth(&["--auth", "api-keys", "--api-keys-file", keys.to_str().unwrap()]).await;
+    let stranger = stack.client_as(0, &"k".repeat(6 * 1024));
+    let refused = stranger.call("tools/list", json!({})).await;
+    assert_eq!((refused.status, refused.error_code()), (401, Some(-31401)), "{}", refused.text);
+    let client = stack.client_as(0, "secret-key-alice");
+    let body = client.envelope("tools/list", json!({}));
+    let padded = |bytes: usize| {
+        let mut headers = standard_headers(&body);
+        headers.push(("x-padding".to_owned(), "p".repeat(bytes)));
+        headers
+    };
+    let served = client.send(&padded(6 * 1024), body.to_string().into_bytes()).await;
+    assert_eq!(served.status, 200, "{}", served.text);
+    let too_long = client.send(&padded(10 * 1024), body.to_string().into_bytes()).await;
+    assert_eq!(too_long.status, 431, "{}", too_long.text);
 }

@@ -133,6 +133,13 @@ pub struct Cli {
     #[arg(long, env = "TASKGATE_HTTP2_MAX_STREAMS", default_value = "256")]
     pub http2_max_streams: NonZeroU32,
 
+    /// Caps an HTTP/1.1 connection's read buffer, in bytes (at least 8192), which also caps a
+    /// request's head: a longer head is refused 431. Unset: hyper's own cap (about 400 KB). A
+    /// cap of 8192 saves memory on every HTTP/1.1 listen stream and still takes a 6 KB bearer
+    /// token; it refuses tokens much longer than that.
+    #[arg(long, env = "TASKGATE_HTTP1_MAX_BUFFER_BYTES", value_parser = clap::value_parser!(u32).range(8192..))]
+    pub http1_max_buffer_bytes: Option<u32>,
+
     /// The runtime: `work-stealing` (one multi-threaded runtime) or `per-core` (one
     /// single-threaded runtime per core, each with its own listening socket and Redis
     /// connection; `--max-connections` is shared out among them). See docs/performance.md.

@@ -62,6 +62,9 @@ pub struct ConnectionLimits {
     pub idle_timeout: Duration,
     pub max_connections: usize,
     pub http2_max_streams: u32,
+    /// The cap on an HTTP/1.1 connection's read buffer (and so on a request head); `None`:
+    /// hyper's own.
+    pub http1_max_buffer: Option<usize>,
     /// A request whose response has not begun by then is cut, whatever its route: the
     /// watchdog's backstop under every route's own deadline, so no request is busy for ever.
     pub response_deadline: Duration,
@@ -254,6 +257,7 @@ impl Config {
                 idle_timeout: ms(cli.idle_timeout_ms.max(1)),
                 max_connections: cli.max_connections.get(),
                 http2_max_streams: cli.http2_max_streams.get(),
+                http1_max_buffer: cli.http1_max_buffer_bytes.map(|bytes| bytes as usize),
                 // Above every route's deadline (each is at most --request-timeout-ms), so it
                 // only ever cuts a request that escaped them.
                 response_deadline: ms(cli.request_timeout_ms.max(1)).saturating_add(ms(cli.body_timeout_ms))

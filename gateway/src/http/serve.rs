@@ -119,6 +119,9 @@ fn builder(limits: ConnectionLimits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // Head and idle timeouts are this module's (hyper's one timer cannot tell them apart).
     builder.http1().header_read_timeout(None);
+    if let Some(bytes) = limits.http1_max_buffer {
+        builder.http1().max_buf_size(bytes);
+    }
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -415,6 +418,7 @@ mod tests {
             idle_timeout: Duration::ZERO,
             max_connections: 1,
             http2_max_streams: 1,
+            http1_max_buffer: None,
             response_deadline: Duration::ZERO,
         }
     }
@@ -430,6 +434,7 @@ mod tests {
             idle_timeout: Duration::from_secs(60),
             max_connections: 4,
             http2_max_streams: 1,
+            http1_max_buffer: None,
             response_deadline: Duration::from_millis(300),
         };
         let stop = CancellationToken::new();
