@@ -5,9 +5,9 @@ use serde_json::{Value, json};
 use taskgate_shared::protocol::{RpcError, params};
 use taskgate_shared::tools::offerings::COMPLETE;
 
-use super::hidden;
 use crate::catalogue::Catalogue;
 use crate::error::GatewayError;
+use crate::mcp::hidden;
 use crate::mcp::{Call, Reply};
 
 pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {

@@ -1,11 +1,9 @@
-//! One file per MCP method. Each returns the result object or an in-band error; only the
-//! transport encodes JSON-RPC.
+//! One file per MCP method, and nothing else: each returns the result object or an in-band
+//! error; only the edge encodes JSON-RPC. What several methods share sits beside this folder
+//! (`binding`, `hidden`, `pages`, `create`).
 
-mod binding;
 pub(super) mod completion_complete;
 pub(super) mod discover;
-mod hidden;
-mod pages;
 pub(super) mod prompts_get;
 pub(super) mod prompts_list;
 pub(super) mod resources_list;

@@ -4,8 +4,8 @@ use serde_json::{Map, Value, json};
 use taskgate_shared::protocol::{Params, RpcError, params};
 use taskgate_shared::tools::offerings::PROMPTS_GET;
 
-use super::hidden;
 use crate::error::GatewayError;
+use crate::mcp::hidden;
 use crate::mcp::{Call, Reply};
 
 pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {

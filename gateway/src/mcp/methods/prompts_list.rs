@@ -3,9 +3,9 @@
 use serde_json::Value;
 use taskgate_shared::protocol::RpcError;
 
-use super::pages;
 use crate::error::GatewayError;
 use crate::mcp::Call;
+use crate::mcp::pages;
 
 pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
     let catalogue = call.state.catalogue.offerings(|c| c.capabilities().prompts).await;

@@ -4,9 +4,9 @@
 use serde_json::Value;
 use taskgate_shared::protocol::RpcError;
 
-use super::pages;
 use crate::error::GatewayError;
 use crate::mcp::Call;
+use crate::mcp::pages;
 
 pub(crate) async fn resources(call: &Call<'_>) -> Result<Value, GatewayError> {
     list(call, "resource", "resources").await

@@ -5,9 +5,9 @@ use serde_json::json;
 use taskgate_shared::protocol::{RpcError, params};
 use taskgate_shared::tools::offerings::{RESOURCES_READ, template_matches};
 
-use super::hidden;
 use crate::catalogue::Catalogue;
 use crate::error::GatewayError;
+use crate::mcp::hidden;
 use crate::mcp::{Call, Reply};
 
 /// Contents are made per request and may differ per caller: never kept by shared caches.

@@ -21,7 +21,7 @@ use crate::mcp::inline::{self, Forwarding, InlineRun};
 use crate::mcp::{Call, Durability, Reply, TaskShape, idempotency, mirror, write_task};
 use crate::mrtr;
 
-use super::binding::{Binding, Finisher};
+use crate::mcp::binding::{Binding, Finisher};
 
 /// A JSON result, or a stream once the tool's notices had to be forwarded.
 pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {

@@ -1,0 +1,132 @@
+//! Writing a new task for a call, and ending one nobody follows: the create (with the
+//! replicas' acknowledgement when configured), its abandonment when the create failed, and the
+//! tenant's active-task slot.
+
+use taskgate_shared::protocol::{ErrorKind, RpcError};
+use taskgate_shared::task::TaskId;
+use taskgate_shared::telemetry::trace;
+
+use super::{Call, client_traceparent, idempotency};
+use crate::error::GatewayError;
+use crate::state::AppState;
+
+/// How long a new task lives, how often it may be polled, and how it starts.
+pub(crate) struct TaskShape<'a> {
+    /// The worker pool whose queue the task goes on: the catalogue's route for the tool.
+    pub(crate) pool: &'a str,
+    pub(crate) ttl_ms: u64,
+    pub(crate) poll_interval_ms: u64,
+    pub(crate) status_message: Option<&'a str>,
+    /// A keyed create's fingerprint (`idempotency::fingerprint`); `None` without a key.
+    pub(crate) fingerprint: Option<&'a str>,
+}
+
+/// How sure a new task must be before its handle leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// Written on the primary (hidden tasks of inline calls: their result is the reply).
+    Primary,
+    /// Also acknowledged by `--durability-replicas` replicas, when configured.
+    Replicated,
+}
+
+/// Writes a new task for this call (owner, capabilities, trace context and the answers
+/// gathered so far come from the call). Returns `createdAt`. A create that failed, or that the
+/// replicas did not acknowledge, is abandoned before the error is returned: nobody holds its
+/// handle, so no work may run for it and it must not hold its tenant's active-task slot.
+pub(crate) async fn write_task(
+    call: &Call<'_>,
+    id: &TaskId,
+    tool: &str,
+    arguments: &str,
+    shape: TaskShape<'_>,
+    gathered: &crate::mrtr::Gathered,
+    durability: Durability,
+) -> Result<i64, GatewayError> {
+    let state = call.state;
+    let answers: Vec<(String, String)> = gathered.answers.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
+    let (capabilities, declares_tasks) = taskgate_shared::store::stored_capabilities(&call.meta.capabilities);
+    // The worker's span joins the trace as a child of this request's span when traces are
+    // exported; otherwise the client's own context is passed on.
+    let traceparent = trace::traceparent_of(&tracing::Span::current()).or_else(|| client_traceparent(call));
+    let owner = call.principal.owner();
+    let task = taskgate_shared::store::NewTask {
+        id,
+        owner: &owner,
+        tool,
+        pool: shape.pool,
+        arguments,
+        ttl_ms: shape.ttl_ms,
+        poll_interval_ms: shape.poll_interval_ms,
+        status_message: shape.status_message,
+        traceparent: traceparent.as_deref(),
+        client_capabilities: &capabilities,
+        declares_tasks,
+        answers: &answers,
+        tool_state: gathered.resume.as_deref(),
+        counted: counts_active(state),
+        history: state.config.console.is_some(),
+        fingerprint: shape.fingerprint,
+        weight: state.config.tenant_weights.get(&owner.tenant).copied().unwrap_or(1.0),
+    };
+    tracing::Span::current().record("task_id", id.as_str());
+    let replicas = match durability {
+        Durability::Replicated => state.config.durability_replicas,
+        Durability::Primary => 0,
+    };
+    let written = if replicas == 0 {
+        state.store.create_task(task).await.map(|created| (created, 0))
+    } else {
+        state.store.create_task_durable(task, replicas, state.config.durability_timeout).await
+    };
+    let created = match written {
+        Ok((created, acked)) if acked >= replicas => created,
+        Ok((_, acked)) => {
+            tracing::error!(task_id = %id, wanted = replicas, acked, "create not acknowledged by replicas; abandoning it");
+            abandon_task(state, id, &owner, "The task could not be made durable.").await;
+            let err = RpcError::new(ErrorKind::Internal, "the task could not be made durable; it was not created");
+            return Err(GatewayError::Method(err));
+        }
+        Err(taskgate_shared::store::StoreError::KeyReused) => return Err(idempotency::reused().into()),
+        // A keyed create is never abandoned: the task may be the one an earlier request with the
+        // same key made (this one a retry), and a retry of this one finds it by its key.
+        Err(err) if shape.fingerprint.is_some() => return Err(GatewayError::Storage(err)),
+        Err(err) => {
+            // The script may or may not have run: abandon whatever it left.
+            abandon_task(state, id, &owner, "The task could not be created.").await;
+            return Err(GatewayError::Storage(err));
+        }
+    };
+    crate::metrics::METRICS.tasks_created.with_label_values(&[tool]).inc();
+    Ok(created)
+}
+
+/// Whether new tasks count against their tenant's active-task cap.
+fn counts_active(state: &AppState) -> bool {
+    state.config.tenant_max_active_tasks > 0
+}
+
+/// Ends a task the gateway made and nobody follows (an inline call given up, a create that
+/// failed or was not made durable), and frees its active-task slot. A task a worker is running
+/// is only flagged here; that worker ends it and frees the slot. Best effort: what is left
+/// behind expires with the task.
+pub(crate) async fn abandon_task(state: &AppState, id: &TaskId, owner: &taskgate_shared::task::Owner, message: &str) {
+    match state.store.cancel_task(id, owner, message).await {
+        Ok(outcome) => {
+            if outcome != taskgate_shared::store::CancelOutcome::Signalled {
+                release_active(state, id, &owner.tenant).await;
+            }
+        }
+        Err(err) => tracing::warn!(task_id = %id, error = %err, "could not abandon the task; it expires by its TTL"),
+    }
+}
+
+/// The task is over: it no longer counts against its tenant's cap. Idempotent.
+pub(crate) async fn release_active(state: &AppState, id: &TaskId, tenant: &str) {
+    if !counts_active(state) {
+        return;
+    }
+    if let Err(err) = state.store.release_active(tenant, id).await {
+        tracing::warn!(task_id = %id, error = %err, "active-task count not updated; it heals at the task's expiry");
+    }
+}
