@@ -18,8 +18,8 @@ pub fn wire(headers: &HeaderMap, body: &[u8], strict_headers: bool) -> Result<()
 
 /// Verifies a hostile `requestState` against a fixed key: it must be refused, never panic.
 pub fn request_state(token: &str) -> Result<(), RpcError> {
-    let keys = StateKeys::parse(&["fuzz:MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE=".to_owned()])
-        .map_err(|_| RpcError::internal())?;
+    let key = "fuzz:MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE=".parse().map_err(|_| RpcError::internal())?;
+    let keys = StateKeys::new(&[key]);
     let digest = crate::mrtr::state::digest(&json!({}));
     let expect = Expected { subject: "t/p", method: "tools/call", tool: "x", args_digest: &digest };
     keys.verify(token, &expect, 0).map(drop)

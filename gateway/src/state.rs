@@ -15,8 +15,6 @@ pub enum StartError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
-    StateKey(#[from] mrtr::BadStateKey),
-    #[error(transparent)]
     Auth(#[from] auth::AuthSetupError),
 }
 
@@ -63,7 +61,7 @@ pub struct Shared {
 
 impl AppState {
     pub async fn new(config: Config) -> Result<Self, StartError> {
-        let request_state_keys = mrtr::StateKeys::parse(&config.request_state_keys.0)?;
+        let request_state_keys = mrtr::StateKeys::new(&config.request_state_keys);
         let (authenticator, challenge) = auth::build(&config).await?;
         if request_state_keys.is_ephemeral() {
             tracing::warn!(

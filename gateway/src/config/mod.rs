@@ -45,6 +45,10 @@ pub enum ConfigError {
     DurabilityTimeout { durability_ms: u128, redis_ms: u128 },
     #[error("--poll-tolerance must be a number from 0 to 1")]
     PollTolerance,
+    #[error(
+        "invalid request-state key {0:?}: expected ID:BASE64 with an id of [A-Za-z0-9_-] and at least 32 secret bytes"
+    )]
+    StateKey(String),
 }
 
 /// What an early `tasks/get` gets (`--poll-limit`).
@@ -99,13 +103,35 @@ impl std::fmt::Debug for JwtKeys {
     }
 }
 
-/// Signing keys (`requestState`); `Debug` shows how many, never what.
-#[derive(Clone, Default)]
-pub struct SecretKeys(pub Vec<String>);
+/// A `requestState` signing key, parsed from `ID:BASE64`. `Debug` shows the id, never the
+/// secret.
+#[derive(Clone)]
+pub struct SigningKey {
+    pub id: String,
+    pub secret: Vec<u8>,
+}
 
-impl std::fmt::Debug for SecretKeys {
+impl std::fmt::Debug for SigningKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SecretKeys(<{} redacted>)", self.0.len())
+        write!(f, "SigningKey({}, <redacted>)", self.id)
+    }
+}
+
+impl std::str::FromStr for SigningKey {
+    type Err = ConfigError;
+
+    /// An id of `[A-Za-z0-9_-]`, a colon, and at least 32 bytes of standard base64. The error
+    /// names the id only.
+    fn from_str(entry: &str) -> Result<Self, ConfigError> {
+        use base64::Engine as _;
+        let refused = || ConfigError::StateKey(entry.split(':').next().unwrap_or_default().to_owned() + ":…");
+        let (id, secret) = entry.split_once(':').ok_or_else(refused)?;
+        let secret = base64::engine::general_purpose::STANDARD.decode(secret.trim()).map_err(|_| refused())?;
+        let id_ok = !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !id_ok || secret.len() < 32 {
+            return Err(refused());
+        }
+        Ok(Self { id: id.to_owned(), secret })
     }
 }
 
@@ -159,7 +185,8 @@ pub struct Config {
     pub inline_timeout: Duration,
     /// `ID:BASE64` entries from the keys file or `TASKGATE_REQUEST_STATE_KEYS` (empty: each
     /// process makes its own).
-    pub request_state_keys: SecretKeys,
+    /// The `requestState` keys, signing key first (none: one random key for this process).
+    pub request_state_keys: Vec<SigningKey>,
     pub request_state_ttl_ms: u64,
     pub listen_max_task_ids: usize,
     pub listen_max_streams_per_principal: usize,
@@ -284,7 +311,7 @@ impl Config {
             catalogue_refresh: ms(cli.catalogue_refresh_ms.max(100)),
             shutdown_delay: ms(cli.shutdown_delay_ms),
             inline_timeout: ms(cli.inline_timeout_ms.max(1)),
-            request_state_keys: SecretKeys(request_state_keys),
+            request_state_keys,
             request_state_ttl_ms: cli.request_state_ttl_ms,
             listen_max_task_ids: cli.listen_max_task_ids,
             listen_max_streams_per_principal: cli
@@ -334,13 +361,13 @@ fn jwt_settings(cli: &Cli, resource_url: &str) -> Result<JwtSettings, ConfigErro
     })
 }
 
-/// The `requestState` keys, from their file or the environment (never a flag).
-fn request_state_keys(cli: &Cli) -> Result<Vec<String>, ConfigError> {
+/// The `requestState` keys, from their file or the environment (never a flag), parsed.
+fn request_state_keys(cli: &Cli) -> Result<Vec<SigningKey>, ConfigError> {
     let text = match &cli.request_state_keys_file {
         Some(path) => read_secret(path)?,
         None => std::env::var("TASKGATE_REQUEST_STATE_KEYS").unwrap_or_default(),
     };
-    Ok(text.split([',', '\n']).map(str::trim).filter(|k| !k.is_empty()).map(str::to_owned).collect())
+    text.split([',', '\n']).map(str::trim).filter(|k| !k.is_empty()).map(str::parse).collect()
 }
 
 fn read_secret(path: &std::path::Path) -> Result<String, ConfigError> {
@@ -359,7 +386,12 @@ mod tests {
 
     #[test]
     fn every_problem_is_reported_at_once() {
+        // A request-state key too short to sign with, among the other mistakes.
+        let keys = std::env::temp_dir().join(format!("taskgate-config-test-{}", std::process::id()));
+        std::fs::write(&keys, "k1:c2hvcnQ=\n").unwrap();
         let errors = parse(&[
+            "--request-state-keys-file",
+            keys.to_str().unwrap(),
             "--auth",
             "api-keys",
             "--namespace",
@@ -372,8 +404,10 @@ mod tests {
             "2",
         ])
         .unwrap_err();
+        std::fs::remove_file(&keys).unwrap();
         let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        assert_eq!(errors.len(), 3, "{text:?}");
+        assert_eq!(errors.len(), 4, "{text:?}");
+        assert!(errors.iter().any(|e| matches!(e, ConfigError::StateKey(id) if id == "k1:…")), "{text:?}");
         assert!(text.iter().any(|t| t.contains("--namespace")));
         assert!(text.iter().any(|t| t.contains("--api-keys-file")));
         assert!(text.iter().any(|t| t.contains("--poll-tolerance")));
@@ -402,11 +436,11 @@ mod tests {
 
     #[test]
     fn secrets_never_show_in_debug_output() {
-        let keys = SecretKeys(vec!["k1:c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldA==".into()]);
+        let key: SigningKey = "k1:c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldA==".parse().unwrap();
         let hs = JwtKeys::Hs256(b"0123456789abcdef0123456789abcdef-secret".to_vec());
-        let shown = format!("{keys:?} {hs:?}");
+        let shown = format!("{key:?} {hs:?}");
         assert!(!shown.contains("c2Vj") && !shown.contains("secret"), "{shown}");
-        assert_eq!(shown, "SecretKeys(<1 redacted>) Hs256(<redacted>)");
+        assert_eq!(shown, "SigningKey(k1, <redacted>) Hs256(<redacted>)");
     }
 
     #[test]

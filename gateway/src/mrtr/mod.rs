@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use taskgate_shared::protocol::params::{self, Params, present};
 use taskgate_shared::protocol::{RpcError, ValidMeta, result};
 
-pub(crate) use state::{BadStateKey, Expected, StateKeys, StatePayload, digest};
+pub(crate) use state::{Expected, StateKeys, StatePayload, digest};
 
 /// Bounds on what a client may carry through rounds.
 const MAX_ANSWERS: usize = 64;

@@ -16,26 +16,16 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use taskgate_shared::protocol::RpcError;
 
+use crate::config::SigningKey;
+
 type HmacSha256 = Hmac<Sha256>;
 
 const VERSION: &str = "v1";
 
-/// One signing key.
-#[derive(Clone)]
-pub(crate) struct StateKey {
-    pub(crate) id: String,
-    secret: Vec<u8>,
-}
-
-/// A key list that cannot be used.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid request-state key {0:?}: expected ID:BASE64 with an id of [A-Za-z0-9_-] and at least 32 secret bytes")]
-pub struct BadStateKey(pub String);
-
 /// The keys, signing key first.
 #[derive(Clone)]
 pub(crate) struct StateKeys {
-    keys: Vec<StateKey>,
+    keys: Vec<SigningKey>,
 }
 
 /// What a verified state says.
@@ -59,25 +49,14 @@ pub(crate) struct StatePayload {
 }
 
 impl StateKeys {
-    /// Parses `id:base64,id:base64`. An empty list yields one random key for this process,
-    /// which only works while every retry reaches the same replica.
-    pub(crate) fn parse(list: &[String]) -> Result<Self, BadStateKey> {
-        let mut keys = Vec::new();
-        for entry in list.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
-            let (id, secret) = entry.split_once(':').ok_or_else(|| BadStateKey(redact(entry)))?;
-            let secret = base64::engine::general_purpose::STANDARD
-                .decode(secret.trim())
-                .map_err(|_| BadStateKey(redact(entry)))?;
-            let id_ok = !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-            if !id_ok || secret.len() < 32 {
-                return Err(BadStateKey(redact(entry)));
-            }
-            keys.push(StateKey { id: id.to_owned(), secret });
-        }
+    /// The configured keys (parsed with the config). None yields one random key for this
+    /// process, which only works while every retry reaches the same replica.
+    pub(crate) fn new(keys: &[SigningKey]) -> Self {
+        let mut keys = keys.to_vec();
         if keys.is_empty() {
-            keys.push(StateKey { id: "ephemeral".into(), secret: rand::random::<[u8; 32]>().to_vec() });
+            keys.push(SigningKey { id: "ephemeral".into(), secret: rand::random::<[u8; 32]>().to_vec() });
         }
-        Ok(Self { keys })
+        Self { keys }
     }
 
     pub(crate) fn is_ephemeral(&self) -> bool {
@@ -155,18 +134,24 @@ fn parts_len_tail(token: &str) -> usize {
     token.rfind('.').map_or(0, |i| token.len() - i)
 }
 
-fn redact(entry: &str) -> String {
-    entry.split(':').next().unwrap_or_default().to_owned() + ":…"
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
 
+    /// Keys of these ids, each secret 32 bytes of one value.
+    fn keyed(keys: &[(&str, u8)]) -> StateKeys {
+        let parsed: Vec<SigningKey> = keys
+            .iter()
+            .map(|(id, byte)| format!("{id}:{}", base64::engine::general_purpose::STANDARD.encode([*byte; 32])))
+            .map(|entry| entry.parse().unwrap())
+            .collect();
+        StateKeys::new(&parsed)
+    }
+
     fn keys() -> StateKeys {
-        StateKeys::parse(&[format!("k1:{}", base64::engine::general_purpose::STANDARD.encode([7u8; 32]))]).unwrap()
+        keyed(&[("k1", 7)])
     }
 
     fn payload() -> StatePayload {
@@ -208,8 +193,7 @@ mod tests {
         assert_eq!(msg(keys.verify(&tampered, &expected(&args), 1_000)), "requestState integrity check failed");
         assert_eq!(msg(keys.verify(&token, &expected("other"), 1_000)), "requestState arguments mismatch");
         assert_eq!(msg(keys.verify(&token, &expected(&args), 2_000)), "requestState expired");
-        let other =
-            StateKeys::parse(&[format!("k1:{}", base64::engine::general_purpose::STANDARD.encode([8u8; 32]))]).unwrap();
+        let other = keyed(&[("k1", 8)]);
         assert_eq!(msg(other.verify(&token, &expected(&args), 1_000)), "requestState integrity check failed");
     }
 
@@ -217,19 +201,17 @@ mod tests {
     fn rotated_keys_still_verify() {
         let old = keys();
         let token = old.sign(&payload());
-        let rotated = StateKeys::parse(&[
-            format!("k2:{}", base64::engine::general_purpose::STANDARD.encode([9u8; 32])),
-            format!("k1:{}", base64::engine::general_purpose::STANDARD.encode([7u8; 32])),
-        ])
-        .unwrap();
+        let rotated = keyed(&[("k2", 9), ("k1", 7)]);
         assert!(rotated.verify(&token, &expected(&digest(&json!({"a": 1}))), 1_000).is_ok());
         assert!(rotated.sign(&payload()).starts_with("v1.k2."));
     }
 
     #[test]
     fn short_or_malformed_keys_are_refused() {
-        assert!(StateKeys::parse(&["k1:c2hvcnQ=".into()]).is_err());
-        assert!(StateKeys::parse(&["nocolon".into()]).is_err());
-        assert!(StateKeys::parse(&[]).unwrap().is_ephemeral());
+        assert!("k1:c2hvcnQ=".parse::<SigningKey>().is_err(), "too short");
+        assert!("nocolon".parse::<SigningKey>().is_err());
+        let refused = "bad id!:MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE=".parse::<SigningKey>().unwrap_err();
+        assert!(!refused.to_string().contains("MDEy"), "the secret is never shown: {refused}");
+        assert!(StateKeys::new(&[]).is_ephemeral());
     }
 }
