@@ -47,6 +47,7 @@ async fn a_panicking_handler_is_answered_and_the_gateway_keeps_serving() {
         .http()
         .post(format!("{}/test/panic", client.base().trim_end_matches('/')))
         .header("X-Request-Id", "panic-1")
+        .header("Mcp-Method", "tools/call")
         .send()
         .await
         .expect("an answer, not a dropped connection");
@@ -57,6 +58,10 @@ async fn a_panicking_handler_is_answered_and_the_gateway_keeps_serving() {
     assert_eq!(client.call("server/discover", json!({})).await.status, 200);
     let scrape = Scrape::of(&format!("{}/metrics", client.base().trim_end_matches('/'))).await;
     assert_eq!(scrape.get("taskgate_gateway_requests_shed_total", &[("reason", "panic")]), 1.0);
+    // Counted by the request metrics like any answer, under the method its header announced.
+    let failed = [("method", "tools/call"), ("outcome", "server_error")];
+    assert_eq!(scrape.get("taskgate_gateway_requests_total", &failed), 1.0);
+    assert_eq!(scrape.get("taskgate_gateway_http_responses_total", &[("status_class", "5xx")]), 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,6 +93,13 @@ async fn past_max_in_flight_requests_are_shed_with_503_and_retry_after() {
     assert_eq!(shed.header("retry-after"), Some("1"));
     assert_eq!(shed.error_code(), Some(-32603));
     assert_eq!(shed.body["error"]["message"], "the gateway is overloaded; retry shortly");
+    // A shed request is counted once like any other, under its announced method.
+    let scrape = Scrape::of(&format!("{}/metrics", client.base().trim_end_matches('/'))).await;
+    let shed_count = scrape.get("taskgate_gateway_requests_shed_total", &[("reason", "overloaded")]);
+    let server_errors = scrape.sum("taskgate_gateway_requests_total", &[("outcome", "server_error")]);
+    assert!(shed_count >= 1.0 && server_errors == shed_count, "{shed_count} shed, {server_errors} server errors");
+    let discover = [("method", "server/discover"), ("outcome", "server_error")];
+    assert!(scrape.get("taskgate_gateway_requests_total", &discover) >= 1.0, "the shed discover, by its method");
     // Probes are outside the bound.
     let health = client.http().get(format!("{}/healthz", client.base().trim_end_matches('/'))).send().await.unwrap();
     assert_eq!(health.status(), 200);

@@ -5,7 +5,6 @@
 
 use std::any::Any;
 use std::convert::Infallible;
-use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -17,7 +16,6 @@ use tower::BoxError;
 
 use crate::error::GatewayError;
 use crate::mcp::{Notice, NoticeParams, Reply, Stream, StreamItem};
-use crate::metrics::{METRICS, Outcome};
 
 /// The response to one request. Errors are recorded here, where they are handled.
 pub(crate) fn render(id: &RequestId, outcome: Result<Reply, GatewayError>) -> Response {
@@ -42,8 +40,7 @@ pub(crate) fn refusal(err: GatewayError) -> Response {
     render(&Value::Null, Err(err))
 }
 
-/// The pipeline's answer to an error from its tower layers (load shedding, timeouts). These
-/// are not counted by the request metrics, which only see requests that reached the handler.
+/// The pipeline's answer to an error from its tower layers (load shedding, timeouts).
 pub(crate) async fn pipeline_error(err: BoxError) -> Response {
     let err = if err.is::<tower::load_shed::error::Overloaded>() {
         GatewayError::Overloaded
@@ -53,26 +50,14 @@ pub(crate) async fn pipeline_error(err: BoxError) -> Response {
         tracing::error!(error = %err, "unexpected error in the request pipeline");
         GatewayError::Panicked
     };
-    let response = refusal(err);
-    METRICS.response(response.status().as_u16());
-    response
+    refusal(err)
 }
 
 /// A handler panicked. The panic hook has printed the message; the client gets a JSON-RPC
 /// error instead of a dropped connection.
 pub(crate) fn panicked(_payload: Box<dyn Any + Send + 'static>) -> Response {
     tracing::error!("a request handler panicked");
-    let response = refusal(GatewayError::Panicked);
-    METRICS.response(response.status().as_u16());
-    response
-}
-
-/// Counts an answered request: by method label and outcome (errors built here mark theirs),
-/// and by status class.
-pub(crate) fn count(method: &str, response: &Response, spent: Duration) {
-    let outcome = response.extensions().get::<Outcome>().copied().unwrap_or(Outcome::Ok);
-    METRICS.request(method, outcome, spent);
-    METRICS.response(response.status().as_u16());
+    refusal(GatewayError::Panicked)
 }
 
 /// A JSON document (probes and metadata use it too).

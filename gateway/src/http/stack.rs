@@ -7,6 +7,7 @@ use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::MethodRouter;
+use taskgate_shared::protocol::Method;
 use tower::ServiceBuilder;
 use tower_http::body::Limited;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -16,6 +17,7 @@ use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, 
 use super::edge;
 use crate::config::Config;
 use crate::error::{Framing, GatewayError};
+use crate::metrics::{METRICS, Outcome};
 use crate::state::AppState;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -36,6 +38,8 @@ pub(crate) fn around_all(router: Router) -> Router {
 
 /// Layers around `POST /mcp` only (probes and `/metrics` stay cheap and always answer),
 /// outermost first:
+/// 0. the request metrics: every answer counted once here, whichever layer made it
+///    ([`count`]), and a panicking handler answered below them;
 /// 1. errors from the layers below become JSON-RPC answers (`edge::pipeline_error`);
 /// 2. load shedding: past `--max-in-flight` requests under way on this replica, a request is
 ///    answered 503 with `Retry-After` at once instead of queueing (a stream counts only until
@@ -48,6 +52,8 @@ pub(crate) fn around_mcp(route: MethodRouter<AppState>, config: &Config) -> Meth
     let limit = config.max_body_bytes;
     route.layer(
         ServiceBuilder::new()
+            .layer(axum::middleware::from_fn(count))
+            .layer(CatchPanicLayer::custom(edge::panicked))
             .layer(HandleErrorLayer::new(edge::pipeline_error))
             .load_shed()
             .concurrency_limit(config.max_in_flight.get())
@@ -98,10 +104,34 @@ pub(crate) fn console_deadline(config: &Config) -> std::time::Duration {
 fn json_body_limit(response: Response, limit: usize) -> Response {
     let ours = response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v == "application/json");
     if response.status() == StatusCode::PAYLOAD_TOO_LARGE && !ours {
-        let response = edge::refusal(GatewayError::Framing(Framing::BodyTooLarge { limit }));
-        edge::count("invalid", &response, std::time::Duration::ZERO);
+        let mut response = edge::refusal(GatewayError::Framing(Framing::BodyTooLarge { limit }));
+        response.extensions_mut().insert(MethodLabel::INVALID);
         return response;
     }
+    response
+}
+
+/// The method label of an answered `/mcp` request, set by whoever read its body.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MethodLabel(pub(crate) &'static str);
+
+impl MethodLabel {
+    /// A request whose body was refused or could not be parsed.
+    pub(crate) const INVALID: Self = Self("invalid");
+}
+
+/// Counts an answered `/mcp` request: by method label and outcome, with its latency, and by
+/// status class. The label is the transport's when it read the body; otherwise (shed, timed
+/// out, panicked before it was read) the `Mcp-Method` header's, from the closed set of labels.
+/// Errors mark their outcome on the response (`edge::render`).
+async fn count(request: Request, next: axum::middleware::Next) -> Response {
+    let started = std::time::Instant::now();
+    let announced = request.headers().get("mcp-method").and_then(|v| v.to_str().ok()).map(Method::label_of);
+    let response = next.run(request).await;
+    let method = response.extensions().get::<MethodLabel>().map_or(announced.unwrap_or("invalid"), |m| m.0);
+    let outcome = response.extensions().get::<Outcome>().copied().unwrap_or(Outcome::Ok);
+    METRICS.request(method, outcome, started.elapsed());
+    METRICS.response(response.status().as_u16());
     response
 }
 

@@ -1,8 +1,6 @@
 //! `POST /mcp`: the Streamable HTTP binding of 2026-07-28. One JSON-RPC message per POST;
 //! no sessions, no GET stream, no `Last-Event-ID` (both headers are ignored, never minted).
 
-use std::time::Instant;
-
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, header};
@@ -15,14 +13,16 @@ use tower_http::request_id::RequestId;
 use tracing::Instrument as _;
 
 use super::edge;
+use super::stack::MethodLabel;
 use crate::error::{Framing, GatewayError};
 use crate::mcp;
 use crate::state::AppState;
 
+/// Answers one POST, marking the response with its method label for the request metrics
+/// (counted around the route: `stack::count`).
 pub(crate) async fn handle(State(state): State<AppState>, request: Request) -> Response {
-    let started = Instant::now();
-    let (method, response) = respond(&state, request).await;
-    edge::count(method, &response, started.elapsed());
+    let (method, mut response) = respond(&state, request).await;
+    response.extensions_mut().insert(MethodLabel(method));
     response
 }
 
