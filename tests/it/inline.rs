@@ -129,12 +129,7 @@ async fn progress_streams_over_sse_only_when_asked_for() {
     let r = client.send(&standard_headers(&body), body.to_string().into_bytes()).await;
     assert_eq!(r.header("content-type"), Some("text/event-stream"));
     assert_eq!(r.header("x-accel-buffering"), Some("no"));
-    let messages: Vec<Value> = r
-        .text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .map(|d| serde_json::from_str(d.trim()).expect("one JSON message per data line"))
-        .collect();
+    let messages = sse_messages(&r.text);
     assert!(!r.text.lines().any(|l| l.starts_with("id:")), "no SSE ids: nothing is replayed");
     let progress: Vec<f64> = messages
         .iter()
@@ -219,12 +214,7 @@ async fn an_error_after_the_stream_began_is_its_last_message() {
         client.envelope("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 20}, "_meta": meta}));
     let r = client.send(&standard_headers(&body), body.to_string().into_bytes()).await;
     assert_eq!((r.status, r.header("content-type")), (200, Some("text/event-stream")), "{}", r.text);
-    let messages: Vec<Value> = r
-        .text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .map(|d| serde_json::from_str(d.trim()).expect("one JSON message per data line"))
-        .collect();
+    let messages = sse_messages(&r.text);
     assert_eq!(messages[0]["method"], "notifications/progress", "{}", r.text);
     assert_eq!(messages[0]["params"]["progressToken"], "p-late");
     let last = messages.last().unwrap();
@@ -232,4 +222,12 @@ async fn an_error_after_the_stream_began_is_its_last_message() {
     assert_eq!(last["error"]["code"], -32603, "{last}");
     assert_eq!(last["error"]["message"], "the tool did not finish within 3000 ms", "{last}");
     assert!(last.get("result").is_none(), "{last}");
+}
+
+/// The JSON-RPC messages of a whole SSE body, one per `data:` line.
+fn sse_messages(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| serde_json::from_str(d.trim()).expect("one JSON message per data line"))
+        .collect()
 }

@@ -3,7 +3,7 @@
 
 use super::Lease;
 use crate::store::transitions::emit;
-use crate::store::{QueueKeys, Store, StoreError, scripts};
+use crate::store::{QueueKeys, Store, StoreError, TaskKeys, scripts};
 use crate::task::{Actor, TaskId, TaskStatus, Transition};
 
 /// The outcome of a held question whose worker stopped: the upstream session it belonged to is
@@ -50,15 +50,7 @@ impl Store {
         let keys = self.keys().task(lease.task_id);
         let reply = self
             .on_pool_queue(lease.task_id, pool, |queue: QueueKeys, pool: &str| {
-                let mut call = scripts::RELEASE_TASK.keys([
-                    &keys.record,
-                    &keys.leases,
-                    &queue.stream,
-                    &keys.inputs,
-                    &keys.timeline,
-                    &queue.ready,
-                    &queue.fair,
-                ]);
+                let mut call = scripts::RELEASE_TASK.keys(requeue_keys(&keys, &queue));
                 call.arg(lease.task_id.as_str())
                     .arg(lease.worker)
                     .arg(lease.fence)
@@ -113,15 +105,7 @@ impl Store {
         let keys = self.keys().task(task_id);
         let reply = self
             .on_pool_queue(task_id, pool, |queue: QueueKeys, pool: &str| {
-                let mut call = scripts::RECLAIM_TASK.keys([
-                    &keys.record,
-                    &keys.leases,
-                    &queue.stream,
-                    &keys.inputs,
-                    &keys.timeline,
-                    &queue.ready,
-                    &queue.fair,
-                ]);
+                let mut call = scripts::RECLAIM_TASK.keys(requeue_keys(&keys, &queue));
                 call.arg(task_id.as_str())
                     .arg(max_reclaims)
                     .arg(failure_error)
@@ -145,4 +129,10 @@ impl Store {
         }
         Ok(reclaimed)
     }
+}
+
+/// The keys of a script that may put a held task back on its pool's queue (`release_task`,
+/// `reclaim_task`), in their headers' order.
+fn requeue_keys<'a>(keys: &'a TaskKeys, queue: &'a QueueKeys) -> [&'a str; 7] {
+    [&keys.record, &keys.leases, &queue.stream, &keys.inputs, &keys.timeline, &queue.ready, &queue.fair]
 }
