@@ -1,10 +1,11 @@
 //! An operator's cancel and fail: the checks every action passes, then the store's write.
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
-use taskgate_shared::store::{CancelOutcome, OperatorFail};
+use taskgate_shared::store::{CancelOutcome, Inspection, OperatorFail};
+use taskgate_shared::task::TaskId;
 
 use super::access::Viewer;
 use super::tasks::inspect;
@@ -32,51 +33,65 @@ pub(super) fn check_action(viewer: &Viewer, headers: &HeaderMap, form: &ActionFo
     Ok(reason.to_owned())
 }
 
+/// An action that passed its checks: on which task, by whom, why.
+struct Action {
+    id: TaskId,
+    inspection: Inspection,
+    by: String,
+    reason: String,
+}
+
+/// What every action does first: read the form within its bounds, pass the checks, and find
+/// the task as this viewer may see it.
+async fn begin(state: &AppState, viewer: &Viewer, id: &str, request: Request) -> Result<Action, ConsoleError> {
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers.clone();
+    let form: ActionForm = edge::read_form(state, parts, body).await?;
+    let reason = check_action(viewer, &headers, &form)?;
+    let (id, inspection) = inspect(state, viewer, id).await?;
+    Ok(Action { id, inspection, by: viewer.name(), reason })
+}
+
+/// What every action does last: when it ended the task, free the tenant's active-task slot
+/// (`counted_tenant`: the tenant whose slot it held) and answer held polls at once; then back
+/// to the task's page.
+async fn finish(state: &AppState, id: &TaskId, ended: bool, counted_tenant: Option<&str>) -> Response {
+    if ended {
+        if let Some(tenant) = counted_tenant {
+            crate::mcp::release_active(state, id, tenant).await;
+        }
+        state.polls.changed(id.as_str());
+    }
+    Redirect::to(&format!("/console/tasks/{}", id.as_str())).into_response()
+}
+
 pub(super) async fn cancel(
     State(state): State<AppState>,
     viewer: Viewer,
     Path(id): Path<String>,
-    request: axum::extract::Request,
+    request: Request,
 ) -> Result<Response, ConsoleError> {
-    let (parts, body) = request.into_parts();
-    let headers = parts.headers.clone();
-    let form: ActionForm = edge::read_form(&state, parts, body).await?;
-    let reason = check_action(&viewer, &headers, &form)?;
-    let (id, inspection) = inspect(&state, &viewer, &id).await?;
-    let by = viewer.name();
+    let Action { id, inspection, by, reason } = begin(&state, &viewer, &id, request).await?;
     let message = format!("Cancelled by an operator: {reason}");
     let outcome = state.store.cancel_task_as_operator(&id, &message, &by, &reason).await?;
     tracing::info!(target: "taskgate::audit", action = "cancel", task_id = %id, by = %by, reason = %reason, outcome = ?outcome, "console: task cancelled");
-    if matches!(outcome, CancelOutcome::Cancelled { .. }) {
-        if let Some(tenant) = inspection.record.get("tenant") {
-            crate::mcp::release_active(&state, &id, tenant).await;
-        }
-        state.polls.changed(id.as_str());
-    }
-    Ok(Redirect::to(&format!("/console/tasks/{}", id.as_str())).into_response())
+    let ended = matches!(outcome, CancelOutcome::Cancelled { .. });
+    Ok(finish(&state, &id, ended, inspection.record.get("tenant").map(String::as_str)).await)
 }
 
 pub(super) async fn fail(
     State(state): State<AppState>,
     viewer: Viewer,
     Path(id): Path<String>,
-    request: axum::extract::Request,
+    request: Request,
 ) -> Result<Response, ConsoleError> {
-    let (parts, body) = request.into_parts();
-    let headers = parts.headers.clone();
-    let form: ActionForm = edge::read_form(&state, parts, body).await?;
-    let reason = check_action(&viewer, &headers, &form)?;
-    let (id, _) = inspect(&state, &viewer, &id).await?;
-    let by = viewer.name();
+    let Action { id, by, reason, .. } = begin(&state, &viewer, &id, request).await?;
     let message = format!("Failed by an operator: {reason}");
     let error = serde_json::json!({ "code": -32603, "message": message }).to_string();
     let outcome = state.store.fail_task_as_operator(&id, &error, &message, &by, &reason).await?;
     tracing::info!(target: "taskgate::audit", action = "fail", task_id = %id, by = %by, reason = %reason, outcome = ?outcome, "console: task failed");
-    if let OperatorFail::Failed { counted_tenant, .. } = outcome {
-        if let Some(tenant) = counted_tenant {
-            crate::mcp::release_active(&state, &id, &tenant).await;
-        }
-        state.polls.changed(id.as_str());
-    }
-    Ok(Redirect::to(&format!("/console/tasks/{}", id.as_str())).into_response())
+    Ok(match outcome {
+        OperatorFail::Failed { counted_tenant, .. } => finish(&state, &id, true, counted_tenant.as_deref()).await,
+        OperatorFail::AlreadyTerminal | OperatorFail::NotFound => finish(&state, &id, false, None).await,
+    })
 }
