@@ -109,7 +109,9 @@ fn media_type(value: &str) -> &str {
 }
 
 /// Reads the body within `--body-timeout-ms`. Its size is bounded by the pipeline's body-limit
-/// layer, which refuses an announced oversize body before this runs.
+/// layer, which refuses an announced oversize body before this runs. The deadline is for the
+/// whole body, not tower-http's `RequestBodyTimeoutLayer`, which times the wait between frames
+/// only: a body sent a byte at a time would never trip it.
 async fn read_body(state: &AppState, body: Body) -> Result<bytes::Bytes, Framing> {
     match tokio::time::timeout(state.config.body_timeout, body.collect()).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
