@@ -62,10 +62,15 @@ async fn create_many(client: &McpClient, n: usize, batch: usize, arguments: Valu
 /// nearly all of A's tasks.
 async fn a_tenants_backlog_does_not_hold_back_another_tenants_first_task(topology: Topology) {
     let mut stack = tenants_stack(topology, &["noisy", "quiet"], &[]).await;
-    stack.add_worker(&["--concurrency", "4"]).await;
     let (noisy, quiet, store) = (stack.client_as(0, "key-noisy"), stack.client_as(0, "key-quiet"), stack.store());
 
+    // The whole backlog is queued while the worker is stopped: however slowly a loaded machine
+    // creates it, none of it is worked off before B arrives. (A short lease, as below: a
+    // delivery the stopped worker's read timed out on is taken over within seconds.)
+    stack.add_worker(&["--concurrency", "4", "--lease-ms", "3000"]).await;
+    stack.workers[0].signal("STOP");
     let backlog = create_many(&noisy, 120, 20, json!({"ms": 150})).await;
+    stack.workers[0].signal("CONT");
     // A's tasks are being worked through when B arrives.
     eventually(PATIENCE, "the backlog to start", || async { claimed_at(&store, &backlog[0]).await }).await;
     let first = quiet.create_task("sleep", json!({"ms": 150})).await;
