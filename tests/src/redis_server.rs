@@ -73,7 +73,22 @@ impl RedisServer {
         replica
     }
 
+    /// Starts the server and waits for it to answer. A server that exits first (its port was
+    /// taken between `free_port` and its bind, by another test's process) is started again on a
+    /// new port; one that neither answers nor exits in 30 s fails the test with its log.
     async fn spawn(&mut self) {
+        const ATTEMPTS: u32 = 3;
+        for attempt in 1..=ATTEMPTS {
+            self.start_child();
+            match self.wait_until_answering(Duration::from_secs(30)).await {
+                Ok(()) => return,
+                Err(NotAnswering::Exited) if attempt < ATTEMPTS => self.port = free_port(),
+                Err(why) => panic!("redis-server on port {} {why}; its log:\n{}", self.port, self.log_tail()),
+            }
+        }
+    }
+
+    fn start_child(&mut self) {
         let binary = which("redis-server").unwrap_or_else(|| {
             panic!("redis-server is not on PATH: run the tests with scripts/test, which installs what they need")
         });
@@ -101,12 +116,33 @@ impl RedisServer {
             .spawn()
             .expect("redis-server starts");
         self.child = Some(child);
+    }
+
+    /// Until the server answers `PING`, exits, or `patience` passes.
+    async fn wait_until_answering(&mut self, patience: Duration) -> Result<(), NotAnswering> {
+        let deadline = tokio::time::Instant::now() + patience;
         let url = self.url();
-        eventually(Duration::from_secs(10), "redis-server to answer PING", || {
-            let url = url.clone();
-            async move { ping(&url).await.then_some(()) }
-        })
-        .await;
+        loop {
+            if ping(&url).await {
+                return Ok(());
+            }
+            if let Some(child) = self.child.as_mut()
+                && child.try_wait().ok().flatten().is_some()
+            {
+                return Err(NotAnswering::Exited);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(NotAnswering::TimedOut(patience));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The end of the server's log, for a failure message.
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
     }
 
     pub fn url(&self) -> String {
@@ -175,10 +211,15 @@ fn tls_args(pki: &crate::tls::Pki, tls_port: u16, client_certs: bool) -> Vec<Str
     ]
 }
 
+/// Whether a Redis answers `PING` at `url` within a second (whatever holds the port may not be
+/// a Redis, and may never answer).
 async fn ping(url: &str) -> bool {
     let Ok(client) = redis::Client::open(url) else { return false };
-    let Ok(mut conn) = client.get_multiplexed_async_connection().await else { return false };
-    redis::cmd("PING").query_async::<String>(&mut conn).await.is_ok()
+    let answered = async {
+        let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+        redis::cmd("PING").query_async::<String>(&mut conn).await.ok()
+    };
+    matches!(tokio::time::timeout(Duration::from_secs(1), answered).await, Ok(Some(_)))
 }
 
 fn which(name: &str) -> Option<PathBuf> {
@@ -266,5 +307,36 @@ impl RedisCluster {
             self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.tls_port().unwrap_or(n.port()))).collect();
         let scheme = if self.nodes.iter().any(|n| n.tls_port().is_some()) { "rediss" } else { "redis" };
         format!("{scheme}+cluster://{}", seeds.join(","))
+    }
+}
+
+/// Why a started server is not usable.
+#[derive(Debug)]
+enum NotAnswering {
+    Exited,
+    TimedOut(Duration),
+}
+
+impl std::fmt::Display for NotAnswering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Exited => write!(f, "exited before answering PING"),
+            Self::TimedOut(patience) => write!(f, "did not answer PING within {patience:?}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The port `free_port` gave was taken before the server bound it: it starts on another.
+    #[tokio::test]
+    async fn a_server_whose_port_was_taken_starts_on_another() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let dir = tempfile::Builder::new().prefix("taskgate-redis-").tempdir().unwrap();
+        let mut server = super::RedisServer { child: None, port, tls_port: None, dir, extra: Vec::new() };
+        server.spawn().await;
+        assert_ne!(server.port(), port, "started again on a new port");
+        assert!(super::ping(&server.url()).await);
     }
 }
