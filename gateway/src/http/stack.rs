@@ -128,7 +128,8 @@ async fn count(request: Request, next: axum::middleware::Next) -> Response {
     let started = std::time::Instant::now();
     let announced = request.headers().get("mcp-method").and_then(|v| v.to_str().ok()).map(Method::label_of);
     let response = next.run(request).await;
-    let method = response.extensions().get::<MethodLabel>().map_or(announced.unwrap_or("invalid"), |m| m.0);
+    let method =
+        response.extensions().get::<MethodLabel>().map_or(announced.unwrap_or(MethodLabel::INVALID.0), |m| m.0);
     let outcome = response.extensions().get::<Outcome>().copied().unwrap_or(Outcome::Ok);
     METRICS.request(method, outcome, started.elapsed());
     METRICS.response(response.status().as_u16());

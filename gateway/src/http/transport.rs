@@ -42,7 +42,7 @@ fn traceparent(headers: &HeaderMap, message: &Incoming<'_>) -> Option<String> {
 /// Answers one POST; returns the method label with the response.
 async fn respond(state: &AppState, request: Request) -> (&'static str, Response) {
     let (parts, body) = request.into_parts();
-    let refused = |framing| ("invalid", edge::refusal(GatewayError::Framing(framing)));
+    let refused = |framing| (MethodLabel::INVALID.0, edge::refusal(GatewayError::Framing(framing)));
     if let Err(framing) = state.origin_policy.check(&parts.headers, parts.uri.authority().map(|a| a.as_str())) {
         return refused(framing);
     }
@@ -55,7 +55,7 @@ async fn respond(state: &AppState, request: Request) -> (&'static str, Response)
     };
     let message = match envelope::parse(&bytes) {
         Ok(message) => message,
-        Err(bad) => return ("invalid", edge::render(&bad.id, Err(GatewayError::Envelope(bad.error)))),
+        Err(bad) => return (MethodLabel::INVALID.0, edge::render(&bad.id, Err(GatewayError::Envelope(bad.error)))),
     };
     let method = Method::label_of(&message.method);
     // Set by the pipeline's request-id layer: the caller's, if sane, else a new one.

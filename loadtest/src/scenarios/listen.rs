@@ -75,19 +75,9 @@ pub(super) async fn prepare(config: &Config, client: Client, recorder: Arc<Recor
             }
         });
     }
-    for _ in 0..3000 {
-        if opened.load(Ordering::Relaxed) >= k {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(|| opened.load(Ordering::Relaxed) >= k).await;
     eprintln!("{} of {k} subscriptions open", opened.load(Ordering::Relaxed));
-    for _ in 0..3000 {
-        if parked.load(Ordering::Relaxed) >= opened.load(Ordering::Relaxed) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(|| parked.load(Ordering::Relaxed) >= opened.load(Ordering::Relaxed)).await;
     eprintln!("{} of them on parked tasks (waiting for input)", parked.load(Ordering::Relaxed));
     let ids = Arc::new(ids);
     let next = Arc::new(AtomicUsize::new(0));
@@ -101,4 +91,13 @@ pub(super) async fn prepare(config: &Config, client: Client, recorder: Arc<Recor
         })
     });
     Ok((op, lags))
+}
+
+/// Waits until `done` holds, checking every 100 ms, for at most 5 minutes (the set-up goes on
+/// with what it has then, and says so).
+async fn wait_until(done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    while !done() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
