@@ -99,15 +99,16 @@ async fn a_worker_claims_the_capabilities_its_creator_declared() {
     assert_eq!(claimed, declared);
 }
 
-/// A key set aside beside a task's record (`outcome` or `args`): its value and remaining life
-/// (ms), and the record's remaining life.
+/// A key set aside beside a task's record (`outcome` or `args`): its value and when it expires,
+/// and when the record expires (Unix ms; -1 for no expiry, -2 for no key). Absolute times, so
+/// the two reads compare exactly however far apart they are taken.
 async fn aside(stack: &Stack, id: &TaskId, which: fn(&TaskKeys) -> &String) -> (Option<String>, i64, i64) {
     let keys = stack.store().keys().task(id);
     let mut conn = stack.redis.connection().await;
     let value: Option<String> = redis::cmd("GET").arg(which(&keys)).query_async(&mut conn).await.unwrap();
-    let ttl: i64 = redis::cmd("PTTL").arg(which(&keys)).query_async(&mut conn).await.unwrap();
-    let record_ttl: i64 = redis::cmd("PTTL").arg(&keys.record).query_async(&mut conn).await.unwrap();
-    (value, ttl, record_ttl)
+    let expiry: i64 = redis::cmd("PEXPIRETIME").arg(which(&keys)).query_async(&mut conn).await.unwrap();
+    let record_expiry: i64 = redis::cmd("PEXPIRETIME").arg(&keys.record).query_async(&mut conn).await.unwrap();
+    (value, expiry, record_expiry)
 }
 
 fn outcome(keys: &TaskKeys) -> &String {
@@ -136,13 +137,19 @@ async fn long_arguments_and_outcomes_are_kept_beside_a_compact_record() {
     let (encoding, bytes) = encoding_and_bytes(&stack, &id).await;
     assert_eq!(encoding, "listpack", "the long result converted the record");
     assert!(bytes <= 600, "the record of a task with a 200-byte result takes {bytes} bytes");
-    let (result, result_ttl, record_ttl) = aside(&stack, &id, outcome).await;
+    let (result, result_expiry, record_expiry) = aside(&stack, &id, outcome).await;
     assert!(result.as_deref().is_some_and(|o| o.contains(&"x".repeat(200))), "{result:?}");
-    assert!(result_ttl > 0 && result_ttl <= record_ttl, "outcome {result_ttl} ms, record {record_ttl} ms");
+    assert!(
+        result_expiry > 0 && result_expiry <= record_expiry,
+        "outcome expires at {result_expiry}, record at {record_expiry}"
+    );
     // The claim read the arguments whole (the 200 bytes asked for came back, above).
-    let (arguments, arguments_ttl, record_ttl) = aside(&stack, &id, args).await;
+    let (arguments, arguments_expiry, record_expiry) = aside(&stack, &id, args).await;
     assert!(arguments.as_deref().is_some_and(|a| a.contains(&padding)), "{arguments:?}");
-    assert!(arguments_ttl > 0 && arguments_ttl <= record_ttl, "arguments {arguments_ttl} ms, record {record_ttl} ms");
+    assert!(
+        arguments_expiry > 0 && arguments_expiry <= record_expiry,
+        "arguments expire at {arguments_expiry}, record at {record_expiry}"
+    );
     // The service's own read (no poll marker) and the console's give it back too.
     let snapshot = stack.store().get_task(&id).await.unwrap().expect("the task");
     assert!(snapshot.result.expect("a result").get().contains(&"x".repeat(200)));

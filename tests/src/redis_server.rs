@@ -159,11 +159,13 @@ impl RedisServer {
 
     /// A connection for assertions made directly on Redis.
     pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url())
-            .expect("valid url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("redis connection")
+        self.try_connection().await.expect("redis connection")
+    }
+
+    /// A connection for polling a node that may refuse one for a moment: Sentinel closes every
+    /// client's connection to a node it reconfigures.
+    pub async fn try_connection(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        redis::Client::open(self.url())?.get_multiplexed_async_connection().await
     }
 
     /// Sends a signal by name (`STOP`, `CONT`).
