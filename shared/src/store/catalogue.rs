@@ -12,10 +12,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use redis::Value;
-
-use super::reply::Reply;
-use super::{Store, StoreError, scripts};
+use super::scripts::{publish_tools, read_tools};
+use super::{Store, StoreError};
 use crate::tools::ToolSpec;
 use crate::tools::offerings::Offering;
 
@@ -51,41 +49,29 @@ impl Store {
         pool: &str,
         ttl: Duration,
     ) -> Result<Vec<String>, StoreError> {
-        let keys = self.keys().catalogue();
-        let mut invocation = scripts::PUBLISH_TOOLS.keys([
-            &keys.specs,
-            &keys.live,
-            &keys.digests,
-            &keys.workers,
-            &keys.workers_live,
-            &keys.serving,
-            &keys.serving_since,
-            &keys.routes,
-            &keys.pools,
-        ]);
-        invocation
-            .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1))
-            .arg(digest)
-            .arg(worker.0)
-            .arg(worker.1)
-            .arg(pool);
+        let mut entries = Vec::with_capacity(specs.len() + offerings.len() + hidden.len());
         for spec in specs {
             let json = serde_json::to_string(spec).map_err(|e| StoreError::UnexpectedReply(e.to_string()))?;
-            invocation.arg(&spec.descriptor.name).arg(json);
+            entries.push((spec.descriptor.name.as_str(), json));
         }
-        for offering in offerings {
-            let Some(key) = offering.key() else { continue };
+        let keyed: Vec<(String, &Offering)> =
+            offerings.iter().filter_map(|offering| Some((offering.key()?, offering))).collect();
+        for (key, offering) in &keyed {
             let json = serde_json::to_string(offering).map_err(|e| StoreError::UnexpectedReply(e.to_string()))?;
-            invocation.arg(key).arg(json);
+            entries.push((key.as_str(), json));
         }
         // Live without a spec: never listed, but a worker that claims one it cannot run learns
         // from this that another can, and hands it back.
-        for name in hidden {
-            invocation.arg(*name).arg("");
-        }
-        let reply: Vec<Value> = invocation.invoke_async(&mut self.conn()).await?;
-        let reply = Reply::new(reply);
-        reply.strings(1)
+        entries.extend(hidden.iter().map(|name| (*name, String::new())));
+        let args = publish_tools::Args {
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1),
+            digest,
+            worker: worker.0,
+            status: worker.1,
+            pool,
+            entries: &entries,
+        };
+        publish_tools::call(&mut self.conn(), &self.keys().catalogue(), args).await
     }
 
     /// The live workers' statuses as they last published them, by worker id, with when each
@@ -141,12 +127,8 @@ impl Store {
     /// are skipped and reported by name, so one bad publisher cannot hide the rest. A name with a
     /// `/` is a prompt, resource or template (tool names have none).
     pub async fn read_catalogue(&self) -> Result<Published, StoreError> {
-        let keys = self.keys().catalogue();
-        let reply: Vec<Value> =
-            scripts::READ_TOOLS.keys([&keys.specs, &keys.live, &keys.routes]).invoke_async(&mut self.conn()).await?;
-        let reply = Reply::new(reply);
-        let raw = reply.pairs(1)?;
-        let mut routes: BTreeMap<String, String> = reply.pairs(2)?.into_iter().collect();
+        let live = read_tools::call(&mut self.conn(), &self.keys().catalogue()).await?;
+        let (raw, mut routes): (_, BTreeMap<String, String>) = (live.specs, live.routes.into_iter().collect());
         let mut published = Published::default();
         for (name, json) in raw {
             if name.contains('/') {

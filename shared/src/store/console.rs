@@ -9,10 +9,8 @@
 
 use std::collections::BTreeMap;
 
-use redis::Value;
-
-use super::reply::Reply;
-use super::{Store, StoreError, scripts};
+use super::scripts::fail_task;
+use super::{Store, StoreError};
 use crate::task::{Actor, TaskId, TaskStatus, Transition};
 
 /// Index entries examined at most per page request, as a multiple of the page size: a filter
@@ -271,18 +269,16 @@ impl Store {
         why: &str,
     ) -> Result<OperatorFail, StoreError> {
         let keys = self.keys().task(id);
-        let reply: Vec<Value> = scripts::FAIL_TASK
-            .keys([&keys.record, &keys.inputs, &keys.leases, &keys.timeline])
-            .arg(id.as_str())
-            .arg(error)
-            .arg(message)
-            .arg(self.events_channel(id))
-            .arg(self.keys().signal_prefix())
-            .arg(by)
-            .arg(why)
-            .invoke_async(&mut self.conn())
-            .await?;
-        let outcome = OperatorFail::try_from(Reply::new(reply))?;
+        let (events, signal_prefix) = (self.events_channel(id), self.keys().signal_prefix());
+        let args = fail_task::Args {
+            task_id: id.as_str(),
+            error,
+            message,
+            events: &events,
+            signal_prefix: &signal_prefix,
+            operator: (by, why),
+        };
+        let outcome = fail_task::call(&mut self.conn(), (&keys).into(), args).await?;
         if let OperatorFail::Failed { from, .. } = &outcome {
             super::transitions::emit(id, Transition::new(Some(*from), TaskStatus::Failed, Actor::Operator));
         }

@@ -1,9 +1,8 @@
 //! Fleet-wide limits, kept in Redis so that N gateway replicas admit what one would.
 
-use redis::Value;
-
-use super::reply::Reply;
-use super::{Store, StoreError, scripts};
+use super::scripts::admit::{self, Gcra};
+use super::scripts::poll_task;
+use super::{Store, StoreError};
 use crate::task::{Owner, Snapshot, TaskId};
 
 /// A rate: `per_second` sustained, `burst` more at once. `per_second <= 0` is unlimited.
@@ -14,8 +13,9 @@ pub struct Rate {
 }
 
 impl Rate {
-    fn interval_ms(self) -> f64 {
-        if self.per_second > 0.0 { 1000.0 / self.per_second } else { 0.0 }
+    /// As the admission script takes it: the interval between two (0: unlimited).
+    fn gcra(self) -> Gcra {
+        Gcra { interval_ms: if self.per_second > 0.0 { 1000.0 / self.per_second } else { 0.0 }, burst: self.burst }
     }
 
     pub fn is_limited(self) -> bool {
@@ -80,14 +80,8 @@ impl Store {
         if !requests.is_limited() {
             return Ok(Admission::Admitted);
         }
-        let keys = self.keys().tenant(tenant);
-        let reply: Vec<Value> = scripts::ADMIT_REQUEST
-            .keys([&keys.requests])
-            .arg(requests.interval_ms())
-            .arg(requests.burst)
-            .invoke_async(&mut self.conn())
-            .await?;
-        Admission::try_from(Reply::new(reply))
+        let args = admit::Args { requests: requests.gcra(), task: None };
+        admit::call(&mut self.conn(), &self.keys().tenant(tenant), args).await
     }
 
     /// One request that creates a task: request rate, creation rate and the active-task cap,
@@ -101,19 +95,14 @@ impl Store {
         if !requests.is_limited() && !task.creations.is_limited() && task.max_active == 0 {
             return Ok(Admission::Admitted);
         }
-        let keys = self.keys().tenant(tenant);
-        let reply: Vec<Value> = scripts::ADMIT_TASK
-            .keys([&keys.requests, &keys.creations, &keys.active])
-            .arg(requests.interval_ms())
-            .arg(requests.burst)
-            .arg(task.creations.interval_ms())
-            .arg(task.creations.burst)
-            .arg(task.max_active)
-            .arg(task.task_id.as_str())
-            .arg(task.ttl_ms)
-            .invoke_async(&mut self.conn())
-            .await?;
-        Admission::try_from(Reply::new(reply))
+        let created = admit::TaskArgs {
+            creations: task.creations.gcra(),
+            max_active: task.max_active,
+            task_id: task.task_id.as_str(),
+            ttl_ms: task.ttl_ms,
+        };
+        let args = admit::Args { requests: requests.gcra(), task: Some(created) };
+        admit::call(&mut self.conn(), &self.keys().tenant(tenant), args).await
     }
 
     /// The task ended: it no longer counts against its tenant's active-task cap. Best effort:
@@ -131,13 +120,6 @@ impl Store {
     /// script (one round trip).
     pub async fn poll_task(&self, id: &TaskId, owner: &Owner, tolerance: f64) -> Result<Polled, StoreError> {
         let keys = self.keys().task(id);
-        let reply: Vec<Value> = scripts::POLL_TASK
-            .keys([&keys.record, &keys.inputs, &keys.poll, &keys.outcome])
-            .arg(&owner.tenant)
-            .arg(&owner.principal)
-            .arg(tolerance)
-            .invoke_async(&mut self.conn())
-            .await?;
-        Reply::new(reply).polled(id)
+        poll_task::call(&mut self.conn(), (&keys).into(), poll_task::Args { id, owner, tolerance }).await
     }
 }

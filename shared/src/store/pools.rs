@@ -17,20 +17,21 @@ use crate::task::TaskId;
 impl Store {
     /// Runs an enqueueing script (`build(queue, pool)` makes the invocation) with `guess`'s queue
     /// on the task's shard declared, and once more with the record's pool's queue if the script
-    /// names another pool.
-    pub(super) async fn on_pool_queue(
+    /// names another pool; `decode` reads the reply that stands.
+    pub(super) async fn on_pool_queue<T>(
         &self,
         task: &TaskId,
         guess: &str,
-        build: impl Fn(QueueKeys, &str) -> ScriptInvocation<'static>,
-    ) -> Result<Reply, StoreError> {
+        build: impl Fn(&QueueKeys, &str) -> ScriptInvocation<'static>,
+        decode: impl FnOnce(Reply) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let mut pool = guess.to_owned();
         for _ in 0..2 {
-            let invocation = build(self.keys().queue(task.shard(), &pool), &pool);
+            let invocation = build(&self.keys().queue(task.shard(), &pool), &pool);
             let reply: Vec<Value> = invocation.invoke_async(&mut self.conn()).await?;
             let reply = Reply::new(reply);
             match reply.other_pool() {
-                None => return Ok(reply),
+                None => return decode(reply),
                 // Never build a key from a value that could carry another hash tag.
                 Some(other) if is_pool_name(&other) && other != pool => pool = other,
                 Some(other) => return Err(StoreError::UnexpectedReply(format!("task recorded for pool {other:?}"))),

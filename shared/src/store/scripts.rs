@@ -1,9 +1,13 @@
 //! The Lua scripts, loaded once per process. `invoke_async` sends EVALSHA and falls back to
 //! EVAL (then caches) when a server does not know the script yet.
 //!
-//! The table below is the only list: it makes each script's handles, its metric label
-//! (`script:<file>`) and the list loaded at boot. Every script starts with `prelude.lua`, the
-//! helpers they share.
+//! Each script has one Rust module beside it (`scripts/<name>.rs` beside `<name>.lua`) holding
+//! its `Keys` (in the header's order), its `Args`, the meaning of its reply codes, and one
+//! `call`; nothing else in the store builds an invocation or reads a raw reply code.
+//!
+//! The table below is the only list: it declares those modules and makes each script's
+//! handles, its metric label (`script:<file>`) and the list loaded at boot. Every script starts
+//! with `prelude.lua`, the helpers they share.
 //!
 //! A handle is typed by the number of keys its script takes ([`Lua::keys`] wants exactly
 //! that many), and a test holds each script's `KEYS[n]` header to the same count: a key added
@@ -11,16 +15,19 @@
 
 use std::sync::LazyLock;
 
-use redis::{Script, ScriptInvocation};
+use redis::{Script, ScriptInvocation, Value};
+
+use super::reply::Reply;
+use super::{Conn, StoreError};
 
 /// A script taking exactly `KEYS` keys.
-pub(super) struct Lua<const KEYS: usize> {
+struct Lua<const KEYS: usize> {
     script: &'static LazyLock<Script>,
 }
 
 impl<const KEYS: usize> Lua<KEYS> {
     /// A call with its keys in the order of the script's header; arguments follow.
-    pub(super) fn keys(&self, keys: [&str; KEYS]) -> ScriptInvocation<'static> {
+    fn keys(&self, keys: [&str; KEYS]) -> ScriptInvocation<'static> {
         let script: &'static Script = self.script;
         let mut call = script.prepare_invoke();
         for key in keys {
@@ -28,6 +35,16 @@ impl<const KEYS: usize> Lua<KEYS> {
         }
         call
     }
+}
+
+/// Sends `call` and reads its reply array with `decode`: every module's `call` is this.
+async fn run<T>(
+    conn: &mut Conn,
+    call: &ScriptInvocation<'_>,
+    decode: impl FnOnce(Reply) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    let values: Vec<Value> = call.invoke_async(conn).await?;
+    decode(Reply::new(values))
 }
 
 /// One script file: its text, label and the key counts of its handles.
@@ -43,24 +60,28 @@ pub(super) struct File {
 
 macro_rules! scripts {
     ($($file:ident => $($name:ident: $keys:literal),+;)*) => {
-        $(
-            mod $file {
-                pub(super) static SCRIPT: std::sync::LazyLock<redis::Script> =
+        $(pub(super) mod $file;)*
+
+        /// Each script's text: the prelude, then its file.
+        #[allow(non_upper_case_globals)]
+        mod text {
+            $(
+                pub(super) static $file: std::sync::LazyLock<redis::Script> =
                     std::sync::LazyLock::new(|| redis::Script::new(concat!(
                         include_str!("scripts/prelude.lua"),
                         include_str!(concat!("scripts/", stringify!($file), ".lua"))
                     )));
-            }
-            $(
-                pub(super) static $name: Lua<$keys> = Lua { script: &$file::SCRIPT };
-            )+
-        )*
+            )*
+        }
+        $($(
+            static $name: Lua<$keys> = Lua { script: &text::$file };
+        )+)*
 
         /// Every script, for loading at boot (so a broken one fails start-up rather than a
         /// request) and for naming commands in metrics and spans.
         pub(super) fn all() -> &'static [File] {
             static ALL: &[File] = &[$(File {
-                script: &$file::SCRIPT,
+                script: &text::$file,
                 label: concat!("script:", stringify!($file)),
                 #[cfg(test)]
                 source: include_str!(concat!("scripts/", stringify!($file), ".lua")),

@@ -4,8 +4,9 @@ use redis::Value;
 use serde_json::Map;
 
 use super::reply::Reply;
+use super::scripts::{accept_input, cancel_task, create_task, read_task};
 use super::transitions::emit;
-use super::{Store, StoreError, scripts};
+use super::{QueueKeys, Store, StoreError, TaskKeys};
 use crate::task::{Actor, Owner, Snapshot, SnapshotError, TaskId, TaskStatus, Transition};
 
 /// What `create_task` writes.
@@ -79,7 +80,7 @@ pub enum CancelOutcome {
 }
 
 /// The record fields a snapshot needs, in `HMGET` order.
-const SNAPSHOT_FIELDS: [&str; 11] =
+pub(super) const SNAPSHOT_FIELDS: [&str; 11] =
     ["tenant", "principal", "status", "msg", "created", "updated", "ttl", "poll", "result", "error", "ver"];
 
 impl Store {
@@ -87,9 +88,8 @@ impl Store {
     /// A create re-sent after a lost reply gets the same answer (the script is idempotent for
     /// one owner, id and tool).
     pub async fn create_task(&self, task: NewTask<'_>) -> Result<i64, StoreError> {
-        let keys = self.keys().task(task.id);
-        let reply = Reply::new(create_invocation(self, &keys, &task).invoke_async(&mut self.conn()).await?);
-        let created = reply.created_at()?;
+        let creating = Creating::new(self, &task);
+        let created = create_task::call(&mut self.conn(), creating.keys(), creating.args(&task)).await?;
         emit(task.id, Transition::new(None, TaskStatus::Working, Actor::Client));
         Ok(created)
     }
@@ -105,8 +105,8 @@ impl Store {
         replicas: u32,
         timeout: std::time::Duration,
     ) -> Result<(i64, u32), StoreError> {
-        let keys = self.keys().task(task.id);
-        let invocation = create_invocation(self, &keys, &task);
+        let creating = Creating::new(self, &task);
+        let invocation = create_task::invocation(creating.keys(), creating.args(&task));
         let mut pipe = redis::pipe();
         pipe.invoke_script(&invocation)
             .cmd("WAIT")
@@ -132,7 +132,7 @@ impl Store {
                 return Err(err.into());
             }
         };
-        let created = Reply::new(created).created_at()?;
+        let created = create_task::decode(Reply::new(created))?;
         emit(task.id, Transition::new(None, TaskStatus::Working, Actor::Client));
         Ok((created, acked))
     }
@@ -168,12 +168,7 @@ impl Store {
 
     async fn read_task(&self, id: &TaskId, owner: Option<&Owner>) -> Result<Option<Snapshot>, StoreError> {
         let keys = self.keys().task(id);
-        let mut call = scripts::READ_TASK.keys([&keys.record, &keys.inputs, &keys.outcome]);
-        call.arg(owner.map_or("", |o| o.tenant.as_str())).arg(owner.map_or("", |o| o.principal.as_str()));
-        for field in SNAPSHOT_FIELDS {
-            call.arg(field);
-        }
-        Reply::new(call.invoke_async(&mut self.conn()).await?).read(id)
+        read_task::call(&mut self.conn(), (&keys).into(), read_task::Args { id, owner }).await
     }
 
     /// Stores answers to outstanding input keys (each answer is JSON text). Ownership is
@@ -186,33 +181,16 @@ impl Store {
         resume_message: Option<&str>,
     ) -> Result<Answered, StoreError> {
         let keys = self.keys().task(id);
-        // The gateway does not know the task's pool without reading the record: it guesses
-        // `default`; a task of another pool costs a second round trip (store/pools.rs).
-        let reply = self
-            .on_pool_queue(id, super::DEFAULT_POOL, |queue: super::QueueKeys, pool: &str| {
-                let mut call = scripts::ACCEPT_INPUT.keys([
-                    &keys.record,
-                    &keys.inputs,
-                    &keys.answers,
-                    &queue.stream,
-                    &keys.timeline,
-                    &queue.ready,
-                    &queue.fair,
-                ]);
-                call.arg(id.as_str())
-                    .arg(&owner.tenant)
-                    .arg(&owner.principal)
-                    .arg(self.events_channel(id))
-                    .arg(resume_message.unwrap_or(""))
-                    .arg(self.keys().signal_prefix())
-                    .arg(pool);
-                for (key, answer) in answers {
-                    call.arg(key).arg(answer);
-                }
-                call
-            })
-            .await?;
-        let answered = Answered::try_from(reply)?;
+        let (events, signal_prefix) = (self.events_channel(id), self.keys().signal_prefix());
+        let args = accept_input::Args {
+            id,
+            owner,
+            events: &events,
+            resume_message: resume_message.unwrap_or(""),
+            signal_prefix: &signal_prefix,
+            answers,
+        };
+        let answered = accept_input::call(self, &keys, args).await?;
         if let Answered::Applied { resumed: true, waited, .. } = answered {
             emit(
                 id,
@@ -257,19 +235,17 @@ impl Store {
     ) -> Result<CancelOutcome, StoreError> {
         let keys = self.keys().task(id);
         let (by, why) = operator.unwrap_or_default();
-        let reply: Vec<Value> = scripts::CANCEL_TASK
-            .keys([&keys.record, &keys.inputs, &keys.leases, &keys.timeline])
-            .arg(id.as_str())
-            .arg(owner.map_or("", |o| o.tenant.as_str()))
-            .arg(owner.map_or("", |o| o.principal.as_str()))
-            .arg(message)
-            .arg(self.events_channel(id))
-            .arg(self.keys().signal_prefix())
-            .arg(by)
-            .arg(why)
-            .invoke_async(&mut self.conn())
-            .await?;
-        let outcome = CancelOutcome::try_from(Reply::new(reply))?;
+        let (events, signal_prefix) = (self.events_channel(id), self.keys().signal_prefix());
+        let args = cancel_task::Args {
+            task_id: id.as_str(),
+            tenant: owner.map_or("", |o| o.tenant.as_str()),
+            principal: owner.map_or("", |o| o.principal.as_str()),
+            message,
+            events: &events,
+            signal_prefix: &signal_prefix,
+            operator: (by, why),
+        };
+        let outcome = cancel_task::call(&mut self.conn(), (&keys).into(), args).await?;
         if let CancelOutcome::Cancelled { from, waited } = outcome {
             let by = if operator.is_some() { Actor::Operator } else { Actor::Client };
             emit(id, Transition::new(Some(from), TaskStatus::Cancelled, by).after(waited));
@@ -278,44 +254,35 @@ impl Store {
     }
 }
 
-fn create_invocation<'a>(store: &Store, keys: &'a super::TaskKeys, task: &NewTask<'_>) -> redis::ScriptInvocation<'a> {
-    let shard = task.id.shard();
-    // The pool's queue is declared like every other key: the create stays one script in one
-    // slot (the shard's), one round trip.
-    let queue = store.keys().queue(shard, task.pool);
-    let mut call = scripts::CREATE_TASK.keys([
-        &keys.record,
-        &queue.stream,
-        &keys.answers,
-        &keys.timeline,
-        &store.keys().task_index(shard, None),
-        &store.keys().task_index(shard, Some(&task.owner.tenant)),
-        &queue.ready,
-        &queue.fair,
-        &keys.args,
-    ]);
-    call.arg(task.id.as_str())
-        .arg(&task.owner.tenant)
-        .arg(&task.owner.principal)
-        .arg(task.tool)
-        .arg(task.arguments)
-        .arg(task.ttl_ms)
-        .arg(task.poll_interval_ms)
-        .arg(task.status_message.unwrap_or(""))
-        .arg(task.traceparent.unwrap_or(""))
-        .arg(store.events_channel(task.id))
-        .arg(task.client_capabilities)
-        .arg(if task.counted { "1" } else { "0" })
-        .arg(task.tool_state.unwrap_or(""))
-        .arg(if task.declares_tasks { "1" } else { "0" })
-        .arg(if task.history { "1" } else { "0" })
-        .arg(task.pool)
-        .arg(task.fingerprint.unwrap_or(""))
-        .arg(task.weight);
-    for (key, answer) in task.answers {
-        call.arg(key).arg(answer);
+/// What a create's call borrows: its keys and events channel.
+struct Creating {
+    task: TaskKeys,
+    /// The pool's queue is declared like every other key: the create stays one script in one
+    /// slot (the shard's), one round trip.
+    queue: QueueKeys,
+    /// The shard's task index, and its tenant's.
+    indexes: (String, String),
+    events: String,
+}
+
+impl Creating {
+    fn new(store: &Store, task: &NewTask<'_>) -> Self {
+        let shard = task.id.shard();
+        Self {
+            task: store.keys().task(task.id),
+            queue: store.keys().queue(shard, task.pool),
+            indexes: (store.keys().task_index(shard, None), store.keys().task_index(shard, Some(&task.owner.tenant))),
+            events: store.events_channel(task.id),
+        }
     }
-    call
+
+    fn keys(&self) -> create_task::Keys<'_> {
+        create_task::Keys::new(&self.task, &self.queue, (&self.indexes.0, &self.indexes.1))
+    }
+
+    fn args<'a>(&'a self, task: &'a NewTask<'a>) -> create_task::Args<'a> {
+        create_task::Args { task, events: &self.events }
+    }
 }
 
 /// A snapshot from the record fields (in `SNAPSHOT_FIELDS` order) and outstanding inputs.

@@ -2,21 +2,14 @@
 
 use std::time::Duration;
 
-use redis::Value;
-
 use super::{Delivery, millis};
-use crate::store::reply::Reply;
-use crate::store::{Store, StoreError, WORKER_GROUP, scripts};
+use crate::store::scripts::claim_task::{self, ClaimStep};
+use crate::store::scripts::pass_wakeup;
+use crate::store::{Store, StoreError, WORKER_GROUP};
 use crate::task::TaskId;
 
 /// How many times one claim follows the front of the ready set before it gives up.
 pub const MAX_REDIRECTS: usize = 16;
-
-/// One `claim_task` run: a claim or nothing, or the task at the front to ask for instead.
-pub(in crate::store) enum ClaimStep {
-    Done(Option<Box<Claim>>),
-    Front(TaskId),
-}
 
 /// A claimed task: what the tool runs with.
 #[derive(Debug, Clone)]
@@ -64,26 +57,14 @@ impl Store {
         let queue = self.keys().queue(delivery.task_id.shard(), pool);
         for _ in 0..MAX_REDIRECTS {
             let keys = self.keys().task(&delivery.task_id);
-            let reply: Vec<Value> = scripts::CLAIM_TASK
-                .keys([
-                    &keys.record,
-                    &queue.stream,
-                    &keys.leases,
-                    &keys.answers,
-                    &keys.timeline,
-                    &keys.steps,
-                    &queue.ready,
-                    &queue.fair,
-                    &keys.args,
-                ])
-                .arg(&delivery.entry_id)
-                .arg(delivery.task_id.as_str())
-                .arg(worker)
-                .arg(millis(lease))
-                .arg(WORKER_GROUP)
-                .invoke_async(&mut self.conn())
-                .await?;
-            match Reply::new(reply).claim(&delivery.task_id)? {
+            let args = claim_task::Args {
+                entry_id: &delivery.entry_id,
+                task_id: &delivery.task_id,
+                worker,
+                lease_ms: millis(lease),
+                group: WORKER_GROUP,
+            };
+            match claim_task::call(&mut self.conn(), claim_task::Keys::new(&keys, &queue), args).await? {
                 ClaimStep::Front(front) if front.shard() == delivery.task_id.shard() => delivery.task_id = front,
                 ClaimStep::Front(front) => {
                     return Err(StoreError::UnexpectedReply(format!("{front} queued on another shard's ready set")));
@@ -91,13 +72,9 @@ impl Store {
                 ClaimStep::Done(claim) => return Ok(claim.map(|claim| *claim)),
             }
         }
-        let _passed: u8 = scripts::PASS_WAKEUP
-            .keys([&queue.stream])
-            .arg(&delivery.entry_id)
-            .arg(WORKER_GROUP)
-            .arg(delivery.task_id.as_str())
-            .invoke_async(&mut self.conn())
-            .await?;
+        let args =
+            pass_wakeup::Args { entry_id: &delivery.entry_id, group: WORKER_GROUP, task_id: delivery.task_id.as_str() };
+        pass_wakeup::call(&mut self.conn(), pass_wakeup::Keys { stream: &queue.stream }, args).await?;
         Ok(None)
     }
 }

@@ -3,12 +3,10 @@
 
 use std::time::Duration;
 
-use redis::Value;
-
 use super::{Lease, millis};
-use crate::store::reply::{Fenced, Reply};
+use crate::store::scripts::{extend_lease, finish_task, mark_started, record_step, save_state, set_status};
 use crate::store::transitions::emit;
-use crate::store::{Store, StoreError, scripts};
+use crate::store::{Store, StoreError};
 use crate::task::{Actor, TaskStatus, Transition};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,30 +48,27 @@ pub enum Finish<'a> {
 impl Store {
     pub async fn renew(&self, lease: Lease<'_>, duration: Duration) -> Result<Renewal, StoreError> {
         let keys = self.keys().task(lease.task_id);
-        let reply: Vec<Value> = scripts::EXTEND_LEASE
-            .keys([&keys.record, &keys.leases])
-            .arg(lease.task_id.as_str())
-            .arg(lease.worker)
-            .arg(lease.fence)
-            .arg(millis(duration))
-            .invoke_async(&mut self.conn())
-            .await?;
-        Renewal::try_from(Reply::new(reply))
+        let args = extend_lease::Args {
+            task_id: lease.task_id.as_str(),
+            worker: lease.worker,
+            fence: lease.fence,
+            lease_ms: millis(duration),
+        };
+        extend_lease::call(&mut self.conn(), (&keys).into(), args).await
     }
 
     /// Sets the status message. `false` when the lease was lost.
     pub async fn set_status(&self, lease: Lease<'_>, message: &str) -> Result<bool, StoreError> {
         let keys = self.keys().task(lease.task_id);
-        let reply: Vec<Value> = scripts::SET_STATUS
-            .keys([&keys.record])
-            .arg(lease.task_id.as_str())
-            .arg(lease.worker)
-            .arg(lease.fence)
-            .arg(message)
-            .arg(self.events_channel(lease.task_id))
-            .invoke_async(&mut self.conn())
-            .await?;
-        Ok(Fenced::try_from(Reply::new(reply))?.written())
+        let events = self.events_channel(lease.task_id);
+        let args = set_status::Args {
+            task_id: lease.task_id.as_str(),
+            worker: lease.worker,
+            fence: lease.fence,
+            message,
+            events: &events,
+        };
+        Ok(set_status::call(&mut self.conn(), set_status::Keys { record: &keys.record }, args).await?.written())
     }
 
     /// Records, fenced, that this run is about to cause a side effect that must not repeat
@@ -81,27 +76,16 @@ impl Store {
     /// the same lease answers `First` again.
     pub async fn mark_started(&self, lease: Lease<'_>) -> Result<Started, StoreError> {
         let keys = self.keys().task(lease.task_id);
-        let reply: Vec<Value> = scripts::MARK_STARTED
-            .keys([&keys.record])
-            .arg(lease.worker)
-            .arg(lease.fence)
-            .invoke_async(&mut self.conn())
-            .await?;
-        Started::try_from(Reply::new(reply))
+        let args = mark_started::Args { worker: lease.worker, fence: lease.fence };
+        mark_started::call(&mut self.conn(), mark_started::Keys { record: &keys.record }, args).await
     }
 
     /// Saves a state for the task's next run (returned by the next claim). `false` when the
     /// lease was lost.
     pub async fn save_state(&self, lease: Lease<'_>, state: &str) -> Result<bool, StoreError> {
         let keys = self.keys().task(lease.task_id);
-        let reply: Vec<Value> = scripts::SAVE_STATE
-            .keys([&keys.record])
-            .arg(lease.worker)
-            .arg(lease.fence)
-            .arg(state)
-            .invoke_async(&mut self.conn())
-            .await?;
-        Ok(Fenced::try_from(Reply::new(reply))?.written())
+        let args = save_state::Args { worker: lease.worker, fence: lease.fence, state };
+        Ok(save_state::call(&mut self.conn(), save_state::Keys { record: &keys.record }, args).await?.written())
     }
 
     /// Records the result (JSON text) of durable step `name`, fenced, in the task's steps hash
@@ -109,15 +93,9 @@ impl Store {
     /// (nothing written). A step already recorded keeps its first result.
     pub async fn record_step(&self, lease: Lease<'_>, name: &str, result: &str) -> Result<bool, StoreError> {
         let keys = self.keys().task(lease.task_id);
-        let reply: Vec<Value> = scripts::RECORD_STEP
-            .keys([&keys.record, &keys.steps])
-            .arg(lease.worker)
-            .arg(lease.fence)
-            .arg(name)
-            .arg(result)
-            .invoke_async(&mut self.conn())
-            .await?;
-        Ok(Fenced::try_from(Reply::new(reply))?.written())
+        let step_keys = record_step::Keys { record: &keys.record, steps: &keys.steps };
+        let args = record_step::Args { worker: lease.worker, fence: lease.fence, name, result };
+        Ok(record_step::call(&mut self.conn(), step_keys, args).await?.written())
     }
 
     /// Writes a terminal outcome. `false` when the lease was lost (the write was refused).
@@ -128,19 +106,18 @@ impl Store {
             Finish::Failed { error, message } => (TaskStatus::Failed, "error", error, message),
             Finish::Cancelled { message } => (TaskStatus::Cancelled, "", "", Some(message)),
         };
-        let reply: Vec<Value> = scripts::FINISH_TASK
-            .keys([&keys.record, &keys.leases, &keys.inputs, &keys.timeline, &keys.outcome])
-            .arg(lease.task_id.as_str())
-            .arg(lease.worker)
-            .arg(lease.fence)
-            .arg(status.as_str())
-            .arg(field)
-            .arg(payload)
-            .arg(message.unwrap_or(""))
-            .arg(self.events_channel(lease.task_id))
-            .invoke_async(&mut self.conn())
-            .await?;
-        let written = Fenced::try_from(Reply::new(reply))?.written();
+        let events = self.events_channel(lease.task_id);
+        let args = finish_task::Args {
+            task_id: lease.task_id.as_str(),
+            worker: lease.worker,
+            fence: lease.fence,
+            status,
+            field,
+            payload,
+            message: message.unwrap_or(""),
+            events: &events,
+        };
+        let written = finish_task::call(&mut self.conn(), (&keys).into(), args).await?.written();
         if written {
             // From `working` as far as the store knows: a held task (showing `input_required`)
             // finished by its holder is counted from `working` too.

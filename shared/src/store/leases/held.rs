@@ -1,11 +1,10 @@
 //! Input mid-task: parking for input, holding a question open, and its answer.
 
-use redis::Value;
-
 use super::Lease;
-use crate::store::reply::{Reply, Withdrawn};
+use crate::store::scripts::withdraw_question::{self, Withdrawn};
+use crate::store::scripts::{held_answer, hold_for_input, request_input};
 use crate::store::transitions::emit;
-use crate::store::{Store, StoreError, scripts};
+use crate::store::{Store, StoreError};
 use crate::task::{Actor, TaskStatus, Transition};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,18 +51,17 @@ impl Store {
         request: &str,
     ) -> Result<Hold, StoreError> {
         let keys = self.keys().task(lease.task_id);
-        let reply: Vec<Value> = scripts::HOLD_FOR_INPUT
-            .keys([&keys.record, &keys.inputs, &keys.issued, &keys.timeline])
-            .arg(lease.task_id.as_str())
-            .arg(lease.worker)
-            .arg(lease.fence)
-            .arg(message)
-            .arg(self.events_channel(lease.task_id))
-            .arg(key)
-            .arg(request)
-            .invoke_async(&mut self.conn())
-            .await?;
-        let hold = Hold::try_from(Reply::new(reply))?;
+        let events = self.events_channel(lease.task_id);
+        let args = hold_for_input::Args {
+            task_id: lease.task_id.as_str(),
+            worker: lease.worker,
+            fence: lease.fence,
+            message,
+            events: &events,
+            key,
+            request,
+        };
+        let hold = hold_for_input::call(&mut self.conn(), (&keys).into(), args).await?;
         if hold == Hold::Held {
             emit(lease.task_id, Transition::new(Some(TaskStatus::Working), TaskStatus::InputRequired, Actor::Worker));
         }
@@ -74,16 +72,16 @@ impl Store {
     /// `Ok(false)` when the lease was lost; answered meanwhile counts as taken back.
     pub async fn withdraw_question(&self, lease: Lease<'_>, message: &str) -> Result<bool, StoreError> {
         let keys = self.keys().task(lease.task_id);
-        let reply: Vec<Value> = scripts::WITHDRAW_QUESTION
-            .keys([&keys.record, &keys.inputs, &keys.timeline])
-            .arg(lease.task_id.as_str())
-            .arg(lease.worker)
-            .arg(lease.fence)
-            .arg(message)
-            .arg(self.events_channel(lease.task_id))
-            .invoke_async(&mut self.conn())
-            .await?;
-        Ok(match Withdrawn::try_from(Reply::new(reply))? {
+        let events = self.events_channel(lease.task_id);
+        let question = withdraw_question::Keys { record: &keys.record, inputs: &keys.inputs, timeline: &keys.timeline };
+        let args = withdraw_question::Args {
+            task_id: lease.task_id.as_str(),
+            worker: lease.worker,
+            fence: lease.fence,
+            message,
+            events: &events,
+        };
+        Ok(match withdraw_question::call(&mut self.conn(), question, args).await? {
             Withdrawn::TakenBack => {
                 emit(
                     lease.task_id,
@@ -100,14 +98,9 @@ impl Store {
     /// The answer to a held request, if it came.
     pub async fn held_answer(&self, lease: Lease<'_>, key: &str) -> Result<HeldAnswer, StoreError> {
         let keys = self.keys().task(lease.task_id);
-        let reply: Vec<Value> = scripts::HELD_ANSWER
-            .keys([&keys.record, &keys.answers])
-            .arg(lease.worker)
-            .arg(lease.fence)
-            .arg(key)
-            .invoke_async(&mut self.conn())
-            .await?;
-        HeldAnswer::try_from(Reply::new(reply))
+        let answer_keys = held_answer::Keys { record: &keys.record, answers: &keys.answers };
+        let args = held_answer::Args { worker: lease.worker, fence: lease.fence, key };
+        held_answer::call(&mut self.conn(), answer_keys, args).await
     }
 
     /// Parks the task in `input_required` with these requests (key, request JSON) and
@@ -121,19 +114,18 @@ impl Store {
         cancelled_message: &str,
     ) -> Result<Parked, StoreError> {
         let keys = self.keys().task(lease.task_id);
-        let mut call =
-            scripts::REQUEST_INPUT.keys([&keys.record, &keys.leases, &keys.inputs, &keys.issued, &keys.timeline]);
-        call.arg(lease.task_id.as_str())
-            .arg(lease.worker)
-            .arg(lease.fence)
-            .arg(message.unwrap_or(""))
-            .arg(self.events_channel(lease.task_id))
-            .arg(cancelled_message)
-            .arg(tool_state.unwrap_or(""));
-        for (key, request) in requests {
-            call.arg(key).arg(request);
-        }
-        let parked = Parked::try_from(Reply::new(call.invoke_async(&mut self.conn()).await?))?;
+        let events = self.events_channel(lease.task_id);
+        let args = request_input::Args {
+            task_id: lease.task_id.as_str(),
+            worker: lease.worker,
+            fence: lease.fence,
+            message: message.unwrap_or(""),
+            events: &events,
+            cancelled_message,
+            tool_state: tool_state.unwrap_or(""),
+            requests,
+        };
+        let parked = request_input::call(&mut self.conn(), (&keys).into(), args).await?;
         let to = match parked {
             Parked::Parked => Some(TaskStatus::InputRequired),
             Parked::CancelledInstead => Some(TaskStatus::Cancelled),

@@ -11,7 +11,6 @@ mod held;
 mod queue;
 mod reaper;
 
-pub(in crate::store) use claims::ClaimStep;
 pub use claims::{Claim, MAX_REDIRECTS};
 pub use fenced::{Finish, Renewal, Started};
 pub use held::{HeldAnswer, Hold, Parked};

@@ -7,7 +7,8 @@ use redis::Value;
 use redis::streams::StreamReadReply;
 
 use super::millis;
-use crate::store::{Conn, MAX_BLOCK, Store, StoreError, WORKER_GROUP, scripts};
+use crate::store::scripts::reap_consumers;
+use crate::store::{Conn, MAX_BLOCK, Store, StoreError, WORKER_GROUP};
 use crate::task::TaskId;
 
 /// A stream entry: a wake-up for one claim on its shard. `task_id` is the claim's candidate,
@@ -114,14 +115,9 @@ impl Store {
         own: Option<&str>,
         min_idle: Duration,
     ) -> Result<u64, StoreError> {
-        let deleted: u64 = scripts::REAP_CONSUMERS
-            .keys([&self.keys().queue(shard, pool).stream])
-            .arg(WORKER_GROUP)
-            .arg(millis(min_idle))
-            .arg(own.unwrap_or(""))
-            .invoke_async(&mut self.conn())
-            .await?;
-        Ok(deleted)
+        let stream = self.keys().queue(shard, pool).stream;
+        let args = reap_consumers::Args { group: WORKER_GROUP, min_idle_ms: millis(min_idle), own: own.unwrap_or("") };
+        reap_consumers::call(&mut self.conn(), reap_consumers::Keys { stream: &stream }, args).await
     }
 }
 

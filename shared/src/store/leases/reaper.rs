@@ -2,8 +2,9 @@
 //! expired ones.
 
 use super::Lease;
+use crate::store::scripts::{reclaim_task, release_task};
 use crate::store::transitions::emit;
-use crate::store::{QueueKeys, Store, StoreError, TaskKeys, scripts};
+use crate::store::{Store, StoreError};
 use crate::task::{Actor, TaskId, TaskStatus, Transition};
 
 /// The outcome of a held question whose worker stopped: the upstream session it belonged to is
@@ -48,21 +49,17 @@ impl Store {
     /// `pool`: the releasing worker's, where the task came from (checked by the script).
     pub async fn release(&self, lease: Lease<'_>, pool: &str, cancelled_message: &str) -> Result<Released, StoreError> {
         let keys = self.keys().task(lease.task_id);
-        let reply = self
-            .on_pool_queue(lease.task_id, pool, |queue: QueueKeys, pool: &str| {
-                let mut call = scripts::RELEASE_TASK.keys(requeue_keys(&keys, &queue));
-                call.arg(lease.task_id.as_str())
-                    .arg(lease.worker)
-                    .arg(lease.fence)
-                    .arg(cancelled_message)
-                    .arg(self.events_channel(lease.task_id))
-                    .arg(HELD_LOST_ERROR.as_str())
-                    .arg(HELD_LOST)
-                    .arg(pool);
-                call
-            })
-            .await?;
-        let released = Released::try_from(reply)?;
+        let events = self.events_channel(lease.task_id);
+        let args = release_task::Args {
+            task_id: lease.task_id,
+            worker: lease.worker,
+            fence: lease.fence,
+            cancelled_message,
+            events: &events,
+            held_lost: (&HELD_LOST_ERROR, HELD_LOST),
+            pool,
+        };
+        let released = release_task::call(self, &keys, args).await?;
         let ended = match released {
             Released::Cancelled => Some((TaskStatus::Working, TaskStatus::Cancelled)),
             // Only a task holding a question (shown as `input_required`) fails on release.
@@ -103,22 +100,17 @@ impl Store {
         cancelled_message: &str,
     ) -> Result<Reclaimed, StoreError> {
         let keys = self.keys().task(task_id);
-        let reply = self
-            .on_pool_queue(task_id, pool, |queue: QueueKeys, pool: &str| {
-                let mut call = scripts::RECLAIM_TASK.keys(requeue_keys(&keys, &queue));
-                call.arg(task_id.as_str())
-                    .arg(max_reclaims)
-                    .arg(failure_error)
-                    .arg(failure_message)
-                    .arg(cancelled_message)
-                    .arg(self.events_channel(task_id))
-                    .arg(HELD_LOST_ERROR.as_str())
-                    .arg(HELD_LOST)
-                    .arg(pool);
-                call
-            })
-            .await?;
-        let reclaimed = Reclaimed::try_from(reply)?;
+        let events = self.events_channel(task_id);
+        let args = reclaim_task::Args {
+            task_id,
+            max_reclaims,
+            failure: (failure_error, failure_message),
+            cancelled_message,
+            events: &events,
+            held_lost: (&HELD_LOST_ERROR, HELD_LOST),
+            pool,
+        };
+        let reclaimed = reclaim_task::call(self, &keys, args).await?;
         let to = match reclaimed {
             Reclaimed::Failed { .. } => Some(TaskStatus::Failed),
             Reclaimed::Cancelled { .. } => Some(TaskStatus::Cancelled),
@@ -129,10 +121,4 @@ impl Store {
         }
         Ok(reclaimed)
     }
-}
-
-/// The keys of a script that may put a held task back on its pool's queue (`release_task`,
-/// `reclaim_task`), in their headers' order.
-fn requeue_keys<'a>(keys: &'a TaskKeys, queue: &'a QueueKeys) -> [&'a str; 7] {
-    [&keys.record, &keys.leases, &queue.stream, &keys.inputs, &keys.timeline, &queue.ready, &queue.fair]
 }

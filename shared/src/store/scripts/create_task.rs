@@ -1,0 +1,114 @@
+//! `create_task.lua`: a new task's record, written and queued on its pool in one script.
+
+use crate::store::reply::{Reply, code};
+use crate::store::{Conn, NewTask, QueueKeys, StoreError, TaskKeys};
+
+/// The task's keys, its pool's queue on its shard, and the shard's task indexes.
+pub(in crate::store) struct Keys<'a> {
+    pub(in crate::store) record: &'a str,
+    pub(in crate::store) stream: &'a str,
+    pub(in crate::store) answers: &'a str,
+    pub(in crate::store) timeline: &'a str,
+    pub(in crate::store) index: &'a str,
+    pub(in crate::store) tenant_index: &'a str,
+    pub(in crate::store) ready: &'a str,
+    pub(in crate::store) fair: &'a str,
+    /// Where long arguments are set aside.
+    pub(in crate::store) args: &'a str,
+}
+
+impl<'a> Keys<'a> {
+    /// `indexes`: the shard's, then its tenant's.
+    pub(in crate::store) fn new(task: &'a TaskKeys, queue: &'a QueueKeys, indexes: (&'a str, &'a str)) -> Self {
+        Self {
+            record: &task.record,
+            stream: &queue.stream,
+            answers: &task.answers,
+            timeline: &task.timeline,
+            index: indexes.0,
+            tenant_index: indexes.1,
+            ready: &queue.ready,
+            fair: &queue.fair,
+            args: &task.args,
+        }
+    }
+}
+
+pub(in crate::store) struct Args<'a> {
+    pub(in crate::store) task: &'a NewTask<'a>,
+    pub(in crate::store) events: &'a str,
+}
+
+/// `{-6}`: the id exists for another owner or tool.
+const EXISTS: i64 = -6;
+/// `{-7}`: a keyed create whose key made this task for another tool or other arguments.
+const IDEMPOTENCY_CONFLICT: i64 = -7;
+
+/// The task's `createdAt` (ms, Redis time).
+pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<i64, StoreError> {
+    super::run(conn, &invocation(keys, args), decode).await
+}
+
+/// The call alone, for a pipeline that sends `WAIT` after it on the same connection.
+pub(in crate::store) fn invocation(keys: Keys<'_>, args: Args<'_>) -> redis::ScriptInvocation<'static> {
+    let task = args.task;
+    let mut call = super::CREATE_TASK.keys([
+        keys.record,
+        keys.stream,
+        keys.answers,
+        keys.timeline,
+        keys.index,
+        keys.tenant_index,
+        keys.ready,
+        keys.fair,
+        keys.args,
+    ]);
+    call.arg(task.id.as_str())
+        .arg(&task.owner.tenant)
+        .arg(&task.owner.principal)
+        .arg(task.tool)
+        .arg(task.arguments)
+        .arg(task.ttl_ms)
+        .arg(task.poll_interval_ms)
+        .arg(task.status_message.unwrap_or(""))
+        .arg(task.traceparent.unwrap_or(""))
+        .arg(args.events)
+        .arg(task.client_capabilities)
+        .arg(if task.counted { "1" } else { "0" })
+        .arg(task.tool_state.unwrap_or(""))
+        .arg(if task.declares_tasks { "1" } else { "0" })
+        .arg(if task.history { "1" } else { "0" })
+        .arg(task.pool)
+        .arg(task.fingerprint.unwrap_or(""))
+        .arg(task.weight);
+    for (key, answer) in task.answers {
+        call.arg(key).arg(answer);
+    }
+    call
+}
+
+/// `{1, createdAtMs}`, or a refusal.
+pub(in crate::store) fn decode(reply: Reply) -> Result<i64, StoreError> {
+    match reply.code()? {
+        code::OK => reply.int(1),
+        // Another owner's task has this id (128 random bits collided, or a forged replay):
+        // report it rather than overwrite it.
+        EXISTS => Err(StoreError::UnexpectedReply("task id already exists".into())),
+        IDEMPOTENCY_CONFLICT => Err(StoreError::KeyReused),
+        _ => Err(reply.unexpected_code()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    use super::*;
+
+    #[test]
+    fn created_or_refused() {
+        assert_eq!(decode(Reply::new(vec![Value::Int(1), Value::Int(42)])).unwrap(), 42);
+        assert!(matches!(decode(Reply::new(vec![Value::Int(-6)])), Err(StoreError::UnexpectedReply(_))));
+        assert!(matches!(decode(Reply::new(vec![Value::Int(-7)])), Err(StoreError::KeyReused)));
+    }
+}

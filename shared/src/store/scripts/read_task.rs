@@ -1,0 +1,70 @@
+//! `read_task.lua`: a task's record fields and its outstanding input requests, read together;
+//! for a client's read, only when it owns the task.
+
+use crate::store::reply::{Reply, as_string, code};
+use crate::store::tasks::{SNAPSHOT_FIELDS, snapshot_from};
+use crate::store::{Conn, StoreError, TaskKeys};
+use crate::task::{Owner, Snapshot, TaskId};
+
+pub(in crate::store) struct Keys<'a> {
+    pub(in crate::store) record: &'a str,
+    pub(in crate::store) inputs: &'a str,
+    /// Where a long outcome is set aside.
+    pub(in crate::store) outcome: &'a str,
+}
+
+impl<'a> From<&'a TaskKeys> for Keys<'a> {
+    fn from(task: &'a TaskKeys) -> Self {
+        Self { record: &task.record, inputs: &task.inputs, outcome: &task.outcome }
+    }
+}
+
+pub(in crate::store) struct Args<'a> {
+    pub(in crate::store) id: &'a TaskId,
+    /// The client whose read it is; `None`: the service's own.
+    pub(in crate::store) owner: Option<&'a Owner>,
+}
+
+/// The snapshot, or `None` for an unknown task (or one the owner named does not own).
+pub(in crate::store) async fn call(
+    conn: &mut Conn,
+    keys: Keys<'_>,
+    args: Args<'_>,
+) -> Result<Option<Snapshot>, StoreError> {
+    let mut call = super::READ_TASK.keys([keys.record, keys.inputs, keys.outcome]);
+    call.arg(args.owner.map_or("", |o| o.tenant.as_str())).arg(args.owner.map_or("", |o| o.principal.as_str()));
+    for field in SNAPSHOT_FIELDS {
+        call.arg(field);
+    }
+    super::run(conn, &call, |reply| decode(reply, args.id)).await
+}
+
+fn decode(reply: Reply, id: &TaskId) -> Result<Option<Snapshot>, StoreError> {
+    match reply.code()? {
+        code::NOT_FOUND => Ok(None),
+        code::OK => snapshot(&reply, id).map(Some),
+        _ => Err(reply.unexpected_code()),
+    }
+}
+
+/// `{1, fields (in SNAPSHOT_FIELDS order), inputs (flat k,v)}` as a snapshot (`poll_task`
+/// answers the same).
+pub(super) fn snapshot(reply: &Reply, id: &TaskId) -> Result<Snapshot, StoreError> {
+    let fields: Vec<Option<String>> = reply.array(1)?.iter().map(as_string).collect();
+    snapshot_from(id, &fields, reply.pairs(2)?).map_err(|e| StoreError::Corrupt(e.field))
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    use super::*;
+
+    #[test]
+    fn not_found_or_a_snapshot_that_parses() {
+        let id = TaskId::generate(1);
+        assert!(decode(Reply::new(vec![Value::Int(-1)]), &id).unwrap().is_none());
+        let short = Reply::new(vec![Value::Int(1), Value::Array(vec![]), Value::Array(vec![])]);
+        assert!(matches!(decode(short, &id), Err(StoreError::Corrupt("record"))), "too few fields is corrupt");
+    }
+}
