@@ -57,9 +57,8 @@ async fn create_many(client: &McpClient, n: usize, batch: usize, arguments: Valu
 }
 
 /// Tenant A queues hours of work in miniature (120 tasks of 150 ms on a worker of 4 slots:
-/// 4.5 s), at the default 16 shards and default limits; tenant B's one task then waits about
-/// one free slot, not behind A's backlog. On first-come-first-served dispatch it waited for
-/// nearly all of A's tasks.
+/// 4.5 s), at the default 16 shards and default limits; tenant B's one task then starts ahead
+/// of most of A's backlog. On first-come-first-served dispatch it waited for all of it.
 async fn a_tenants_backlog_does_not_hold_back_another_tenants_first_task(topology: Topology) {
     let mut stack = tenants_stack(topology, &["noisy", "quiet"], &[]).await;
     let (noisy, quiet, store) = (stack.client_as(0, "key-noisy"), stack.client_as(0, "key-quiet"), stack.store());
@@ -71,25 +70,34 @@ async fn a_tenants_backlog_does_not_hold_back_another_tenants_first_task(topolog
     stack.workers[0].signal("STOP");
     let backlog = create_many(&noisy, 120, 20, json!({"ms": 150})).await;
     stack.workers[0].signal("CONT");
-    // A's tasks are being worked through when B arrives.
+    // A's tasks are being worked through when B arrives; the worker is stopped again while B
+    // creates, so what is measured is the order of the claims after B's create, however long
+    // a loaded machine takes to make it.
     eventually(PATIENCE, "the backlog to start", || async { claimed_at(&store, &backlog[0]).await }).await;
+    stack.workers[0].signal("STOP");
     let first = quiet.create_task("sleep", json!({"ms": 150})).await;
-    quiet.wait_for_status(&first, "completed", PATIENCE).await;
-
     let record = store.keys().task(&TaskId::parse(&first).unwrap()).record;
     let created: i64 = redis::cmd("HGET").arg(&record).arg("created").query_async(&mut store.conn()).await.unwrap();
+    stack.workers[0].signal("CONT");
+    quiet.wait_for_status(&first, "completed", PATIENCE).await;
+
     let started = claimed_at(&store, &first).await.expect("claimed");
-    let waited = started - created;
-    let mut behind = 0;
+    let (mut queued, mut ahead) = (0, 0);
     for id in &backlog {
-        if claimed_at(&store, id).await.is_none_or(|at| at > started) {
-            behind += 1;
+        let at = claimed_at(&store, id).await;
+        if at.is_none_or(|at| at > created) {
+            queued += 1;
+        }
+        if at.is_some_and(|at| at > created && at < started) {
+            ahead += 1;
         }
     }
-    // One slot frees every 150 / 4 ≈ 38 ms; a wait of a few slots is the target, and
-    // first-come-first-served would have waited for most of the 4.5 s backlog.
-    assert!(waited < 1_500, "B's first task waited {waited} ms for a worker");
-    assert!(behind >= 60, "B's task started ahead of only {behind} of A's 120 queued tasks");
+    eprintln!("B started after {ahead} of the {queued} tasks A had queued");
+    // First-come-first-served would run every task A had queued before B's; fair dispatch
+    // takes B's at the next claim on its shard (here 19 to 30 of about 100 ran first: the
+    // claims already under way on the other shards).
+    assert!(queued >= 60, "B arrived when only {queued} of A's 120 tasks were still queued");
+    assert!(ahead * 2 <= queued, "{ahead} of the {queued} tasks A had queued started before B's");
 }
 
 /// One shard (a strict order to check), one worker slot, every task queued while the worker is
