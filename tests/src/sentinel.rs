@@ -141,9 +141,8 @@ impl SentinelSet {
         self.nodes[old].kill().await;
         let killed = std::time::Instant::now();
         self.down += 1;
-        let replicas = self.nodes.len() - self.down - 1;
         let set = &*self;
-        let promoted = eventually(Duration::from_secs(60), "the sentinels to promote the replica", || async {
+        eventually(Duration::from_secs(60), "the sentinels to promote a replica", || async {
             let port = set.primary_port().await?;
             if port == old_port {
                 return None;
@@ -159,23 +158,7 @@ impl SentinelSet {
         // starved of CPU (a loaded test machine) enters its 30 s TILT mode and pauses doing so.
         // After a while the harness points the stragglers itself, as Sentinel's own
         // failover-timeout would: the test is about taskgate, not Sentinel's pace.
-        let node = &self.nodes[promoted];
-        let new_port = node.port().to_string();
-        let started = std::time::Instant::now();
-        let live: Vec<&RedisServer> =
-            self.nodes.iter().enumerate().filter(|(i, n)| *i != promoted && n.is_running()).map(|(_, n)| n).collect();
-        eventually(Duration::from_secs(180), "the replicas left to sync from the new primary", || async {
-            if replicas_online(node, replicas).await.is_some() {
-                return Some(());
-            }
-            if started.elapsed() > Duration::from_secs(15) {
-                for replica in &live {
-                    point_at(replica, &new_port).await;
-                }
-            }
-            None
-        })
-        .await;
+        let promoted = self.await_replicas(Duration::from_secs(15)).await;
         Failover { promoted, killed: old, killed_at: killed }
     }
 
@@ -184,31 +167,73 @@ impl SentinelSet {
     /// replica is in sync with the primary. It never comes back as a primary: an empty primary
     /// the sentinels took back would have its replicas drop their data.
     pub async fn rejoin(&mut self, index: usize) {
-        // Not the node coming back: a sentinel that missed the failover (starved, in TILT) may
-        // still name it.
-        let set = &*self;
-        let primary = eventually(Duration::from_secs(60), "the sentinels to name the new primary", || async {
-            let port = set.primary_port().await?;
-            set.nodes.iter().position(|n| n.port() == port).filter(|&i| i != index)
-        })
-        .await;
-        let primary_port = self.nodes[primary].port().to_string();
         self.nodes[index].restart().await;
         self.down -= 1;
-        point_at(&self.nodes[index], &primary_port).await;
-        let replicas = self.nodes.len() - self.down - 1;
-        let (primary, node) = (&self.nodes[primary], &self.nodes[index]);
         // The sentinels also point the returning node (they knew it as the old primary), closing
-        // its connections as they do, and one starved of CPU may do so late or from a stale
-        // view: the harness keeps pointing it until it is in sync.
-        eventually(Duration::from_secs(180), "the restarted node to be in sync as a replica", || async {
-            if replicas_online(primary, replicas).await.is_some() {
-                return Some(());
+        // its connections as they do, and one starved of CPU may do so late: the harness points
+        // it at once.
+        self.await_replicas(Duration::ZERO).await;
+    }
+
+    /// Waits until the primary the sentinels name has every running node but itself as a
+    /// replica online, pointing the nodes that replicate from elsewhere at it once `grace` has
+    /// passed; returns the primary's index (another than the one promoted first, when the
+    /// sentinels failed over again). The primary is asked on every try: a starved
+    /// primary can be failed over again meanwhile, and a node pointed at the one before would
+    /// hang below it. A node the harness has down is never taken for the primary (a sentinel
+    /// that missed a failover may still name it).
+    async fn await_replicas(&self, grace: Duration) -> usize {
+        let replicas = self.nodes.len() - self.down - 1;
+        let started = tokio::time::Instant::now();
+        loop {
+            let primary = self
+                .primary_port()
+                .await
+                .and_then(|port| self.nodes.iter().position(|n| n.port() == port && n.is_running()));
+            if let Some(primary) = primary {
+                if replicas_online(&self.nodes[primary], replicas).await.is_some() {
+                    return primary;
+                }
+                if started.elapsed() >= grace {
+                    let port = self.nodes[primary].port().to_string();
+                    for (_, node) in self.nodes.iter().enumerate().filter(|(i, n)| *i != primary && n.is_running()) {
+                        point_at(node, &port).await;
+                    }
+                }
             }
-            point_at(node, &primary_port).await;
-            None
-        })
-        .await;
+            if started.elapsed() >= Duration::from_secs(180) {
+                panic!("timed out after 180 s waiting for the replicas to be in sync:\n{}", self.describe().await);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Each node's replication role and links, and each sentinel's primary: for a failure
+    /// message.
+    async fn describe(&self) -> String {
+        let mut lines = Vec::new();
+        for node in &self.nodes {
+            let info = match node.try_connection().await {
+                Ok(mut conn) => redis::cmd("INFO").arg("replication").query_async::<String>(&mut conn).await.ok(),
+                Err(_) => None,
+            };
+            let wanted = ["role:", "master_port:", "master_link_status:", "master_sync_in_progress:", "slave"];
+            let summary = info.map_or("down".to_owned(), |info| {
+                info.lines().filter(|l| wanted.iter().any(|w| l.starts_with(w))).collect::<Vec<_>>().join(" ")
+            });
+            lines.push(format!("node {}: {summary}", node.port()));
+        }
+        for sentinel in &self.sentinels {
+            let view = sentinel.master_info().await.map(|info| {
+                ["ip", "port", "flags", "num-slaves", "config-epoch"]
+                    .iter()
+                    .map(|f| format!("{f}={}", field(&info, f).unwrap_or("?")))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            });
+            lines.push(format!("sentinel {}: {}", sentinel.port, view.unwrap_or_else(|| "no answer".into())));
+        }
+        lines.join("\n")
     }
 }
 
