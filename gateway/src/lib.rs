@@ -60,7 +60,7 @@ pub async fn run(
     let draining = state.draining.clone();
     let delay = state.config.shutdown_delay;
     // In-flight requests may take their own time to finish, the same bound as any request.
-    let drain = state.config.request_timeout;
+    let drain = state.config.requests.timeout;
     let app = router(state);
     let served = http::serve(TcpListener::from_std(first)?, app, limits, drain, async move {
         shutdown.await;
@@ -93,7 +93,7 @@ fn spawn_core(
     std::thread::Builder::new().name(format!("taskgate-core-{index}")).spawn(move || {
         runtime.block_on(async move {
             let stopped = state.shutdown.clone();
-            let drain = state.config.request_timeout;
+            let drain = state.config.requests.timeout;
             let listener = TcpListener::from_std(listener)?;
             http::serve(listener, router(state), limits, drain, async move { stopped.cancelled().await }).await
         })

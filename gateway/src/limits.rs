@@ -19,7 +19,7 @@ pub(crate) fn refused(limit: Limit, retry_after_ms: u64) -> GatewayError {
 }
 
 fn requests(state: &AppState) -> Rate {
-    Rate { per_second: state.config.tenant_rps, burst: state.config.tenant_burst }
+    state.config.tenants.requests
 }
 
 fn outcome(admission: Result<Admission, StoreError>) -> Result<(), GatewayError> {
@@ -53,8 +53,8 @@ pub(crate) async fn admit_task(
     let task = TaskAdmission {
         task_id,
         ttl_ms,
-        creations: Rate { per_second: config.tenant_create_rps, burst: config.tenant_create_burst },
-        max_active: config.tenant_max_active_tasks,
+        creations: config.tenants.creations,
+        max_active: config.tenants.max_active_tasks.map_or(0, std::num::NonZeroU64::get),
     };
     outcome(state.store.admit_task(&principal.tenant, requests(state), task).await)
 }

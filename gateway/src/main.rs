@@ -27,9 +27,9 @@ fn main() -> anyhow::Result<()> {
 
 async fn serve(config: Config) -> anyhow::Result<()> {
     let _telemetry = taskgate_shared::telemetry::init(config.log_format, "taskgate-gateway");
-    if config.request_timeout <= config.inline_timeout {
+    if config.requests.timeout <= config.inline_timeout {
         tracing::warn!(
-            request_timeout = ?config.request_timeout,
+            request_timeout = ?config.requests.timeout,
             inline_timeout = ?config.inline_timeout,
             "--request-timeout-ms is not above --inline-timeout-ms: slow inline calls will get 504 instead of their own answer"
         );

@@ -61,7 +61,7 @@ pub struct Shared {
 
 impl AppState {
     pub async fn new(config: Config) -> Result<Self, StartError> {
-        let request_state_keys = mrtr::StateKeys::new(&config.request_state_keys);
+        let request_state_keys = mrtr::StateKeys::new(&config.request_state.keys);
         let (authenticator, challenge) = auth::build(&config).await?;
         if request_state_keys.is_ephemeral() {
             tracing::warn!(
@@ -72,11 +72,11 @@ impl AppState {
         metrics::init();
         let catalogue = Arc::new(catalogue::CatalogueCache::new(store.clone()));
         let origin_policy = OriginPolicy::new(
-            config.allowed_origins.clone(),
-            config.allowed_hosts.clone(),
+            config.headers.allowed_origins.clone(),
+            config.headers.allowed_hosts.clone(),
             config.listen.ip().is_loopback(),
         );
-        let polls = Arc::new(polls::PollPacer::new(config.max_held_polls, config.max_held_polls_per_principal));
+        let polls = Arc::new(polls::PollPacer::new(config.polls.max_held, config.polls.max_held_per_principal));
         Ok(Self(Arc::new(Shared {
             config: Arc::new(config),
             store,

@@ -84,9 +84,9 @@ pub enum AuthSetupError {
 /// The authenticator and challenge of the configured mode.
 pub(crate) async fn build(config: &Config) -> Result<(Authenticator, Option<Challenge>), AuthSetupError> {
     let challenge = Challenge::new(
-        config.resource_url.clone(),
-        config.authorization_servers.clone(),
-        config.required_scopes.clone(),
+        config.resource.url.clone(),
+        config.resource.authorization_servers.clone(),
+        config.resource.required_scopes.clone(),
     );
     Ok(match &config.auth {
         Auth::None => (Authenticator::Anonymous, None),
@@ -104,7 +104,7 @@ pub(crate) async fn build(config: &Config) -> Result<(Authenticator, Option<Chal
                 issuer: settings.issuer.clone(),
                 audience: settings.audience.clone(),
                 tenant_claim: settings.tenant_claim.clone(),
-                required_scopes: config.required_scopes.clone(),
+                required_scopes: config.resource.required_scopes.clone(),
                 leeway_s: settings.leeway_s,
                 fetch_timeout: config.redis.timeout.max(std::time::Duration::from_secs(5)),
             })

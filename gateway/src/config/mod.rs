@@ -7,12 +7,13 @@
 mod cli;
 
 use std::net::SocketAddr;
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
 use taskgate_shared::config::{RedisConfigError, RedisSettings};
+use taskgate_shared::store::Rate;
 use taskgate_shared::telemetry::LogFormat;
 
 use crate::runtime::RuntimeSettings;
@@ -155,58 +156,107 @@ pub struct ConsoleSettings {
     pub max_in_flight: NonZeroUsize,
 }
 
-/// The gateway's configuration: checked, with its secrets read, once at start-up.
+/// The gateway's configuration: checked, with its secrets read, once at start-up. Settings
+/// that go together are grouped; a setting that can be off is an `Option`.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
     pub redis: RedisSettings,
     pub auth: Auth,
-    /// The canonical resource URI (the expected `aud`, the subject of the metadata).
-    pub resource_url: String,
-    pub authorization_servers: Vec<String>,
-    /// Scopes every token must carry (also announced in challenges and the metadata).
-    pub required_scopes: Vec<String>,
-    pub max_body_bytes: usize,
-    pub body_timeout: Duration,
-    pub max_in_flight: NonZeroUsize,
-    pub request_timeout: Duration,
+    pub resource: Resource,
+    pub requests: RequestLimits,
     pub connections: ConnectionLimits,
+    pub headers: HeaderChecks,
     pub runtime: RuntimeSettings,
     pub test_routes: bool,
     /// `--console`: `None` when off.
     pub console: Option<ConsoleSettings>,
-    pub allowed_origins: Vec<String>,
-    pub allowed_hosts: Vec<String>,
-    pub strict_headers: bool,
-    pub durability_replicas: u32,
-    pub durability_timeout: Duration,
+    /// `--durability-replicas`: `None` when 0 (a create is acknowledged by the primary alone).
+    pub durability: Option<DurabilitySettings>,
     pub catalogue_refresh: Duration,
     pub shutdown_delay: Duration,
     pub inline_timeout: Duration,
-    /// `ID:BASE64` entries from the keys file or `TASKGATE_REQUEST_STATE_KEYS` (empty: each
-    /// process makes its own).
-    /// The `requestState` keys, signing key first (none: one random key for this process).
-    pub request_state_keys: Vec<SigningKey>,
-    pub request_state_ttl_ms: u64,
-    pub listen_max_task_ids: usize,
-    pub listen_max_streams_per_principal: usize,
-    pub listen_max_streams: usize,
-    pub sse_keep_alive: Duration,
-    pub tenant_rps: f64,
-    pub tenant_burst: u32,
-    pub tenant_create_rps: f64,
-    pub tenant_create_burst: u32,
-    pub tenant_max_active_tasks: u64,
-    /// `--tenant-weight`: tenant -> its weight in fair dispatch (absent: 1).
-    pub tenant_weights: std::collections::HashMap<String, f64>,
-    /// `--poll-limit`, already `Off` when `--poll-tolerance` is 0.
-    pub poll_limit: PollLimit,
-    pub poll_tolerance: f64,
-    pub max_held_polls: usize,
-    pub max_held_polls_per_principal: usize,
+    pub request_state: RequestState,
+    pub streams: StreamLimits,
+    pub tenants: TenantLimits,
+    pub polls: PollSettings,
+    pub log_format: LogFormat,
+}
+
+/// What the gateway says of itself as an OAuth protected resource.
+#[derive(Debug, Clone)]
+pub struct Resource {
+    /// The canonical resource URI (the expected `aud`, the subject of the metadata).
+    pub url: String,
+    pub authorization_servers: Vec<String>,
+    /// Scopes every token must carry (also announced in challenges and the metadata).
+    pub required_scopes: Vec<String>,
+}
+
+/// Bounds on one `/mcp` request.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestLimits {
+    pub max_body_bytes: usize,
+    pub body_timeout: Duration,
+    pub max_in_flight: NonZeroUsize,
+    pub timeout: Duration,
     pub max_argument_bytes: usize,
     pub max_input_response_bytes: usize,
-    pub log_format: LogFormat,
+}
+
+/// The transport's checks of `Origin`, `Host` and the mirrored headers.
+#[derive(Debug, Clone)]
+pub struct HeaderChecks {
+    pub allowed_origins: Vec<String>,
+    pub allowed_hosts: Vec<String>,
+    /// `--strict-headers`.
+    pub strict: bool,
+}
+
+/// `--durability-replicas`, when on.
+#[derive(Debug, Clone, Copy)]
+pub struct DurabilitySettings {
+    pub replicas: NonZeroU32,
+    pub timeout: Duration,
+}
+
+/// `requestState` for MRTR.
+#[derive(Debug, Clone)]
+pub struct RequestState {
+    /// Signing key first (none: one random key for this process).
+    pub keys: Vec<SigningKey>,
+    pub ttl_ms: u64,
+}
+
+/// Bounds on streams: `subscriptions/listen` and the keep-alive of every SSE response.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamLimits {
+    pub max_task_ids: usize,
+    pub max_streams: usize,
+    /// Never zero.
+    pub max_streams_per_principal: usize,
+    pub keep_alive: Duration,
+}
+
+/// Fleet-wide limits per tenant, and their shares of a pool.
+#[derive(Debug, Clone)]
+pub struct TenantLimits {
+    pub requests: Rate,
+    pub creations: Rate,
+    /// Tasks not yet terminal (`None`: no cap, and tasks are not counted).
+    pub max_active_tasks: Option<NonZeroU64>,
+    /// `--tenant-weight`: tenant -> its weight in fair dispatch (absent: 1).
+    pub weights: std::collections::HashMap<String, f64>,
+}
+
+/// `tasks/get` pacing.
+#[derive(Debug, Clone, Copy)]
+pub struct PollSettings {
+    /// Already `Off` when `--poll-tolerance` is 0.
+    pub limit: PollLimit,
+    pub tolerance: f64,
+    pub max_held: usize,
+    pub max_held_per_principal: usize,
 }
 
 /// The default per-principal listen-stream cap is this fraction (1/N) of the replica's.
@@ -272,13 +322,19 @@ impl Config {
             listen: cli.listen,
             redis,
             auth,
-            resource_url,
-            authorization_servers: cli.authorization_servers,
-            required_scopes: cli.jwt_required_scopes,
-            max_body_bytes: cli.max_body_bytes.get(),
-            body_timeout: ms(cli.body_timeout_ms),
-            max_in_flight: cli.max_in_flight,
-            request_timeout: ms(cli.request_timeout_ms.max(1)),
+            resource: Resource {
+                url: resource_url,
+                authorization_servers: cli.authorization_servers,
+                required_scopes: cli.jwt_required_scopes,
+            },
+            requests: RequestLimits {
+                max_body_bytes: cli.max_body_bytes.get(),
+                body_timeout: ms(cli.body_timeout_ms),
+                max_in_flight: cli.max_in_flight,
+                timeout: ms(cli.request_timeout_ms.max(1)),
+                max_argument_bytes: cli.max_argument_bytes,
+                max_input_response_bytes: cli.max_input_response_bytes,
+            },
             connections: ConnectionLimits {
                 header_read_timeout: ms(cli.header_read_timeout_ms.max(1)),
                 idle_timeout: ms(cli.idle_timeout_ms.max(1)),
@@ -289,6 +345,11 @@ impl Config {
                 // only ever cuts a request that escaped them.
                 response_deadline: ms(cli.request_timeout_ms.max(1)).saturating_add(ms(cli.body_timeout_ms))
                     + Duration::from_secs(10),
+            },
+            headers: HeaderChecks {
+                allowed_origins: cli.allowed_origins,
+                allowed_hosts: cli.allowed_hosts,
+                strict: cli.strict_headers,
             },
             runtime: RuntimeSettings {
                 shape: cli.runtime,
@@ -303,35 +364,33 @@ impl Config {
                 trace_url: cli.console_trace_url,
                 max_in_flight: cli.console_max_in_flight,
             }),
-            allowed_origins: cli.allowed_origins,
-            allowed_hosts: cli.allowed_hosts,
-            strict_headers: cli.strict_headers,
-            durability_replicas: cli.durability_replicas,
-            durability_timeout: ms(cli.durability_timeout_ms),
+            durability: NonZeroU32::new(cli.durability_replicas)
+                .map(|replicas| DurabilitySettings { replicas, timeout: ms(cli.durability_timeout_ms) }),
             catalogue_refresh: ms(cli.catalogue_refresh_ms.max(100)),
             shutdown_delay: ms(cli.shutdown_delay_ms),
             inline_timeout: ms(cli.inline_timeout_ms.max(1)),
-            request_state_keys,
-            request_state_ttl_ms: cli.request_state_ttl_ms,
-            listen_max_task_ids: cli.listen_max_task_ids,
-            listen_max_streams_per_principal: cli
-                .listen_max_streams_per_principal
-                .unwrap_or(cli.listen_max_streams / PRINCIPAL_SHARE_OF_STREAMS)
-                .max(1),
-            listen_max_streams: cli.listen_max_streams,
-            sse_keep_alive: ms(cli.sse_keepalive_ms.max(100)),
-            tenant_rps: cli.tenant_rps,
-            tenant_burst: cli.tenant_burst,
-            tenant_create_rps: cli.tenant_create_rps,
-            tenant_create_burst: cli.tenant_create_burst,
-            tenant_max_active_tasks: cli.tenant_max_active_tasks,
-            tenant_weights: cli.tenant_weights.iter().cloned().collect(),
-            poll_limit: if cli.poll_tolerance <= 0.0 { PollLimit::Off } else { cli.poll_limit },
-            poll_tolerance: cli.poll_tolerance,
-            max_held_polls: cli.max_held_polls,
-            max_held_polls_per_principal: cli.max_held_polls_per_principal,
-            max_argument_bytes: cli.max_argument_bytes,
-            max_input_response_bytes: cli.max_input_response_bytes,
+            request_state: RequestState { keys: request_state_keys, ttl_ms: cli.request_state_ttl_ms },
+            streams: StreamLimits {
+                max_task_ids: cli.listen_max_task_ids,
+                max_streams: cli.listen_max_streams,
+                max_streams_per_principal: cli
+                    .listen_max_streams_per_principal
+                    .unwrap_or(cli.listen_max_streams / PRINCIPAL_SHARE_OF_STREAMS)
+                    .max(1),
+                keep_alive: ms(cli.sse_keepalive_ms.max(100)),
+            },
+            tenants: TenantLimits {
+                requests: Rate { per_second: cli.tenant_rps, burst: cli.tenant_burst },
+                creations: Rate { per_second: cli.tenant_create_rps, burst: cli.tenant_create_burst },
+                max_active_tasks: NonZeroU64::new(cli.tenant_max_active_tasks),
+                weights: cli.tenant_weights.iter().cloned().collect(),
+            },
+            polls: PollSettings {
+                limit: if cli.poll_tolerance <= 0.0 { PollLimit::Off } else { cli.poll_limit },
+                tolerance: cli.poll_tolerance,
+                max_held: cli.max_held_polls,
+                max_held_per_principal: cli.max_held_polls_per_principal,
+            },
             log_format: cli.log_format,
         })
     }
@@ -418,20 +477,25 @@ mod tests {
         let config = parse(&["--auth", "none", "--inline-timeout-ms", "1500"]).unwrap();
         assert_eq!(config.inline_timeout, Duration::from_millis(1500));
         assert_eq!(config.redis.timeout, Duration::from_secs(2));
-        assert_eq!(config.resource_url, "http://127.0.0.1:8080/mcp");
+        assert_eq!(config.resource.url, "http://127.0.0.1:8080/mcp");
+        assert!(config.durability.is_none() && config.tenants.max_active_tasks.is_some(), "{config:?}");
         assert!(matches!(config.auth, Auth::None));
         let off = parse(&["--auth", "none", "--poll-tolerance", "0"]).unwrap();
-        assert_eq!(off.poll_limit, PollLimit::Off);
+        assert_eq!(off.polls.limit, PollLimit::Off);
+        let durable =
+            parse(&["--auth", "none", "--durability-replicas", "2", "--tenant-max-active-tasks", "0"]).unwrap();
+        assert_eq!(durable.durability.map(|d| d.replicas.get()), Some(2));
+        assert_eq!(durable.tenants.max_active_tasks, None, "0 is no cap");
     }
 
     #[test]
     fn one_principal_gets_a_quarter_of_the_listen_streams_unless_told() {
         let config = parse(&["--auth", "none"]).unwrap();
-        assert_eq!((config.listen_max_streams, config.listen_max_streams_per_principal), (10_000, 2_500));
+        assert_eq!((config.streams.max_streams, config.streams.max_streams_per_principal), (10_000, 2_500));
         let small = parse(&["--auth", "none", "--listen-max-streams", "2"]).unwrap();
-        assert_eq!(small.listen_max_streams_per_principal, 1, "never zero");
+        assert_eq!(small.streams.max_streams_per_principal, 1, "never zero");
         let set = parse(&["--auth", "none", "--listen-max-streams-per-principal", "9000"]).unwrap();
-        assert_eq!(set.listen_max_streams_per_principal, 9_000);
+        assert_eq!(set.streams.max_streams_per_principal, 9_000);
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub(super) async fn read_form<T: DeserializeOwned>(
     body: Body,
 ) -> Result<T, ConsoleError> {
     let request = Request::from_parts(parts, axum::body::Body::new(http_body_util::Limited::new(body, MAX_FORM_BYTES)));
-    read_within(state.config.body_timeout, request).await
+    read_within(state.config.requests.body_timeout, request).await
 }
 
 async fn read_within<T: DeserializeOwned>(deadline: Duration, request: Request) -> Result<T, ConsoleError> {

@@ -22,11 +22,40 @@ use crate::state::AppState;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
+/// The routes, before any layer.
+pub(crate) struct Routes {
+    pub(crate) mcp: MethodRouter<AppState>,
+    /// The probes, `/metrics` and the metadata.
+    pub(crate) probes: Router<AppState>,
+    /// `--console`'s pages and actions, when on.
+    pub(crate) console: Option<Router<AppState>>,
+    /// `POST /test/panic`, for the pipeline's own tests.
+    pub(crate) test_panic: Option<MethodRouter<AppState>>,
+}
+
+/// The whole request pipeline, every route's layers in one place. A request passes, outermost
+/// first, [`around_all`], then its route's stack: [`around_mcp`] for `POST /mcp` (and the test
+/// route), [`around_console`] for the console, [`around_probes`] for the rest. Outside all of
+/// them are the connection's own bounds (`serve.rs`: the head deadline, the connection cap, the
+/// idle timeout and the backstop for a stalled request); inside, `POST /mcp` reads its body
+/// under `--body-timeout-ms` (`transport.rs`).
+pub(crate) fn pipeline(routes: Routes, config: &Config) -> Router<AppState> {
+    let mut router =
+        Router::new().route("/mcp", around_mcp(routes.mcp, config)).merge(around_probes(routes.probes, config));
+    if let Some(console) = routes.console {
+        router = router.merge(around_console(console, config));
+    }
+    if let Some(panics) = routes.test_panic {
+        router = router.route("/test/panic", around_mcp(panics, config));
+    }
+    around_all(router)
+}
+
 /// Layers around every route, outermost first:
 /// 1. a caller's `X-Request-Id` is kept only if it is short and plain (it reaches logs);
 /// 2. a request without one gets a fresh id, and the response carries the id back;
 /// 3. a panicking handler is answered 500 with a JSON-RPC `-32603`, not a dropped connection.
-pub(crate) fn around_all(router: Router) -> Router {
+fn around_all(router: Router<AppState>) -> Router<AppState> {
     router.layer(
         ServiceBuilder::new()
             .map_request(drop_unusable_request_id)
@@ -48,16 +77,16 @@ pub(crate) fn around_all(router: Router) -> Router {
 ///    gets 504;
 /// 4. `--max-body-bytes`: an announced oversize body is refused before it is read, and a
 ///    chunked one is cut at the limit (the transport answers both with the same 413).
-pub(crate) fn around_mcp(route: MethodRouter<AppState>, config: &Config) -> MethodRouter<AppState> {
-    let limit = config.max_body_bytes;
+fn around_mcp(route: MethodRouter<AppState>, config: &Config) -> MethodRouter<AppState> {
+    let limit = config.requests.max_body_bytes;
     route.layer(
         ServiceBuilder::new()
             .layer(axum::middleware::from_fn(count))
             .layer(CatchPanicLayer::custom(edge::panicked))
             .layer(HandleErrorLayer::new(edge::pipeline_error))
             .load_shed()
-            .concurrency_limit(config.max_in_flight.get())
-            .timeout(config.request_timeout)
+            .concurrency_limit(config.requests.max_in_flight.get())
+            .timeout(config.requests.timeout)
             .map_response(move |response: Response<ResponseBody<Body>>| json_body_limit(response.map(Body::new), limit))
             .layer(RequestBodyLimitLayer::new(limit))
             .map_request(|request: Request<Limited<Body>>| request.map(Body::new)),
@@ -72,7 +101,7 @@ pub(crate) fn around_mcp(route: MethodRouter<AppState>, config: &Config) -> Meth
 ///
 /// The body limit and the body-read deadline are the console's form extractor's
 /// (`console::form`), which refuses before any check that needs the body.
-pub(crate) fn around_console(router: Router<AppState>, config: &Config) -> Router<AppState> {
+fn around_console(router: Router<AppState>, config: &Config) -> Router<AppState> {
     let max = config.console.as_ref().map_or(1, |c| c.max_in_flight.get());
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(max));
     router.layer(
@@ -86,7 +115,7 @@ pub(crate) fn around_console(router: Router<AppState>, config: &Config) -> Route
 
 /// Layers around the probes, `/metrics` and the metadata: a request deadline. None of them
 /// reads a body (hyper closes a connection whose body was left unread).
-pub(crate) fn around_probes(router: Router<AppState>, config: &Config) -> Router<AppState> {
+fn around_probes(router: Router<AppState>, config: &Config) -> Router<AppState> {
     router.layer(
         ServiceBuilder::new().layer(HandleErrorLayer::new(edge::pipeline_error)).timeout(console_deadline(config)),
     )
@@ -95,7 +124,7 @@ pub(crate) fn around_probes(router: Router<AppState>, config: &Config) -> Router
 /// The deadline of a request that is not `/mcp`: a page or a probe never needs long, so
 /// `--request-timeout-ms` (sized for held polls) is capped at 30 s.
 pub(crate) fn console_deadline(config: &Config) -> std::time::Duration {
-    config.request_timeout.min(std::time::Duration::from_secs(30))
+    config.requests.timeout.min(std::time::Duration::from_secs(30))
 }
 
 /// The body-limit layer refuses an announced oversize body with a bare 413, before the

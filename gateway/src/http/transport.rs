@@ -113,10 +113,10 @@ fn media_type(value: &str) -> &str {
 /// whole body, not tower-http's `RequestBodyTimeoutLayer`, which times the wait between frames
 /// only: a body sent a byte at a time would never trip it.
 async fn read_body(state: &AppState, body: Body) -> Result<bytes::Bytes, Framing> {
-    match tokio::time::timeout(state.config.body_timeout, body.collect()).await {
+    match tokio::time::timeout(state.config.requests.body_timeout, body.collect()).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(err)) => match err.into_inner().is::<http_body_util::LengthLimitError>() {
-            true => Err(Framing::BodyTooLarge { limit: state.config.max_body_bytes }),
+            true => Err(Framing::BodyTooLarge { limit: state.config.requests.max_body_bytes }),
             false => Err(Framing::BodyUnreadable),
         },
         Err(_) => Err(Framing::BodyTimedOut),

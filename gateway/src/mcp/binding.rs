@@ -29,7 +29,7 @@ impl Binding {
             method,
             tool: tool.to_owned(),
             args_digest: mrtr::digest(arguments),
-            ttl_ms: call.state.config.request_state_ttl_ms,
+            ttl_ms: call.state.config.request_state.ttl_ms,
         }
     }
 

@@ -67,17 +67,17 @@ pub(crate) async fn write_task(
         counted: counts_active(state),
         history: state.config.console.is_some(),
         fingerprint: shape.fingerprint,
-        weight: state.config.tenant_weights.get(&owner.tenant).copied().unwrap_or(1.0),
+        weight: state.config.tenants.weights.get(&owner.tenant).copied().unwrap_or(1.0),
     };
     tracing::Span::current().record("task_id", id.as_str());
-    let replicas = match durability {
-        Durability::Replicated => state.config.durability_replicas,
-        Durability::Primary => 0,
+    let durable = match durability {
+        Durability::Replicated => state.config.durability,
+        Durability::Primary => None,
     };
-    let written = if replicas == 0 {
-        state.store.create_task(task).await.map(|created| (created, 0))
-    } else {
-        state.store.create_task_durable(task, replicas, state.config.durability_timeout).await
+    let replicas = durable.map_or(0, |d| d.replicas.get());
+    let written = match durable {
+        None => state.store.create_task(task).await.map(|created| (created, 0)),
+        Some(d) => state.store.create_task_durable(task, replicas, d.timeout).await,
     };
     let created = match written {
         Ok((created, acked)) if acked >= replicas => created,
@@ -103,7 +103,7 @@ pub(crate) async fn write_task(
 
 /// Whether new tasks count against their tenant's active-task cap.
 fn counts_active(state: &AppState) -> bool {
-    state.config.tenant_max_active_tasks > 0
+    state.config.tenants.max_active_tasks.is_some()
 }
 
 /// Ends a task the gateway made and nobody follows (an inline call given up, a create that

@@ -36,7 +36,7 @@ pub(crate) async fn run(
             call.params,
             &binding.expected(),
             taskgate_shared::task::now_ms(),
-            call.state.config.max_input_response_bytes,
+            call.state.config.requests.max_input_response_bytes,
         )?
     } else {
         mrtr::Gathered::default()
@@ -45,6 +45,6 @@ pub(crate) async fn run(
     crate::limits::admit_task(call.state, &call.principal, &id, inline::hidden_ttl_ms(&call.state.config)).await?;
     let run = InlineRun::start(call, id, method, pool, &arguments.to_string(), POLL_MS, &gathered).await?;
     // These methods have no progress or log notices to forward.
-    let forwarding = Forwarding::new(None, None, call.state.config.sse_keep_alive);
+    let forwarding = Forwarding::new(None, None, call.state.config.streams.keep_alive);
     Finisher::new(call, binding, gathered.answers, cache).drive(run, forwarding).await
 }

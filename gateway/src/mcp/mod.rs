@@ -63,7 +63,7 @@ pub(crate) async fn handle(
         return Ok(Reply::Accepted);
     }
     let (method, params, meta) =
-        admit(state.config.strict_headers, headers, message).map_err(GatewayError::Envelope)?;
+        admit(state.config.headers.strict, headers, message).map_err(GatewayError::Envelope)?;
     if method.admission() == Admission::Request {
         crate::limits::admit_request(state, &principal).await?;
     }

@@ -18,7 +18,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
         return Err(GatewayError::Envelope(RpcError::method_not_found()));
     }
     // The limit is on what the worker is sent: `context` (with its `arguments`) counts too.
-    let cap = call.state.config.max_argument_bytes;
+    let cap = call.state.config.requests.max_argument_bytes;
     let checked = check(&catalogue, reference, argument).and_then(|(names, key)| {
         let arguments = json!({
             "ref": reference,

@@ -15,7 +15,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     if !catalogue.capabilities().prompts {
         return Err(GatewayError::Envelope(RpcError::method_not_found()));
     }
-    let cap = call.state.config.max_argument_bytes;
+    let cap = call.state.config.requests.max_argument_bytes;
     let checked = check(call.params, |name| catalogue.offering(&format!("prompt/{name}")).is_some()).and_then(|c| {
         if Value::Object(c.1.clone()).to_string().len() > cap {
             return Err(RpcError::invalid_params(format!("arguments exceed the {cap}-byte limit")));

@@ -32,7 +32,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Stream, GatewayError> {
     if filter.contains_key("taskIds") && !call.meta.declares_tasks() {
         return Err(RpcError::missing_tasks_extension().into());
     }
-    let max_ids = state.config.listen_max_task_ids;
+    let max_ids = state.config.streams.max_task_ids;
     if requested.len() > max_ids {
         return Err(RpcError::invalid_params(format!("at most {max_ids} taskIds per listen")).into());
     }
@@ -40,7 +40,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Stream, GatewayError> {
     // Over a bound is a matter of load, not a bad request: 429, try again later.
     let slot = state
         .listen_streams
-        .acquire(owner.key(), state.config.listen_max_streams_per_principal, state.config.listen_max_streams)
+        .acquire(owner.key(), state.config.streams.max_streams_per_principal, state.config.streams.max_streams)
         .ok_or_else(|| crate::limits::refused(Limit::ListenStreams, 1_000))?;
 
     // Unique, well-formed ids in request order.
@@ -64,7 +64,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Stream, GatewayError> {
     }
     let request = Subscription { id: call.id.clone(), owner, accepted, task_filter: filter.contains_key("taskIds") };
     let listen = Listen::new(request, state.store.clone(), watch, state.shutdown.clone(), slot);
-    Ok(listen.into_stream(state.config.sse_keep_alive))
+    Ok(listen.into_stream(state.config.streams.keep_alive))
 }
 
 fn bad_ids() -> RpcError {

@@ -29,7 +29,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Vec<u8>, GatewayError> {
     let id = task_id(call.params);
     let owner = call.principal.owner();
     let config = &call.state.config;
-    let snapshot = match (config.poll_limit, id) {
+    let snapshot = match (config.polls.limit, id) {
         (_, Err(_)) => {
             limits::admit_request(call.state, &call.principal).await?;
             return Err(task_not_found().into());
@@ -52,7 +52,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Vec<u8>, GatewayError> {
 
 /// The poll-rate-checked read, admitted against the tenant's request rate alongside.
 async fn poll(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Polled, GatewayError> {
-    let tolerance = call.state.config.poll_tolerance;
+    let tolerance = call.state.config.polls.tolerance;
     let (admitted, polled) = tokio::join!(
         limits::admit_request(call.state, &call.principal),
         call.state.store.poll_task(id, owner, tolerance)
@@ -83,7 +83,7 @@ async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, G
     let state = call.state;
     let pacer = &state.polls;
     let principal = owner.key();
-    let tolerance = state.config.poll_tolerance;
+    let tolerance = state.config.polls.tolerance;
     // Answered here recently: hold before asking Redis anything. Not admitted against the
     // request rate: a held poll is paced, one per interval at most.
     let mut hold = pacer.early(&principal, id, tolerance).map(|_| Hold::Local);

@@ -31,7 +31,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
     }
     let answers = usable_answers(&responses)?;
     let size: usize = answers.iter().map(|(k, v)| k.len() + v.len()).sum();
-    let cap = call.state.config.max_input_response_bytes;
+    let cap = call.state.config.requests.max_input_response_bytes;
     if size > cap {
         return Err(RpcError::invalid_params(format!("inputResponses exceed the {cap}-byte limit")).into());
     }

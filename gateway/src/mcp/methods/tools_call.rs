@@ -44,7 +44,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
         Some(_) => return Err(RpcError::invalid_params("arguments must be an object").into()),
     };
     let arguments: Value = serde_json::from_str(sent).map_err(|_| RpcError::invalid_params("invalid arguments"))?;
-    let stored = stored_arguments(sent, &arguments, call.state.config.max_argument_bytes)?;
+    let stored = stored_arguments(sent, &arguments, call.state.config.requests.max_argument_bytes)?;
     let stored = stored.as_ref();
     tool.check_arguments(&arguments)
         .map_err(|reason| RpcError::invalid_params(format!("invalid arguments: {reason}")))?;
@@ -56,7 +56,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
         call.params,
         &binding.expected(),
         taskgate_shared::task::now_ms(),
-        call.state.config.max_input_response_bytes,
+        call.state.config.requests.max_input_response_bytes,
     )?;
 
     // Input declared as needed before the task exists: ask for what is still missing.
@@ -103,7 +103,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     let forwarding = Forwarding::new(
         call.meta.progress_token.clone(),
         call.meta.log_level.as_deref(),
-        call.state.config.sse_keep_alive,
+        call.state.config.streams.keep_alive,
     );
     Finisher::new(call, binding, gathered.answers, None).drive(run, forwarding).await
 }
