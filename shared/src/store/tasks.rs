@@ -1,13 +1,12 @@
 //! The gateway's task operations: create, read, answer input, cancel.
 
 use redis::Value;
-use serde_json::Map;
 
 use super::reply::Reply;
 use super::scripts::{accept_input, cancel_task, create_task, read_task};
 use super::transitions::emit;
 use super::{QueueKeys, Store, StoreError, TaskKeys};
-use crate::task::{Actor, Owner, Snapshot, SnapshotError, TaskId, TaskStatus, Transition};
+use crate::task::{Actor, Owner, Snapshot, TaskId, TaskStatus, Transition};
 
 /// What `create_task` writes.
 #[derive(Debug, Clone)]
@@ -78,10 +77,6 @@ pub enum CancelOutcome {
     /// Running: flagged, and the lease holder signalled.
     Signalled,
 }
-
-/// The record fields a snapshot needs, in `HMGET` order.
-pub(super) const SNAPSHOT_FIELDS: [&str; 11] =
-    ["tenant", "principal", "status", "msg", "created", "updated", "ttl", "poll", "result", "error", "ver"];
 
 impl Store {
     /// Writes the record and enqueues it, in one script. Returns `createdAt` (ms, Redis time).
@@ -283,48 +278,4 @@ impl Creating {
     fn args<'a>(&'a self, task: &'a NewTask<'a>) -> create_task::Args<'a> {
         create_task::Args { task, events: &self.events }
     }
-}
-
-/// A snapshot from the record fields (in `SNAPSHOT_FIELDS` order) and outstanding inputs.
-pub(super) fn snapshot_from(
-    id: &TaskId,
-    f: &[Option<String>],
-    inputs: Vec<(String, String)>,
-) -> Result<Snapshot, SnapshotError> {
-    if f.len() != SNAPSHOT_FIELDS.len() {
-        return Err(SnapshotError { field: "record" });
-    }
-    let text = |i: usize, field: &'static str| f[i].clone().ok_or(SnapshotError { field });
-    let int = |i: usize, field: &'static str| -> Result<i64, SnapshotError> {
-        f[i].as_deref().and_then(|s| s.parse().ok()).ok_or(SnapshotError { field })
-    };
-    let json = |i: usize, field: &'static str| -> Result<Option<serde_json::Value>, SnapshotError> {
-        f[i].as_deref().map(|s| serde_json::from_str(s).map_err(|_| SnapshotError { field })).transpose()
-    };
-    let status = TaskStatus::parse(&text(2, "status")?).ok_or(SnapshotError { field: "status" })?;
-    let mut input_requests = Map::new();
-    if status == TaskStatus::InputRequired {
-        for (key, request) in inputs {
-            let request = serde_json::from_str(&request).map_err(|_| SnapshotError { field: "inputs" })?;
-            input_requests.insert(key, request);
-        }
-    }
-    Ok(Snapshot {
-        task_id: id.as_str().to_owned(),
-        owner: Owner { tenant: text(0, "tenant")?, principal: text(1, "principal")? },
-        status,
-        status_message: f[3].clone(),
-        created_at_ms: int(4, "created")?,
-        updated_at_ms: int(5, "updated")?,
-        ttl_ms: int(6, "ttl")? as u64,
-        poll_interval_ms: int(7, "poll")? as u64,
-        input_requests,
-        result: f[8]
-            .clone()
-            .map(crate::protocol::result::stored_result)
-            .transpose()
-            .map_err(|_| SnapshotError { field: "result" })?,
-        error: json(9, "error")?,
-        version: int(10, "ver")? as u64,
-    })
 }

@@ -2,9 +2,10 @@
 //! for a client's read, only when it owns the task.
 
 use crate::store::reply::{Reply, as_string, code};
-use crate::store::tasks::{SNAPSHOT_FIELDS, snapshot_from};
 use crate::store::{Conn, StoreError, TaskKeys};
-use crate::task::{Owner, Snapshot, TaskId};
+use serde_json::Map;
+
+use crate::task::{Owner, Snapshot, SnapshotError, TaskId, TaskStatus};
 
 pub(in crate::store) struct Keys<'a> {
     pub(in crate::store) record: &'a str,
@@ -52,6 +53,54 @@ fn decode(reply: Reply, id: &TaskId) -> Result<Option<Snapshot>, StoreError> {
 pub(super) fn snapshot(reply: &Reply, id: &TaskId) -> Result<Snapshot, StoreError> {
     let fields: Vec<Option<String>> = reply.array(1)?.iter().map(as_string).collect();
     snapshot_from(id, &fields, reply.pairs(2)?).map_err(|e| StoreError::Corrupt(e.field))
+}
+
+/// The record fields a snapshot needs, in `HMGET` order.
+const SNAPSHOT_FIELDS: [&str; 11] =
+    ["tenant", "principal", "status", "msg", "created", "updated", "ttl", "poll", "result", "error", "ver"];
+
+/// A snapshot from the record fields (in `SNAPSHOT_FIELDS` order) and outstanding inputs.
+fn snapshot_from(
+    id: &TaskId,
+    f: &[Option<String>],
+    inputs: Vec<(String, String)>,
+) -> Result<Snapshot, SnapshotError> {
+    if f.len() != SNAPSHOT_FIELDS.len() {
+        return Err(SnapshotError { field: "record" });
+    }
+    let text = |i: usize, field: &'static str| f[i].clone().ok_or(SnapshotError { field });
+    let int = |i: usize, field: &'static str| -> Result<i64, SnapshotError> {
+        f[i].as_deref().and_then(|s| s.parse().ok()).ok_or(SnapshotError { field })
+    };
+    let json = |i: usize, field: &'static str| -> Result<Option<serde_json::Value>, SnapshotError> {
+        f[i].as_deref().map(|s| serde_json::from_str(s).map_err(|_| SnapshotError { field })).transpose()
+    };
+    let status = TaskStatus::parse(&text(2, "status")?).ok_or(SnapshotError { field: "status" })?;
+    let mut input_requests = Map::new();
+    if status == TaskStatus::InputRequired {
+        for (key, request) in inputs {
+            let request = serde_json::from_str(&request).map_err(|_| SnapshotError { field: "inputs" })?;
+            input_requests.insert(key, request);
+        }
+    }
+    Ok(Snapshot {
+        task_id: id.as_str().to_owned(),
+        owner: Owner { tenant: text(0, "tenant")?, principal: text(1, "principal")? },
+        status,
+        status_message: f[3].clone(),
+        created_at_ms: int(4, "created")?,
+        updated_at_ms: int(5, "updated")?,
+        ttl_ms: int(6, "ttl")? as u64,
+        poll_interval_ms: int(7, "poll")? as u64,
+        input_requests,
+        result: f[8]
+            .clone()
+            .map(crate::protocol::result::stored_result)
+            .transpose()
+            .map_err(|_| SnapshotError { field: "result" })?,
+        error: json(9, "error")?,
+        version: int(10, "ver")? as u64,
+    })
 }
 
 #[cfg(test)]
