@@ -173,6 +173,27 @@ mod tests {
         }
     }
 
+    /// Every script file is in the table, and every Rust file beside them is a script's module:
+    /// no script without its typed call, and no module without its script.
+    #[test]
+    fn every_script_file_has_its_module_and_table_line() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/scripts");
+        let mut lua = BTreeSet::new();
+        let mut rust = BTreeSet::new();
+        for entry in std::fs::read_dir(dir).expect("the scripts directory") {
+            let name = entry.expect("an entry").file_name().into_string().expect("a UTF-8 name");
+            if let Some(script) = name.strip_suffix(".lua").filter(|s| *s != "prelude") {
+                lua.insert(script.to_owned());
+            } else if let Some(module) = name.strip_suffix(".rs") {
+                rust.insert(module.to_owned());
+            }
+        }
+        let table: BTreeSet<String> =
+            super::all().iter().map(|file| file.label.trim_start_matches("script:").to_owned()).collect();
+        assert_eq!(lua, table, "the .lua files against the scripts! table");
+        assert_eq!(rust, table, "the modules against the scripts! table");
+    }
+
     #[test]
     fn the_header_check_reads_key_indexes() {
         assert_eq!(key_indexes("-- KEYS[1] a   KEYS[12] b  KEYS[x] #KEYS"), BTreeSet::from([1, 12]));

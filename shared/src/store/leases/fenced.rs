@@ -48,12 +48,7 @@ pub enum Finish<'a> {
 impl Store {
     pub async fn renew(&self, lease: Lease<'_>, duration: Duration) -> Result<Renewal, StoreError> {
         let keys = self.keys().task(lease.task_id);
-        let args = extend_lease::Args {
-            task_id: lease.task_id.as_str(),
-            worker: lease.worker,
-            fence: lease.fence,
-            lease_ms: millis(duration),
-        };
+        let args = extend_lease::Args { lease, lease_ms: millis(duration) };
         extend_lease::call(&mut self.conn(), (&keys).into(), args).await
     }
 
@@ -61,13 +56,7 @@ impl Store {
     pub async fn set_status(&self, lease: Lease<'_>, message: &str) -> Result<bool, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let events = self.events_channel(lease.task_id);
-        let args = set_status::Args {
-            task_id: lease.task_id.as_str(),
-            worker: lease.worker,
-            fence: lease.fence,
-            message,
-            events: &events,
-        };
+        let args = set_status::Args { lease, message, events: &events };
         Ok(set_status::call(&mut self.conn(), set_status::Keys { record: &keys.record }, args).await?.written())
     }
 
@@ -76,7 +65,7 @@ impl Store {
     /// the same lease answers `First` again.
     pub async fn mark_started(&self, lease: Lease<'_>) -> Result<Started, StoreError> {
         let keys = self.keys().task(lease.task_id);
-        let args = mark_started::Args { worker: lease.worker, fence: lease.fence };
+        let args = mark_started::Args { lease };
         mark_started::call(&mut self.conn(), mark_started::Keys { record: &keys.record }, args).await
     }
 
@@ -84,7 +73,7 @@ impl Store {
     /// lease was lost.
     pub async fn save_state(&self, lease: Lease<'_>, state: &str) -> Result<bool, StoreError> {
         let keys = self.keys().task(lease.task_id);
-        let args = save_state::Args { worker: lease.worker, fence: lease.fence, state };
+        let args = save_state::Args { lease, state };
         Ok(save_state::call(&mut self.conn(), save_state::Keys { record: &keys.record }, args).await?.written())
     }
 
@@ -94,7 +83,7 @@ impl Store {
     pub async fn record_step(&self, lease: Lease<'_>, name: &str, result: &str) -> Result<bool, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let step_keys = record_step::Keys { record: &keys.record, steps: &keys.steps };
-        let args = record_step::Args { worker: lease.worker, fence: lease.fence, name, result };
+        let args = record_step::Args { lease, name, result };
         Ok(record_step::call(&mut self.conn(), step_keys, args).await?.written())
     }
 
@@ -107,16 +96,7 @@ impl Store {
             Finish::Cancelled { message } => (TaskStatus::Cancelled, "", "", Some(message)),
         };
         let events = self.events_channel(lease.task_id);
-        let args = finish_task::Args {
-            task_id: lease.task_id.as_str(),
-            worker: lease.worker,
-            fence: lease.fence,
-            status,
-            field,
-            payload,
-            message: message.unwrap_or(""),
-            events: &events,
-        };
+        let args = finish_task::Args { lease, status, field, payload, message: message.unwrap_or(""), events: &events };
         let written = finish_task::call(&mut self.conn(), (&keys).into(), args).await?.written();
         if written {
             // From `working` as far as the store knows: a held task (showing `input_required`)

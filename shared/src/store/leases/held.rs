@@ -52,15 +52,7 @@ impl Store {
     ) -> Result<Hold, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let events = self.events_channel(lease.task_id);
-        let args = hold_for_input::Args {
-            task_id: lease.task_id.as_str(),
-            worker: lease.worker,
-            fence: lease.fence,
-            message,
-            events: &events,
-            key,
-            request,
-        };
+        let args = hold_for_input::Args { lease, message, events: &events, key, request };
         let hold = hold_for_input::call(&mut self.conn(), (&keys).into(), args).await?;
         if hold == Hold::Held {
             emit(lease.task_id, Transition::new(Some(TaskStatus::Working), TaskStatus::InputRequired, Actor::Worker));
@@ -74,13 +66,7 @@ impl Store {
         let keys = self.keys().task(lease.task_id);
         let events = self.events_channel(lease.task_id);
         let question = withdraw_question::Keys { record: &keys.record, inputs: &keys.inputs, timeline: &keys.timeline };
-        let args = withdraw_question::Args {
-            task_id: lease.task_id.as_str(),
-            worker: lease.worker,
-            fence: lease.fence,
-            message,
-            events: &events,
-        };
+        let args = withdraw_question::Args { lease, message, events: &events };
         Ok(match withdraw_question::call(&mut self.conn(), question, args).await? {
             Withdrawn::TakenBack => {
                 emit(
@@ -99,7 +85,7 @@ impl Store {
     pub async fn held_answer(&self, lease: Lease<'_>, key: &str) -> Result<HeldAnswer, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let answer_keys = held_answer::Keys { record: &keys.record, answers: &keys.answers };
-        let args = held_answer::Args { worker: lease.worker, fence: lease.fence, key };
+        let args = held_answer::Args { lease, key };
         held_answer::call(&mut self.conn(), answer_keys, args).await
     }
 
@@ -116,9 +102,7 @@ impl Store {
         let keys = self.keys().task(lease.task_id);
         let events = self.events_channel(lease.task_id);
         let args = request_input::Args {
-            task_id: lease.task_id.as_str(),
-            worker: lease.worker,
-            fence: lease.fence,
+            lease,
             message: message.unwrap_or(""),
             events: &events,
             cancelled_message,

@@ -51,9 +51,7 @@ impl Store {
         let keys = self.keys().task(lease.task_id);
         let events = self.events_channel(lease.task_id);
         let args = release_task::Args {
-            task_id: lease.task_id,
-            worker: lease.worker,
-            fence: lease.fence,
+            lease,
             cancelled_message,
             events: &events,
             held_lost: (&HELD_LOST_ERROR, HELD_LOST),

@@ -1,7 +1,7 @@
 //! `extend_lease.lua`: the lease holder renews its lease.
 
 use crate::store::reply::{Reply, code};
-use crate::store::{Conn, Renewal, StoreError, TaskKeys};
+use crate::store::{Conn, Lease, Renewal, StoreError, TaskKeys};
 
 pub(in crate::store) struct Keys<'a> {
     pub(in crate::store) record: &'a str,
@@ -15,15 +15,14 @@ impl<'a> From<&'a TaskKeys> for Keys<'a> {
 }
 
 pub(in crate::store) struct Args<'a> {
-    pub(in crate::store) task_id: &'a str,
-    pub(in crate::store) worker: &'a str,
-    pub(in crate::store) fence: u64,
+    /// The holder's lease: the task, the worker and its fencing token.
+    pub(in crate::store) lease: Lease<'a>,
     pub(in crate::store) lease_ms: u64,
 }
 
 pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<Renewal, StoreError> {
     let mut call = super::EXTEND_LEASE.keys([keys.record, keys.leases]);
-    call.arg(args.task_id).arg(args.worker).arg(args.fence).arg(args.lease_ms);
+    call.arg(args.lease.task_id.as_str()).arg(args.lease.worker).arg(args.lease.fence).arg(args.lease_ms);
     super::run(conn, &call, decode).await
 }
 

@@ -1,7 +1,7 @@
 //! `finish_task.lua`: the lease holder writes the terminal outcome.
 
 use crate::store::reply::Fenced;
-use crate::store::{Conn, StoreError, TaskKeys};
+use crate::store::{Conn, Lease, StoreError, TaskKeys};
 use crate::task::TaskStatus;
 
 pub(in crate::store) struct Keys<'a> {
@@ -26,9 +26,8 @@ impl<'a> From<&'a TaskKeys> for Keys<'a> {
 }
 
 pub(in crate::store) struct Args<'a> {
-    pub(in crate::store) task_id: &'a str,
-    pub(in crate::store) worker: &'a str,
-    pub(in crate::store) fence: u64,
+    /// The holder's lease: the task, the worker and its fencing token.
+    pub(in crate::store) lease: Lease<'a>,
     pub(in crate::store) status: TaskStatus,
     /// `result`, `error`, or empty for a cancel.
     pub(in crate::store) field: &'a str,
@@ -41,9 +40,9 @@ pub(in crate::store) struct Args<'a> {
 
 pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<Fenced, StoreError> {
     let mut call = super::FINISH_TASK.keys([keys.record, keys.leases, keys.inputs, keys.timeline, keys.outcome]);
-    call.arg(args.task_id)
-        .arg(args.worker)
-        .arg(args.fence)
+    call.arg(args.lease.task_id.as_str())
+        .arg(args.lease.worker)
+        .arg(args.lease.fence)
         .arg(args.status.as_str())
         .arg(args.field)
         .arg(args.payload)

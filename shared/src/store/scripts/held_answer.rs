@@ -1,7 +1,7 @@
 //! `held_answer.lua`: the holder of a held question looks for its answer.
 
 use crate::store::reply::{Reply, code};
-use crate::store::{Conn, HeldAnswer, StoreError};
+use crate::store::{Conn, HeldAnswer, Lease, StoreError};
 
 pub(in crate::store) struct Keys<'a> {
     pub(in crate::store) record: &'a str,
@@ -9,8 +9,8 @@ pub(in crate::store) struct Keys<'a> {
 }
 
 pub(in crate::store) struct Args<'a> {
-    pub(in crate::store) worker: &'a str,
-    pub(in crate::store) fence: u64,
+    /// The holder's lease: the task, the worker and its fencing token.
+    pub(in crate::store) lease: Lease<'a>,
     pub(in crate::store) key: &'a str,
 }
 
@@ -19,7 +19,7 @@ const ENDED: i64 = 3;
 
 pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<HeldAnswer, StoreError> {
     let mut call = super::HELD_ANSWER.keys([keys.record, keys.answers]);
-    call.arg(args.worker).arg(args.fence).arg(args.key);
+    call.arg(args.lease.worker).arg(args.lease.fence).arg(args.key);
     super::run(conn, &call, decode).await
 }
 

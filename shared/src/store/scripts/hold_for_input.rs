@@ -2,7 +2,7 @@
 //! the lease (a question asked on a live upstream session).
 
 use crate::store::reply::{Reply, code};
-use crate::store::{Conn, Hold, StoreError, TaskKeys};
+use crate::store::{Conn, Hold, Lease, StoreError, TaskKeys};
 
 pub(in crate::store) struct Keys<'a> {
     pub(in crate::store) record: &'a str,
@@ -18,9 +18,8 @@ impl<'a> From<&'a TaskKeys> for Keys<'a> {
 }
 
 pub(in crate::store) struct Args<'a> {
-    pub(in crate::store) task_id: &'a str,
-    pub(in crate::store) worker: &'a str,
-    pub(in crate::store) fence: u64,
+    /// The holder's lease: the task, the worker and its fencing token.
+    pub(in crate::store) lease: Lease<'a>,
     pub(in crate::store) message: &'a str,
     pub(in crate::store) events: &'a str,
     pub(in crate::store) key: &'a str,
@@ -33,9 +32,9 @@ const CANCEL_PENDING: i64 = 2;
 
 pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<Hold, StoreError> {
     let mut call = super::HOLD_FOR_INPUT.keys([keys.record, keys.inputs, keys.issued, keys.timeline]);
-    call.arg(args.task_id)
-        .arg(args.worker)
-        .arg(args.fence)
+    call.arg(args.lease.task_id.as_str())
+        .arg(args.lease.worker)
+        .arg(args.lease.fence)
         .arg(args.message)
         .arg(args.events)
         .arg(args.key)

@@ -2,15 +2,15 @@
 //! unasked, that a run has begun it.
 
 use crate::store::reply::{Reply, code};
-use crate::store::{Conn, Started, StoreError};
+use crate::store::{Conn, Lease, Started, StoreError};
 
 pub(in crate::store) struct Keys<'a> {
     pub(in crate::store) record: &'a str,
 }
 
 pub(in crate::store) struct Args<'a> {
-    pub(in crate::store) worker: &'a str,
-    pub(in crate::store) fence: u64,
+    /// The holder's lease: the task, the worker and its fencing token.
+    pub(in crate::store) lease: Lease<'a>,
 }
 
 /// `{1, 0}`: no earlier run left a marker.
@@ -18,7 +18,7 @@ const NO_EARLIER_RUN: i64 = 0;
 
 pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<Started, StoreError> {
     let mut call = super::MARK_STARTED.keys([keys.record]);
-    call.arg(args.worker).arg(args.fence);
+    call.arg(args.lease.worker).arg(args.lease.fence);
     super::run(conn, &call, decode).await
 }
 

@@ -1,7 +1,7 @@
 //! `record_step.lua`: the lease holder records a durable step's result.
 
 use crate::store::reply::Fenced;
-use crate::store::{Conn, StoreError};
+use crate::store::{Conn, Lease, StoreError};
 
 pub(in crate::store) struct Keys<'a> {
     pub(in crate::store) record: &'a str,
@@ -9,8 +9,8 @@ pub(in crate::store) struct Keys<'a> {
 }
 
 pub(in crate::store) struct Args<'a> {
-    pub(in crate::store) worker: &'a str,
-    pub(in crate::store) fence: u64,
+    /// The holder's lease: the task, the worker and its fencing token.
+    pub(in crate::store) lease: Lease<'a>,
     pub(in crate::store) name: &'a str,
     /// JSON text.
     pub(in crate::store) result: &'a str,
@@ -18,6 +18,6 @@ pub(in crate::store) struct Args<'a> {
 
 pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<Fenced, StoreError> {
     let mut call = super::RECORD_STEP.keys([keys.record, keys.steps]);
-    call.arg(args.worker).arg(args.fence).arg(args.name).arg(args.result);
+    call.arg(args.lease.worker).arg(args.lease.fence).arg(args.name).arg(args.result);
     super::run(conn, &call, Fenced::try_from).await
 }

@@ -2,8 +2,7 @@
 //! queue, or ends it. Sent through [`Store::on_pool_queue`], which finds the task's pool.
 
 use crate::store::reply::{Reply, code};
-use crate::store::{QueueKeys, Released, Store, StoreError, TaskKeys};
-use crate::task::TaskId;
+use crate::store::{Lease, QueueKeys, Released, Store, StoreError, TaskKeys};
 
 /// The task's keys and a pool's queue on its shard (`reclaim_task` takes the same).
 pub(in crate::store) struct Keys<'a> {
@@ -35,9 +34,8 @@ impl<'a> Keys<'a> {
 }
 
 pub(in crate::store) struct Args<'a> {
-    pub(in crate::store) task_id: &'a TaskId,
-    pub(in crate::store) worker: &'a str,
-    pub(in crate::store) fence: u64,
+    /// The holder's lease: the task, the worker and its fencing token.
+    pub(in crate::store) lease: Lease<'a>,
     pub(in crate::store) cancelled_message: &'a str,
     pub(in crate::store) events: &'a str,
     /// The outcome of a held question that cannot outlive the worker: error JSON, message.
@@ -54,9 +52,9 @@ const FAILED: i64 = 4;
 pub(in crate::store) async fn call(store: &Store, task: &TaskKeys, args: Args<'_>) -> Result<Released, StoreError> {
     let build = |queue: &QueueKeys, pool: &str| {
         let mut call = super::RELEASE_TASK.keys(Keys::new(task, queue).list());
-        call.arg(args.task_id.as_str())
-            .arg(args.worker)
-            .arg(args.fence)
+        call.arg(args.lease.task_id.as_str())
+            .arg(args.lease.worker)
+            .arg(args.lease.fence)
             .arg(args.cancelled_message)
             .arg(args.events)
             .arg(args.held_lost.0)
@@ -64,7 +62,7 @@ pub(in crate::store) async fn call(store: &Store, task: &TaskKeys, args: Args<'_
             .arg(pool);
         call
     };
-    store.on_pool_queue(args.task_id, args.pool, build, decode).await
+    store.on_pool_queue(args.lease.task_id, args.pool, build, decode).await
 }
 
 fn decode(reply: Reply) -> Result<Released, StoreError> {

@@ -1,7 +1,7 @@
 //! `request_input.lua`: park a working task in `input_required` and release its lease.
 
 use crate::store::reply::{Reply, code};
-use crate::store::{Conn, Parked, StoreError, TaskKeys};
+use crate::store::{Conn, Lease, Parked, StoreError, TaskKeys};
 
 pub(in crate::store) struct Keys<'a> {
     pub(in crate::store) record: &'a str,
@@ -24,9 +24,8 @@ impl<'a> From<&'a TaskKeys> for Keys<'a> {
 }
 
 pub(in crate::store) struct Args<'a> {
-    pub(in crate::store) task_id: &'a str,
-    pub(in crate::store) worker: &'a str,
-    pub(in crate::store) fence: u64,
+    /// The holder's lease: the task, the worker and its fencing token.
+    pub(in crate::store) lease: Lease<'a>,
     /// Empty keeps the message.
     pub(in crate::store) message: &'a str,
     pub(in crate::store) events: &'a str,
@@ -42,9 +41,9 @@ const CANCELLED_INSTEAD: i64 = 2;
 
 pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<Parked, StoreError> {
     let mut call = super::REQUEST_INPUT.keys([keys.record, keys.leases, keys.inputs, keys.issued, keys.timeline]);
-    call.arg(args.task_id)
-        .arg(args.worker)
-        .arg(args.fence)
+    call.arg(args.lease.task_id.as_str())
+        .arg(args.lease.worker)
+        .arg(args.lease.fence)
         .arg(args.message)
         .arg(args.events)
         .arg(args.cancelled_message)

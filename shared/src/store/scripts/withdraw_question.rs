@@ -1,7 +1,7 @@
 //! `withdraw_question.lua`: the holder of a held question takes it back.
 
 use crate::store::reply::{Reply, code};
-use crate::store::{Conn, StoreError};
+use crate::store::{Conn, Lease, StoreError};
 
 pub(in crate::store) struct Keys<'a> {
     pub(in crate::store) record: &'a str,
@@ -10,9 +10,8 @@ pub(in crate::store) struct Keys<'a> {
 }
 
 pub(in crate::store) struct Args<'a> {
-    pub(in crate::store) task_id: &'a str,
-    pub(in crate::store) worker: &'a str,
-    pub(in crate::store) fence: u64,
+    /// The holder's lease: the task, the worker and its fencing token.
+    pub(in crate::store) lease: Lease<'a>,
     pub(in crate::store) message: &'a str,
     pub(in crate::store) events: &'a str,
 }
@@ -28,7 +27,7 @@ pub(in crate::store) enum Withdrawn {
 
 pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<Withdrawn, StoreError> {
     let mut call = super::WITHDRAW_QUESTION.keys([keys.record, keys.inputs, keys.timeline]);
-    call.arg(args.task_id).arg(args.worker).arg(args.fence).arg(args.message).arg(args.events);
+    call.arg(args.lease.task_id.as_str()).arg(args.lease.worker).arg(args.lease.fence).arg(args.message).arg(args.events);
     super::run(conn, &call, decode).await
 }
 
