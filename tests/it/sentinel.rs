@@ -580,18 +580,18 @@ async fn lagging_failover(gateway_args: &[&str]) -> LagRun {
     args.extend_from_slice(gateway_args);
     let stack = sentinel_stack_with(&set, &args).await;
     let answers = Arc::new(Mutex::new(Vec::<Answer>::new()));
-    let (stop, paused, in_flight) =
-        (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let (stop, in_flight) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let (pause, paused) = tokio::sync::watch::channel(false);
     let clients: Vec<_> = (0..8)
         .map(|_| {
-            let (client, answers, stop, paused, in_flight) =
+            let (client, answers, stop, mut paused, in_flight) =
                 (stack.client(0), answers.clone(), stop.clone(), paused.clone(), in_flight.clone());
             tokio::spawn(async move {
                 while !stop.load(Ordering::SeqCst) {
                     in_flight.fetch_add(1, Ordering::SeqCst);
-                    if paused.load(Ordering::SeqCst) {
+                    if *paused.borrow() {
                         in_flight.fetch_sub(1, Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        let _ = paused.wait_for(|paused| !paused).await;
                         continue;
                     }
                     let sent = Instant::now();
@@ -612,7 +612,7 @@ async fn lagging_failover(gateway_args: &[&str]) -> LagRun {
     let start = Instant::now();
     eventually(PATIENCE, "creates before the lag", || async { (answered_since(start) >= 200).then_some(()) }).await;
     // Quiet, caught up, then held back: the lag begins at a known point of the stream.
-    paused.store(true, Ordering::SeqCst);
+    pause.send_replace(true);
     eventually(PATIENCE, "the creates under way to be answered", || async {
         (in_flight.load(Ordering::SeqCst) == 0).then_some(())
     })
@@ -627,7 +627,7 @@ async fn lagging_failover(gateway_args: &[&str]) -> LagRun {
     }
     proxies.iter().for_each(FaultProxy::partition);
     let lagging = Instant::now();
-    paused.store(false, Ordering::SeqCst);
+    pause.send_replace(false);
     eventually(PATIENCE, "creates answered while the replica lags", || async {
         (answered_since(lagging) >= 40).then_some(())
     })
