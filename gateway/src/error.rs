@@ -9,6 +9,8 @@
 //!   unknown method;
 //! - a method's own refusal: in-band, HTTP 200 (`-32602`), except internal errors (500) and
 //!   capability or framing codes a tool path raises (400);
+//! - an idempotency key reused for another call: 422 (as the IETF Idempotency-Key draft asks),
+//!   `-32602`;
 //! - a tenant limit: 429 with `Retry-After`, `-31429`;
 //! - storage: 500 with a bare `-32603`, the cause in the log only;
 //! - the request pipeline's own answers: 503 overloaded, 504 timed out, 500 panicked.
@@ -54,6 +56,9 @@ pub(crate) enum GatewayError {
         limit: Limit,
         retry_after_ms: u64,
     },
+    /// A `tools/call` whose idempotency key made a task for another tool, other arguments or
+    /// other pre-task answers.
+    KeyReused,
     Storage(StoreError),
     /// Shed because this replica has `--max-in-flight` requests under way.
     Overloaded,
@@ -123,6 +128,13 @@ impl GatewayError {
                 Answer::new(StatusCode::TOO_MANY_REQUESTS, RpcError::rate_limited(limit.as_str(), *retry_after_ms))
                     .with_header(header::RETRY_AFTER, Some(retry_after(*retry_after_ms)))
             }
+            Self::KeyReused => Answer::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                RpcError::invalid_params(
+                    "this idempotency key was used for another call (another tool, other arguments or other \
+                     inputResponses); use a new key",
+                ),
+            ),
             // Redis could not be reached (or has no primary now, during a failover): nothing was
             // done that the client can see, and a retry in a moment may succeed.
             Self::Storage(err) if err.is_unavailable() => Answer::new(
@@ -148,9 +160,12 @@ impl GatewayError {
         match self {
             Self::Storage(_) | Self::Overloaded | Self::TimedOut | Self::Panicked => Outcome::ServerError,
             Self::Method(err) if err.kind == ErrorKind::Internal => Outcome::ServerError,
-            Self::Framing(_) | Self::Auth { .. } | Self::Envelope(_) | Self::Method(_) | Self::RateLimited { .. } => {
-                Outcome::ClientError
-            }
+            Self::Framing(_)
+            | Self::Auth { .. }
+            | Self::Envelope(_)
+            | Self::Method(_)
+            | Self::RateLimited { .. }
+            | Self::KeyReused => Outcome::ClientError,
         }
     }
 
@@ -170,7 +185,7 @@ impl GatewayError {
                 METRICS.shed.with_label_values(&["timeout"]).inc();
             }
             Self::Panicked => METRICS.shed.with_label_values(&["panic"]).inc(),
-            Self::Framing(_) | Self::Envelope(_) | Self::Method(_) => {}
+            Self::Framing(_) | Self::Envelope(_) | Self::Method(_) | Self::KeyReused => {}
         }
     }
 }

@@ -1,12 +1,14 @@
 //! Idempotent task creation through the real binaries: a `tools/call` retried with the same
 //! idempotency key (header or `_meta`), through any replica and even while the first is in
-//! flight, gets the same task and runs the tool once; the same key with other arguments is
-//! refused; another caller's same key is another task.
+//! flight, gets the same task as it is now and runs the tool once; a retry is neither admitted
+//! nor counted as a new task, and a keyed task is never abandoned when its replicas lag; the
+//! same key with other arguments or other pre-task answers is refused with 422; another
+//! caller's same key is another task.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use taskgate_tests::{McpClient, Reply, Stack, meta, standard_headers};
+use taskgate_tests::{McpClient, RedisServer, Reply, Scrape, Stack, meta, standard_headers};
 
 use crate::console::api_keys;
 
@@ -20,7 +22,12 @@ async fn keyed_call(
     header: Option<&str>,
     in_meta: Option<&str>,
 ) -> Reply {
-    let mut params = json!({ "name": tool, "arguments": arguments, "_meta": meta() });
+    let params = json!({ "name": tool, "arguments": arguments, "_meta": meta() });
+    keyed_params(client, params, header, in_meta).await
+}
+
+/// [`keyed_call`] with the whole `params` given (MRTR rounds carry more than arguments).
+async fn keyed_params(client: &McpClient, mut params: Value, header: Option<&str>, in_meta: Option<&str>) -> Reply {
     if let Some(key) = in_meta {
         params["_meta"]["io.taskgate/idempotencyKey"] = json!(key);
     }
@@ -71,6 +78,7 @@ async fn a_retry_with_the_same_key_through_either_replica_gets_the_same_task_and
     // A retry after it ended still names it, and runs nothing again.
     let late = keyed_call(&a, "sleep", arguments, Some("order-7f3a"), None).await;
     assert_eq!(task_id(&late), id);
+    assert_eq!(late.result()["status"], "completed", "the task as it is now: {}", late.text);
     assert_eq!(a.get_task(&id).await.result()["status"], "completed");
     assert_eq!(fence(&stack, &id).await, once, "not claimed again");
     // Without a key, every call is a task of its own.
@@ -86,7 +94,7 @@ async fn the_same_key_for_another_call_is_refused_and_bad_keys_are_named() {
     assert_eq!(task_id(&keyed_call(&client, "sleep", json!({"ms": 1}), None, Some("k-1")).await), id);
     for (tool, arguments) in [("sleep", json!({"ms": 2})), ("noop", json!({}))] {
         let refused = keyed_call(&client, tool, arguments, Some("k-1"), None).await;
-        assert_eq!(refused.error_code(), Some(-32602), "{}", refused.text);
+        assert_eq!((refused.status, refused.error_code()), (422, Some(-32602)), "{}", refused.text);
         assert!(refused.error()["message"].as_str().unwrap().contains("idempotency key was used"), "{}", refused.text);
     }
     let too_long = "k".repeat(256);
@@ -166,7 +174,7 @@ async fn keys_work_on_a_cluster_where_the_key_picks_the_tasks_slot() {
         let again = task_id(&keyed_call(&b, "sleep", json!({"ms": 1}), None, Some(&key)).await);
         assert_eq!(first, again, "{key}");
         let refused = keyed_call(&b, "sleep", json!({"ms": 2}), Some(&key), None).await;
-        assert_eq!(refused.error_code(), Some(-32602), "{}", refused.text);
+        assert_eq!((refused.status, refused.error_code()), (422, Some(-32602)), "{}", refused.text);
         ids.insert(first[4..6].to_owned());
     }
     assert!(ids.len() > 1, "the keys spread over shards: {ids:?}");
@@ -183,4 +191,79 @@ async fn an_inline_call_ignores_a_key_and_runs_each_time() {
         assert_eq!(reply.result()["resultType"], "complete", "{}", reply.text);
         assert_eq!(reply.result()["content"][0]["text"], "Hello, Ada!");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_task_is_never_abandoned_when_its_replicas_lag() {
+    let mut stack = Stack::builder().gateways(0).spawn().await;
+    let replica = RedisServer::start_replica_of(&stack.redis).await;
+    stack.add_gateway(&["--durability-replicas", "1", "--durability-timeout-ms", "300"]).await;
+    let client = stack.client(0);
+    let arguments = json!({ "ms": 1500 });
+    let id = task_id(&keyed_call(&client, "sleep", arguments.clone(), Some("lagging-1"), None).await);
+
+    // The replica stops acknowledging: a retry cannot confirm the task on it, and says so...
+    replica.signal("STOP");
+    let refused = keyed_call(&client, "sleep", arguments.clone(), Some("lagging-1"), None).await;
+    assert_eq!((refused.status, refused.error_code()), (500, Some(-32603)), "{}", refused.text);
+    assert!(refused.text.contains("retry with the same idempotency key"), "{}", refused.text);
+    // ...but leaves the task the first request made as it was.
+    let status = client.get_task(&id).await.result()["status"].clone();
+    assert_eq!(status, "working", "the retry did not end the task");
+
+    // Once the replica is back, the retry answers the task as it is in Redis, and it completes.
+    replica.signal("CONT");
+    let again = keyed_call(&client, "sleep", arguments, Some("lagging-1"), None).await;
+    assert_eq!(task_id(&again), id);
+    let read = client.get_task(&id).await;
+    assert_eq!(again.result()["status"], read.result()["status"], "the reply says what tasks/get says");
+    let done = client.wait_for_status(&id, "completed", PATIENCE).await;
+    assert_eq!(done["status"], "completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_takes_no_active_task_slot_and_counts_no_create() {
+    let stack = Stack::builder().gateway_args(&["--tenant-max-active-tasks", "1"]).spawn().await;
+    let client = stack.client(0);
+    let metrics = format!("{}/metrics", stack.gateways[0].url.as_deref().unwrap());
+    let created = |scrape: &Scrape| scrape.get("taskgate_tasks_created_total", &[("tool", "sleep")]);
+    let started =
+        |scrape: &Scrape| scrape.get("taskgate_task_transitions_total", &[("from", "none"), ("to", "working")]);
+
+    // At the cap, a retry of the one active task is answered, not refused.
+    let running = task_id(&keyed_call(&client, "sleep", json!({"ms": 1000}), Some("slot-1"), None).await);
+    let before = Scrape::of(&metrics).await;
+    let retry = keyed_call(&client, "sleep", json!({"ms": 1000}), Some("slot-1"), None).await;
+    assert_eq!(task_id(&retry), running, "{}", retry.text);
+    client.wait_for_status(&running, "completed", PATIENCE).await;
+
+    // A retry of the finished task is answered with it, and leaves the slot free.
+    let finished = keyed_call(&client, "sleep", json!({"ms": 1000}), Some("slot-1"), None).await;
+    assert_eq!(task_id(&finished), running);
+    assert_eq!(finished.result()["status"], "completed", "{}", finished.text);
+    let after = Scrape::of(&metrics).await;
+    assert_eq!(created(&after), created(&before), "retries are not created tasks");
+    assert_eq!(started(&after), started(&before), "retries make no transition");
+    let next = client.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 0}})).await;
+    assert_eq!(next.result()["resultType"], "task", "the slot is free: {}", next.text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_covers_the_answers_given_before_the_task_existed() {
+    let stack = Stack::builder().worker_args(&["--tools", "conformance"]).spawn().await;
+    let client = stack.client(0);
+    let tool = "test_tool_with_task";
+    let first = client.call("tools/call", json!({ "name": tool, "_meta": meta() })).await;
+    assert_eq!(first.result()["resultType"], "input_required", "{}", first.text);
+    let state = first.result()["requestState"].clone();
+    let round = |name: &str| {
+        let answer = json!({ "action": "accept", "content": { "name": name } });
+        json!({ "name": tool, "inputResponses": { "user_name": answer }, "requestState": state, "_meta": meta() })
+    };
+    let id = task_id(&keyed_params(&client, round("Ada"), Some("greet-ada"), None).await);
+    assert_eq!(task_id(&keyed_params(&client, round("Ada"), Some("greet-ada"), None).await), id, "the same retry");
+    let other = keyed_params(&client, round("Bob"), Some("greet-ada"), None).await;
+    assert_eq!((other.status, other.error_code()), (422, Some(-32602)), "another answer: {}", other.text);
+    let done = client.wait_for_status(&id, "completed", PATIENCE).await;
+    assert!(done.to_string().contains("Hello, Ada!"), "{done}");
 }

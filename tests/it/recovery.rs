@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::Value as RedisValue;
 use serde_json::{Value, json};
-use taskgate_shared::store::{DEFAULT_POOL, Delivery, Finish, Lease, NewTask, Reclaimed, Store, WORKER_GROUP};
+use taskgate_shared::store::{Created, DEFAULT_POOL, Delivery, Finish, Lease, NewTask, Reclaimed, Store, WORKER_GROUP};
 use taskgate_shared::task::{Owner, TaskId};
 use taskgate_tests::{FaultProxy, RedisServer, Stack, StackBuilder, Topology, eventually, meta_without_tasks};
 
@@ -169,7 +169,9 @@ async fn script_replays_answer_what_the_first_run_did(topology: Topology) {
     let task = NewTask { counted: true, ..taskgate_tests::sleep_task(&id, &owner) };
     // create: the same owner repeating the same id gets the task it made.
     let created = store.create_task(task.clone()).await.expect("created");
-    assert_eq!(store.create_task(task.clone()).await.expect("a replayed create answers"), created);
+    let Created::New { created_at_ms } = created else { panic!("a new task: {created:?}") };
+    let replayed = store.create_task(task.clone()).await.expect("a replayed create answers");
+    assert_eq!(replayed, Created::Replayed { created_at_ms }, "the task it made, not a new one");
     let stranger = Owner { tenant: "acme".into(), principal: "mallory".into() };
     assert!(store.create_task(NewTask { owner: &stranger, ..task.clone() }).await.is_err(), "not another owner's");
 

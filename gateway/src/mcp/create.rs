@@ -3,10 +3,11 @@
 //! tenant's active-task slot.
 
 use taskgate_shared::protocol::{ErrorKind, RpcError};
+use taskgate_shared::store::Created;
 use taskgate_shared::task::TaskId;
 use taskgate_shared::telemetry::trace;
 
-use super::{Call, client_traceparent, idempotency};
+use super::{Call, client_traceparent};
 use crate::error::GatewayError;
 use crate::state::AppState;
 
@@ -31,9 +32,12 @@ pub(crate) enum Durability {
 }
 
 /// Writes a new task for this call (owner, capabilities, trace context and the answers
-/// gathered so far come from the call). Returns `createdAt`. A create that failed, or that the
-/// replicas did not acknowledge, is abandoned before the error is returned: nobody holds its
-/// handle, so no work may run for it and it must not hold its tenant's active-task slot.
+/// gathered so far come from the call), or finds the one an earlier request with the same
+/// idempotency key made ([`Created::Replayed`]: nothing counted). A create without a key that
+/// failed, or that the replicas did not acknowledge, is abandoned before the error is returned:
+/// nobody holds its handle, so no work may run for it and it must not hold its tenant's
+/// active-task slot. A keyed create is never abandoned: its task may be the one an earlier
+/// request with the same key made (this one a retry), and a retry of this one finds it.
 pub(crate) async fn write_task(
     call: &Call<'_>,
     id: &TaskId,
@@ -42,7 +46,7 @@ pub(crate) async fn write_task(
     shape: TaskShape<'_>,
     gathered: &crate::mrtr::Gathered,
     durability: Durability,
-) -> Result<i64, GatewayError> {
+) -> Result<Created, GatewayError> {
     let state = call.state;
     let answers: Vec<(String, String)> = gathered.answers.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
     let (capabilities, declares_tasks) = taskgate_shared::store::stored_capabilities(&call.meta.capabilities);
@@ -79,25 +83,34 @@ pub(crate) async fn write_task(
         None => state.store.create_task(task).await.map(|created| (created, 0)),
         Some(d) => state.store.create_task_durable(task, replicas, d.timeout).await,
     };
+    let keyed = shape.fingerprint.is_some();
     let created = match written {
         Ok((created, acked)) if acked >= replicas => created,
+        Ok((_, acked)) if keyed => {
+            tracing::error!(task_id = %id, wanted = replicas, acked, "keyed create not acknowledged by replicas yet");
+            let err = RpcError::new(
+                ErrorKind::Internal,
+                "the task could not be made durable yet; retry with the same idempotency key",
+            );
+            return Err(GatewayError::Method(err));
+        }
         Ok((_, acked)) => {
             tracing::error!(task_id = %id, wanted = replicas, acked, "create not acknowledged by replicas; abandoning it");
             abandon_task(state, id, &owner, "The task could not be made durable.").await;
             let err = RpcError::new(ErrorKind::Internal, "the task could not be made durable; it was not created");
             return Err(GatewayError::Method(err));
         }
-        Err(taskgate_shared::store::StoreError::KeyReused) => return Err(idempotency::reused().into()),
-        // A keyed create is never abandoned: the task may be the one an earlier request with the
-        // same key made (this one a retry), and a retry of this one finds it by its key.
-        Err(err) if shape.fingerprint.is_some() => return Err(GatewayError::Storage(err)),
+        Err(taskgate_shared::store::StoreError::KeyReused) => return Err(GatewayError::KeyReused),
+        Err(err) if keyed => return Err(GatewayError::Storage(err)),
         Err(err) => {
             // The script may or may not have run: abandon whatever it left.
             abandon_task(state, id, &owner, "The task could not be created.").await;
             return Err(GatewayError::Storage(err));
         }
     };
-    crate::metrics::METRICS.tasks_created.with_label_values(&[tool]).inc();
+    if let Created::New { .. } = created {
+        crate::metrics::METRICS.tasks_created.with_label_values(&[tool]).inc();
+    }
     Ok(created)
 }
 

@@ -2,10 +2,14 @@
 //! in the `Idempotency-Key` header or in `_meta["io.taskgate/idempotencyKey"]` (for clients
 //! that cannot set a header per request). The key becomes the task's id: a MAC of the caller
 //! and the key under a secret every replica shares, so a retry through any replica, even one
-//! sent while the first is still in flight, names the same task, and `create_task` (already
-//! idempotent for one owner, id and tool) answers it with the task it made. A retry with the
-//! same key but another tool or other arguments is refused. Another caller's same key is
-//! another id, and tells it nothing.
+//! sent while the first is still in flight, names the same task. A retry finds that task before
+//! it is admitted as a new one, and is answered with the task as it is in Redis now (whatever
+//! its status), counted neither as a create nor against the active-task cap; `create_task`,
+//! idempotent for one owner, id and tool, settles a retry that races the first request. A
+//! retry with the same key but another tool, other arguments or other pre-task answers is
+//! refused with HTTP 422. Another caller's same key is another id, and tells it nothing.
+
+use std::collections::BTreeMap;
 
 use axum::http::HeaderMap;
 use hmac::{Hmac, Mac};
@@ -62,14 +66,6 @@ fn unquote(value: &str) -> &str {
     value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(value)
 }
 
-/// The refusal of a key used before for another tool or other arguments. The draft answers
-/// this with 422; as every refused `tools/call`, it is a JSON-RPC -32602 here.
-pub(crate) fn reused() -> RpcError {
-    RpcError::invalid_params(
-        "this idempotency key was used for another call (another tool or other arguments); use a new key",
-    )
-}
-
 /// The task id `key` names for `owner`: the same on every replica, another for another owner.
 pub(crate) async fn task_id(state: &AppState, owner: &Owner, key: &str) -> Result<TaskId, GatewayError> {
     let secret = state.idempotency_secret.get_or_try_init(|| state.store.idempotency_secret()).await?;
@@ -84,10 +80,20 @@ pub(crate) async fn task_id(state: &AppState, owner: &Owner, key: &str) -> Resul
     Ok(TaskId::derived(state.config.redis.queue_shards, u16::from(digest[0]), bits))
 }
 
-/// What a retry must repeat: the tool and its arguments, in their compact form (so whitespace
-/// or key order in the client's text does not tell two equal calls apart).
-pub(crate) fn fingerprint(tool: &str, arguments: &Value) -> String {
-    let digest = Sha256::new().chain_update(tool.as_bytes()).chain_update(b"\0").chain_update(arguments.to_string());
+/// What a retry must repeat: the tool, its arguments and the answers gathered before the task
+/// existed (MRTR rounds), each in compact form with its keys sorted, so whitespace or key
+/// order in the client's text does not tell two equal calls apart, and another answer does.
+pub(crate) fn fingerprint(tool: &str, arguments: &Value, answers: &BTreeMap<String, Value>) -> String {
+    let mut digest =
+        Sha256::new().chain_update(tool.as_bytes()).chain_update(b"\0").chain_update(arguments.to_string());
+    for (key, answer) in answers {
+        // A key cannot hold a NUL unescaped once serialized, and `to_string` escapes it, so the
+        // separators keep two different (key, answer) lists apart.
+        digest.update(b"\0");
+        digest.update(serde_json::to_string(key).unwrap_or_default());
+        digest.update(b"\0");
+        digest.update(answer.to_string());
+    }
     digest.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect()
 }
 
@@ -130,8 +136,20 @@ mod tests {
     fn fingerprints_follow_the_tool_and_the_arguments_not_their_spelling() {
         let a: Value = serde_json::from_str(r#"{"x": 1, "y": [1, 2]}"#).unwrap();
         let b: Value = serde_json::from_str(r#"{"y":[1,2],"x":1}"#).unwrap();
-        assert_eq!(fingerprint("t", &a), fingerprint("t", &b));
-        assert_ne!(fingerprint("t", &a), fingerprint("u", &a));
-        assert_ne!(fingerprint("t", &a), fingerprint("t", &serde_json::json!({"x": 2, "y": [1, 2]})));
+        let none = BTreeMap::new();
+        assert_eq!(fingerprint("t", &a, &none), fingerprint("t", &b, &none));
+        assert_ne!(fingerprint("t", &a, &none), fingerprint("u", &a, &none));
+        assert_ne!(fingerprint("t", &a, &none), fingerprint("t", &serde_json::json!({"x": 2, "y": [1, 2]}), &none));
+    }
+
+    #[test]
+    fn fingerprints_follow_the_answers_gathered_before_the_task() {
+        let args = serde_json::json!({});
+        let answered = |value: Value| BTreeMap::from([("approve".to_owned(), value)]);
+        let yes = answered(serde_json::json!({"action": "accept", "content": {"ok": true}}));
+        let no = answered(serde_json::json!({"action": "decline"}));
+        assert_ne!(fingerprint("t", &args, &BTreeMap::new()), fingerprint("t", &args, &yes));
+        assert_ne!(fingerprint("t", &args, &yes), fingerprint("t", &args, &no));
+        assert_eq!(fingerprint("t", &args, &yes), fingerprint("t", &args, &yes.clone()));
     }
 }

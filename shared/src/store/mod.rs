@@ -45,4 +45,4 @@ pub use leases::{
     Started, entry_ms,
 };
 pub use limits::{Admission, Limit, Polled, Rate, TaskAdmission};
-pub use tasks::{Answered, CancelOutcome, NewTask};
+pub use tasks::{Answered, CancelOutcome, Created, KeyedTask, NewTask};

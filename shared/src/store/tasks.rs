@@ -49,6 +49,33 @@ pub struct NewTask<'a> {
     pub weight: f64,
 }
 
+/// What a create did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// A new task, created at this time (ms, Redis time).
+    New { created_at_ms: i64 },
+    /// The same owner made this task with this id before (a re-sent create, or a retry with
+    /// the same idempotency key): nothing was changed, counted or published.
+    Replayed { created_at_ms: i64 },
+}
+
+impl Created {
+    pub fn created_at_ms(self) -> i64 {
+        match self {
+            Self::New { created_at_ms } | Self::Replayed { created_at_ms } => created_at_ms,
+        }
+    }
+}
+
+/// What a keyed create finds under its id before it is admitted: the task an earlier request
+/// with the same key made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedTask {
+    pub tool: String,
+    /// The fingerprint it was created with (`None`: created without a key).
+    pub fingerprint: Option<String>,
+}
+
 /// The outcome of `tasks/update`'s write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answered {
@@ -79,14 +106,33 @@ pub enum CancelOutcome {
 }
 
 impl Store {
-    /// Writes the record and enqueues it, in one script. Returns `createdAt` (ms, Redis time).
-    /// A create re-sent after a lost reply gets the same answer (the script is idempotent for
-    /// one owner, id and tool).
-    pub async fn create_task(&self, task: NewTask<'_>) -> Result<i64, StoreError> {
+    /// Writes the record and enqueues it, in one script. A create re-sent after a lost reply
+    /// is answered [`Created::Replayed`] (the script is idempotent for one owner, id and tool),
+    /// and only a new task counts as a transition.
+    pub async fn create_task(&self, task: NewTask<'_>) -> Result<Created, StoreError> {
         let creating = Creating::new(self, &task);
         let created = create_task::call(&mut self.conn(), creating.keys(), creating.args(&task)).await?;
-        emit(task.id, Transition::new(None, TaskStatus::Working, Actor::Client));
+        emit_created(task.id, created);
         Ok(created)
+    }
+
+    /// The task an owner's idempotency key names, when it exists and is theirs: its owner
+    /// fields, tool and fingerprint in one `HMGET`. A task of another owner under the same id
+    /// is `None` (the create then reports the clash).
+    pub async fn keyed_task(&self, id: &TaskId, owner: &Owner) -> Result<Option<KeyedTask>, StoreError> {
+        let keys = self.keys().task(id);
+        let (tenant, principal, tool, fingerprint): (Option<String>, Option<String>, Option<String>, Option<String>) =
+            redis::cmd("HMGET")
+                .arg(&keys.record)
+                .arg("tenant")
+                .arg("principal")
+                .arg("tool")
+                .arg("idem")
+                .query_async(&mut self.conn())
+                .await?;
+        let mine =
+            tenant.as_deref() == Some(owner.tenant.as_str()) && principal.as_deref() == Some(owner.principal.as_str());
+        Ok(tool.filter(|_| mine).map(|tool| KeyedTask { tool, fingerprint }))
     }
 
     /// [`Store::create_task`], then `WAIT replicas timeout` on the same connection, in the same
@@ -99,7 +145,7 @@ impl Store {
         task: NewTask<'_>,
         replicas: u32,
         timeout: std::time::Duration,
-    ) -> Result<(i64, u32), StoreError> {
+    ) -> Result<(Created, u32), StoreError> {
         let creating = Creating::new(self, &task);
         let invocation = create_task::invocation(creating.keys(), creating.args(&task));
         let mut pipe = redis::pipe();
@@ -128,7 +174,7 @@ impl Store {
             }
         };
         let created = create_task::decode(Reply::new(created))?;
-        emit(task.id, Transition::new(None, TaskStatus::Working, Actor::Client));
+        emit_created(task.id, created);
         Ok((created, acked))
     }
 
@@ -277,5 +323,12 @@ impl Creating {
 
     fn args<'a>(&'a self, task: &'a NewTask<'a>) -> create_task::Args<'a> {
         create_task::Args { task, events: &self.events }
+    }
+}
+
+/// A new task is the client's transition into `working`; a replay is none.
+fn emit_created(id: &TaskId, created: Created) {
+    if let Created::New { .. } = created {
+        emit(id, Transition::new(None, TaskStatus::Working, Actor::Client));
     }
 }

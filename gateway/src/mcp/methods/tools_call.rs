@@ -13,12 +13,14 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 use taskgate_shared::protocol::params;
 use taskgate_shared::protocol::{RpcError, result};
-use taskgate_shared::task::{Owner, Snapshot, TaskId, TaskStatus};
-use taskgate_shared::tools::{Execution, ToolSpec};
+use taskgate_shared::store::Created;
+use taskgate_shared::task::{Snapshot, TaskId, TaskStatus};
+use taskgate_shared::tools::Execution;
 
+use crate::catalogue::Tool;
 use crate::error::GatewayError;
 use crate::mcp::inline::{self, Forwarding, InlineRun};
-use crate::mcp::{Call, Durability, Reply, TaskShape, idempotency, mirror, write_task};
+use crate::mcp::{Call, Durability, Reply, TaskShape, idempotency, mirror, task_not_found, write_task};
 use crate::mrtr;
 
 use crate::mcp::binding::{Binding, Finisher};
@@ -72,33 +74,14 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
         return Ok(Reply::Result(mrtr::input_required(missing, binding.sign(call, gathered.answers, gathered.resume))));
     }
 
-    // A key names the task (the same on every replica); an inline call, which keeps no task
-    // for the client to find again, runs once per request and ignores it.
-    let key = match as_task {
-        true => idempotency::key(call.headers, call.meta.idempotency_key.as_deref())?,
-        false => None,
-    };
-    let (id, fingerprint) = match key {
-        Some(key) => (
-            idempotency::task_id(call.state, &call.principal.owner(), &key).await?,
-            Some(idempotency::fingerprint(name, &arguments)),
-        ),
-        None => (TaskId::generate(call.state.config.redis.queue_shards), None),
-    };
-    let ttl_ms = if as_task { spec.ttl_ms } else { inline::hidden_ttl_ms(&call.state.config) };
-    crate::limits::admit_task(call.state, &call.principal, &id, ttl_ms).await?;
     if as_task {
-        let shape = TaskShape {
-            pool: &tool.pool,
-            ttl_ms: spec.ttl_ms,
-            poll_interval_ms: spec.poll_interval_ms,
-            status_message: spec.status_message.as_deref(),
-            fingerprint: fingerprint.as_deref(),
-        };
-        let snapshot = create(call, id, name, stored, spec, &gathered, shape).await?;
+        let snapshot = task(call, &tool, name, stored, &arguments, &gathered).await?;
         return Ok(Reply::Result(result::with_type(result::TASK, snapshot.task_fields())));
     }
-
+    // An inline call keeps no task for the client to find again: it runs once per request and
+    // ignores an idempotency key.
+    let id = TaskId::generate(call.state.config.redis.queue_shards);
+    crate::limits::admit_task(call.state, &call.principal, &id, inline::hidden_ttl_ms(&call.state.config)).await?;
     let run = InlineRun::start(call, id, name, &tool.pool, stored, spec.poll_interval_ms, &gathered).await?;
     let forwarding = Forwarding::new(
         call.meta.progress_token.clone(),
@@ -122,33 +105,94 @@ fn stored_arguments<'a>(sent: &'a str, arguments: &Value, cap: usize) -> Result<
     Ok(Cow::Owned(compact))
 }
 
-/// Writes the task and confirms it is durable before any handle leaves (a handle that later
-/// answers "not found" is never acceptable).
+/// The task of a call made as a task: a new one, or for a retry of a keyed call, the task the
+/// first request made, as it is now. A key names the task (the same id on every replica); a
+/// retry is answered before admission, so it takes no active-task slot and counts no create.
+async fn task(
+    call: &Call<'_>,
+    tool: &Tool,
+    name: &str,
+    arguments: &str,
+    parsed: &Value,
+    gathered: &mrtr::Gathered,
+) -> Result<Snapshot, GatewayError> {
+    let spec = &tool.spec;
+    let shape = |fingerprint| TaskShape {
+        pool: &tool.pool,
+        ttl_ms: spec.ttl_ms,
+        poll_interval_ms: spec.poll_interval_ms,
+        status_message: spec.status_message.as_deref(),
+        fingerprint,
+    };
+    let Some(key) = idempotency::key(call.headers, call.meta.idempotency_key.as_deref())? else {
+        let id = TaskId::generate(call.state.config.redis.queue_shards);
+        return create(call, &id, name, arguments, gathered, shape(None)).await;
+    };
+    let owner = call.principal.owner();
+    let id = idempotency::task_id(call.state, &owner, &key).await?;
+    let fingerprint = idempotency::fingerprint(name, parsed, &gathered.answers);
+    let Some(existing) = call.state.store.keyed_task(&id, &owner).await? else {
+        return create(call, &id, name, arguments, gathered, shape(Some(&fingerprint))).await;
+    };
+    crate::limits::admit_request(call.state, &call.principal).await?;
+    if existing.tool != name || existing.fingerprint.as_deref() != Some(fingerprint.as_str()) {
+        return Err(GatewayError::KeyReused);
+    }
+    if call.state.config.durability.is_some() {
+        // The first request's `WAIT` may have fallen short: the create script's replay writes
+        // nothing new, and the `WAIT` behind it confirms the task is on the replicas before its
+        // handle leaves again. (Were the task to expire in between, this would create it anew.)
+        write_task(call, &id, name, arguments, shape(Some(&fingerprint)), gathered, Durability::Replicated).await?;
+    }
+    replayed(call, &id).await
+}
+
+/// Admits and writes a new task, confirmed durable before any handle leaves (a handle that
+/// later answers "not found" is never acceptable). Its snapshot is the one `create_task` wrote,
+/// unless another request with the same key created the task in the moment since it was looked
+/// up: then it is that task, as it is now.
 async fn create(
     call: &Call<'_>,
-    id: TaskId,
+    id: &TaskId,
     tool: &str,
     arguments: &str,
-    spec: &ToolSpec,
     gathered: &mrtr::Gathered,
     shape: TaskShape<'_>,
 ) -> Result<Snapshot, GatewayError> {
-    let owner: Owner = call.principal.owner();
-    let created = write_task(call, &id, tool, arguments, shape, gathered, Durability::Replicated).await?;
+    let (ttl_ms, poll_interval_ms) = (shape.ttl_ms, shape.poll_interval_ms);
+    let status_message = shape.status_message.map(str::to_owned);
+    crate::limits::admit_task(call.state, &call.principal, id, ttl_ms).await?;
+    let created_at_ms = match write_task(call, id, tool, arguments, shape, gathered, Durability::Replicated).await? {
+        Created::New { created_at_ms } => created_at_ms,
+        Created::Replayed { .. } => return replayed(call, id).await,
+    };
     Ok(Snapshot {
         task_id: id.to_string(),
-        owner,
+        owner: call.principal.owner(),
         status: TaskStatus::Working,
-        status_message: spec.status_message.clone(),
-        created_at_ms: created,
-        updated_at_ms: created,
-        ttl_ms: spec.ttl_ms,
-        poll_interval_ms: spec.poll_interval_ms,
+        status_message,
+        created_at_ms,
+        updated_at_ms: created_at_ms,
+        ttl_ms,
+        poll_interval_ms,
         input_requests: Map::new(),
         result: None,
         error: None,
         version: 1,
     })
+}
+
+/// The task a keyed create found, as it is in Redis now. It may have ended since; a task that
+/// expired in the meantime is not found, as any expired task.
+async fn replayed(call: &Call<'_>, id: &TaskId) -> Result<Snapshot, GatewayError> {
+    let owner = call.principal.owner();
+    let snapshot = call.state.store.get_owned_task(id, &owner).await?.ok_or_else(task_not_found)?;
+    if snapshot.status.is_terminal() {
+        // A retry that raced the first request was admitted as a new task before the create
+        // script found this one; the task has ended, so that admission must not hold a slot.
+        crate::mcp::release_active(call.state, id, &owner.tenant).await;
+    }
+    Ok(snapshot)
 }
 
 #[cfg(test)]

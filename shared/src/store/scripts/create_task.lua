@@ -24,7 +24,9 @@
 --   its arguments, kept in the record; the id itself was derived from the key
 -- ARGV[18] the tenant's weight (its share of the pool when several tenants have tasks queued)
 -- ARGV[19..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
--- Returns {1, createdAtMs} | {-6} the id exists for another owner or tool
+-- Returns {1, createdAtMs} a new task | {2, createdAtMs} the task this owner made with this id
+--         before (a replay: nothing changed, nothing published)
+--       | {-6} the id exists for another owner or tool
 --       | {-7} a keyed create whose key made this task for another tool or other arguments.
 -- Idempotent: the same owner repeating the same id for the same tool (a create re-sent after
 -- its reply was lost, or a client's retry with the same idempotency key) gets the task it
@@ -44,7 +46,7 @@ if existing[1] then
     -- on a fresh connection, must have a write to count, and replication is ordered, so a
     -- replica that has this one has the original create too.
     rcall('HSET', record, 'created', existing[4])
-    return {1, tonumber(existing[4])}
+    return {2, tonumber(existing[4])}
   end
   return {-6}
 end

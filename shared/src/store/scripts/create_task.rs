@@ -1,7 +1,7 @@
 //! `create_task.lua`: a new task's record, written and queued on its pool in one script.
 
 use crate::store::reply::{Reply, code};
-use crate::store::{Conn, NewTask, QueueKeys, StoreError, TaskKeys};
+use crate::store::{Conn, Created, NewTask, QueueKeys, StoreError, TaskKeys};
 
 /// The task's keys, its pool's queue on its shard, and the shard's task indexes.
 pub(in crate::store) struct Keys<'a> {
@@ -39,13 +39,15 @@ pub(in crate::store) struct Args<'a> {
     pub(in crate::store) events: &'a str,
 }
 
+/// `{2, createdAtMs}`: the owner made this task with this id before; nothing was written.
+const REPLAYED: i64 = 2;
 /// `{-6}`: the id exists for another owner or tool.
 const EXISTS: i64 = -6;
 /// `{-7}`: a keyed create whose key made this task for another tool or other arguments.
 const IDEMPOTENCY_CONFLICT: i64 = -7;
 
-/// The task's `createdAt` (ms, Redis time).
-pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<i64, StoreError> {
+/// The task's `createdAt` (ms, Redis time), and whether this call made it.
+pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<Created, StoreError> {
     super::run(conn, &invocation(keys, args), decode).await
 }
 
@@ -87,10 +89,11 @@ pub(in crate::store) fn invocation(keys: Keys<'_>, args: Args<'_>) -> redis::Scr
     call
 }
 
-/// `{1, createdAtMs}`, or a refusal.
-pub(in crate::store) fn decode(reply: Reply) -> Result<i64, StoreError> {
+/// `{1 | 2, createdAtMs}`, or a refusal.
+pub(in crate::store) fn decode(reply: Reply) -> Result<Created, StoreError> {
     match reply.code()? {
-        code::OK => reply.int(1),
+        code::OK => Ok(Created::New { created_at_ms: reply.int(1)? }),
+        REPLAYED => Ok(Created::Replayed { created_at_ms: reply.int(1)? }),
         // Another owner's task has this id (128 random bits collided, or a forged replay):
         // report it rather than overwrite it.
         EXISTS => Err(StoreError::UnexpectedReply("task id already exists".into())),
@@ -107,7 +110,11 @@ mod tests {
 
     #[test]
     fn created_or_refused() {
-        assert_eq!(decode(Reply::new(vec![Value::Int(1), Value::Int(42)])).unwrap(), 42);
+        assert_eq!(decode(Reply::new(vec![Value::Int(1), Value::Int(42)])).unwrap(), Created::New { created_at_ms: 42 });
+        assert_eq!(
+            decode(Reply::new(vec![Value::Int(2), Value::Int(42)])).unwrap(),
+            Created::Replayed { created_at_ms: 42 }
+        );
         assert!(matches!(decode(Reply::new(vec![Value::Int(-6)])), Err(StoreError::UnexpectedReply(_))));
         assert!(matches!(decode(Reply::new(vec![Value::Int(-7)])), Err(StoreError::KeyReused)));
     }
