@@ -128,6 +128,41 @@ async fn the_replay_after_an_answer_skips_the_recorded_steps() {
     );
 }
 
+/// Steps across an inline call's rounds: the tool runs inline (no Tasks extension), asks a
+/// question, and the answer comes back as an MRTR retry, which is a new hidden task. The steps
+/// the first round recorded travel in the signed requestState, so the retry's run replays them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_retry_replays_the_steps_recorded_before_its_question() {
+    let ledger_dir = tempfile::tempdir().unwrap();
+    let dir = ledger_dir.path().display().to_string();
+    let stack = Stack::builder().worker_args(&["--ledger-dir", &dir]).spawn().await;
+    let client = stack.client(0);
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": { "elicitation": {} },
+    });
+    let arguments = json!({"steps": 4, "stepMs": 0, "checkpoint": true, "askAfter": 2});
+    let first = client.call("tools/call", json!({"name": "ledger", "arguments": arguments, "_meta": meta})).await;
+    assert_eq!(first.result()["resultType"], "input_required", "{}", first.text);
+    let state = first.result()["requestState"].clone();
+    let answer = json!({"continue": {"action": "accept", "content": {"go": true}}});
+    let retry = json!({"name": "ledger", "arguments": arguments, "inputResponses": answer, "requestState": state, "_meta": meta});
+    let done = client.call("tools/call", retry).await;
+    assert_eq!(done.result()["resultType"], "complete", "{}", done.text);
+
+    // Each round is a task of its own, so a file of its own: the steps, in order of the runs.
+    let mut files: Vec<_> = std::fs::read_dir(ledger_dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort_by_key(|path| std::fs::metadata(path).unwrap().modified().unwrap());
+    let steps: Vec<Vec<u64>> = files
+        .iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(path).unwrap();
+            text.lines().map(|line| line.split_once(' ').unwrap().1.parse().unwrap()).collect()
+        })
+        .collect();
+    assert_eq!(steps, [vec![0, 1], vec![2, 3]], "steps 0 and 1 replayed from the first round's records");
+}
+
 mod a_stale_fence_cannot_record_a_step {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn standalone() {

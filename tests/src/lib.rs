@@ -87,6 +87,7 @@ pub fn sleep_task<'a>(
         client_capabilities: "{}",
         declares_tasks: false,
         answers: &[],
+        steps: &[],
         tool_state: None,
         counted: false,
         history: true,

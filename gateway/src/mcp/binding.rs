@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::error::GatewayError;
 use crate::mcp::inline::{self, Done, Forwarding, InlineRun};
 use crate::mcp::{Call, Reply};
-use crate::mrtr::{self, Expected, StateKeys, StatePayload};
+use crate::mrtr::{self, Carried, Expected, StateKeys, StatePayload};
 
 /// What a `requestState` is bound to for this call.
 #[derive(Clone)]
@@ -37,7 +37,7 @@ impl Binding {
         Expected { subject: &self.subject, method: self.method, tool: &self.tool, args_digest: &self.args_digest }
     }
 
-    pub(crate) fn payload(&self, answers: BTreeMap<String, Value>, resume: Option<String>) -> StatePayload {
+    pub(crate) fn payload(&self, answers: BTreeMap<String, Value>, carried: Carried) -> StatePayload {
         StatePayload {
             sub: self.subject.clone(),
             method: self.method.into(),
@@ -45,12 +45,12 @@ impl Binding {
             args: self.args_digest.clone(),
             exp: taskgate_shared::task::now_ms() + self.ttl_ms,
             answers,
-            resume,
+            carried,
         }
     }
 
-    pub(crate) fn sign(&self, call: &Call<'_>, answers: BTreeMap<String, Value>, resume: Option<String>) -> String {
-        call.state.request_state_keys.sign(&self.payload(answers, resume))
+    pub(crate) fn sign(&self, call: &Call<'_>, answers: BTreeMap<String, Value>, carried: Carried) -> String {
+        call.state.request_state_keys.sign(&self.payload(answers, carried))
     }
 }
 
@@ -94,9 +94,9 @@ impl Finisher {
                 Ok(result)
             }
             Done::Error(err) => Err(err),
-            Done::InputRequired { requests, resume } => {
+            Done::InputRequired { requests, carried } => {
                 mrtr::check_capabilities(&self.meta, &requests)?;
-                let state = self.keys.sign(&self.binding.payload(self.answers.clone(), resume));
+                let state = self.keys.sign(&self.binding.payload(self.answers.clone(), carried));
                 Ok(mrtr::input_required(requests, state))
             }
         }

@@ -49,6 +49,7 @@ pub(crate) async fn write_task(
 ) -> Result<Created, GatewayError> {
     let state = call.state;
     let answers: Vec<(String, String)> = gathered.answers.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
+    let steps: Vec<(String, String)> = gathered.carried.steps.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let (capabilities, declares_tasks) = taskgate_shared::store::stored_capabilities(&call.meta.capabilities);
     // The worker's span joins the trace as a child of this request's span when traces are
     // exported; otherwise the client's own context is passed on.
@@ -67,7 +68,8 @@ pub(crate) async fn write_task(
         client_capabilities: &capabilities,
         declares_tasks,
         answers: &answers,
-        tool_state: gathered.resume.as_deref(),
+        steps: &steps,
+        tool_state: gathered.carried.resume.as_deref(),
         counted: counts_active(state),
         history: state.config.console.is_some(),
         fingerprint: shape.fingerprint,

@@ -19,12 +19,18 @@ use super::{Call, Durability, Notice, Stream, StreamItem, TaskShape, abandon_tas
 use crate::config::Config;
 use crate::error::GatewayError;
 use crate::events::{Wake, Watch};
+use crate::mrtr::Carried;
 use crate::state::AppState;
 
 /// Hidden tasks outlive the inline deadline by this much, then expire.
 const HIDDEN_TTL_MARGIN: Duration = Duration::from_secs(60);
 /// Re-read at least this often even without a wake-up (pub/sub is lossy).
 const REREAD: Duration = Duration::from_secs(1);
+/// The most of an inline run's recorded steps (names and results) that its requestState
+/// carries to the next round: well inside the default request body limit, with the answers
+/// and arguments beside it. A run that recorded more is refused rather than replayed
+/// without its steps.
+const MAX_CARRIED_STEP_BYTES: usize = 256 * 1024;
 
 /// The lifetime of a hidden task: the inline deadline plus a margin.
 pub(crate) fn hidden_ttl_ms(config: &Config) -> u64 {
@@ -34,11 +40,11 @@ pub(crate) fn hidden_ttl_ms(config: &Config) -> u64 {
 /// How an inline run ended.
 pub(crate) enum Done {
     Result(Value),
-    /// The tool asked for input: answer with an InputRequiredResult. `resume` is the state
-    /// the tool saved when it parked, which the retry's run starts from.
+    /// The tool asked for input: answer with an InputRequiredResult. `carried` is what the
+    /// run left for the retry's run: the state the tool saved when it parked, and its steps.
     InputRequired {
         requests: Map<String, Value>,
-        resume: Option<String>,
+        carried: Carried,
     },
     Error(GatewayError),
 }
@@ -134,12 +140,22 @@ impl InlineRun {
                 "content": [{"type": "text", "text": snapshot.status_message.unwrap_or_else(|| "The call was cancelled.".into())}],
                 "isError": true,
             })),
-            // One more read, only on this path: a tool that resumes by replay (an upstream
-            // server's rounds) saved where it stands, and the retry is a new run.
-            TaskStatus::InputRequired => Done::InputRequired {
-                requests: snapshot.input_requests,
-                resume: self.state.store.tool_state(&self.id).await?,
-            },
+            // One more read, only on this path: the retry is a new run of a new hidden task, so
+            // what this run saved (an upstream server's rounds) and the durable steps it recorded
+            // go with the requestState, and are the next task's from its create.
+            TaskStatus::InputRequired => {
+                let (resume, steps) = self.state.store.parked_run(&self.id).await?;
+                let carried = Carried { resume, steps: steps.into_iter().collect() };
+                let size: usize = carried.steps.iter().map(|(name, result)| name.len() + result.len()).sum();
+                if size > MAX_CARRIED_STEP_BYTES {
+                    let message = format!(
+                        "the tool's recorded steps ({size} bytes) are too large to carry to the next round \
+                         (at most {MAX_CARRIED_STEP_BYTES}); call it as a task"
+                    );
+                    return Err(RpcError::new(ErrorKind::Internal, message).into());
+                }
+                Done::InputRequired { requests: snapshot.input_requests, carried }
+            }
         };
         self.finished = snapshot.status.is_terminal();
         Ok(Some(done))

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use taskgate_shared::protocol::params::{self, Params, present};
 use taskgate_shared::protocol::{RpcError, ValidMeta, result};
 
-pub(crate) use state::{Expected, StateKeys, StatePayload, digest};
+pub(crate) use state::{Carried, Expected, StateKeys, StatePayload, digest};
 
 /// Bounds on what a client may carry through rounds.
 const MAX_ANSWERS: usize = 64;
@@ -26,13 +26,13 @@ pub(crate) fn gather(
     now_ms: u64,
     max_bytes: usize,
 ) -> Result<Gathered, RpcError> {
-    let (mut answers, resume) = match params.request_state.map(RawValue::get) {
-        None | Some("null") => (BTreeMap::new(), None),
+    let (mut answers, carried) = match params.request_state.map(RawValue::get) {
+        None | Some("null") => (BTreeMap::new(), Carried::default()),
         Some(_) => {
             let token = params::text(params.request_state)
                 .ok_or_else(|| RpcError::invalid_params("requestState must be a string"))?;
             let payload = keys.verify(&token, expect, now_ms)?;
-            (payload.answers, payload.resume)
+            (payload.answers, payload.carried)
         }
     };
     if params.input_responses.is_some_and(|raw| raw.get() != "null") {
@@ -48,14 +48,15 @@ pub(crate) fn gather(
     if answers.len() > MAX_ANSWERS || size > max_bytes {
         return Err(RpcError::invalid_params("too many or too large inputResponses"));
     }
-    Ok(Gathered { answers, resume })
+    Ok(Gathered { answers, carried })
 }
 
-/// What a call carries into its next run: every answer so far, and the tool's state to resume.
+/// What a call carries into its next run: every answer so far, and what an earlier inline run
+/// left (the tool's state to resume, its recorded steps).
 #[derive(Default)]
 pub(crate) struct Gathered {
     pub(crate) answers: BTreeMap<String, Value>,
-    pub(crate) resume: Option<String>,
+    pub(crate) carried: Carried,
 }
 
 /// Whether a response can answer an input request: an object (ElicitResult,

@@ -41,11 +41,24 @@ pub(crate) struct StatePayload {
     pub(crate) exp: u64,
     /// Answers gathered in earlier rounds, key -> response.
     pub(crate) answers: BTreeMap<String, Value>,
-    /// The state the tool saved when its inline run parked for these questions: the retry's
-    /// run starts from it (an upstream server's own `requestState` and round, say). Signed
-    /// like the rest, so a client can neither read a meaning into it nor forge it.
+    /// What the inline run that parked for these questions leaves for the retry's run.
+    #[serde(flatten)]
+    pub(crate) carried: Carried,
+}
+
+/// What an inline run that parked for input hands to the retry's run, which is a new hidden
+/// task. Signed like the rest of the state, so a client can neither read a meaning into it nor
+/// forge it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Carried {
+    /// The state the tool saved: the retry's run starts from it (an upstream server's own
+    /// `requestState` and round, say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) resume: Option<String>,
+    /// The durable steps the run recorded (step name -> result JSON): the retry's run replays
+    /// them instead of running them again, as a task's run after an answer does.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) steps: BTreeMap<String, String>,
 }
 
 impl StateKeys {
@@ -162,7 +175,7 @@ mod tests {
             args: digest(&json!({"a": 1})),
             exp: 2_000,
             answers: BTreeMap::new(),
-            resume: None,
+            carried: Carried::default(),
         }
     }
 
@@ -173,10 +186,14 @@ mod tests {
     #[test]
     fn the_state_to_resume_from_is_signed_with_the_answers() {
         let keys = keys();
-        let resumed = StatePayload { resume: Some("{\"rounds\":1}".into()), ..payload() };
+        let carried = Carried {
+            resume: Some("{\"rounds\":1}".into()),
+            steps: BTreeMap::from([("step-0".to_owned(), "{\"n\":0}".to_owned())]),
+        };
+        let resumed = StatePayload { carried, ..payload() };
         let token = keys.sign(&resumed);
         let args = digest(&json!({"a": 1}));
-        assert_eq!(keys.verify(&token, &expected(&args), 1_000).unwrap().resume, resumed.resume);
+        assert_eq!(keys.verify(&token, &expected(&args), 1_000).unwrap().carried, resumed.carried);
         assert_ne!(token, keys.sign(&payload()), "the state is part of what is signed");
     }
 

@@ -94,7 +94,7 @@ macro_rules! scripts {
 }
 
 scripts! {
-    create_task => CREATE_TASK: 9;
+    create_task => CREATE_TASK: 10;
     claim_task => CLAIM_TASK: 9;
     extend_lease => EXTEND_LEASE: 2;
     set_status => SET_STATUS: 1;

@@ -32,6 +32,9 @@ pub struct NewTask<'a> {
     pub declares_tasks: bool,
     /// Answers gathered before the task existed (key, answer JSON).
     pub answers: &'a [(String, String)],
+    /// Durable steps recorded before the task existed (step name, result JSON): those an
+    /// inline call's earlier round recorded before it parked for input.
+    pub steps: &'a [(String, String)],
     /// The tool's saved state to start from (what [`Store::tool_state`] read from an earlier
     /// run that parked): an inline call resumed by an MRTR retry.
     pub tool_state: Option<&'a str>,
@@ -178,10 +181,14 @@ impl Store {
         Ok((created, acked))
     }
 
-    /// The state a tool saved on its task (`None`: nothing saved, or no such task).
-    pub async fn tool_state(&self, id: &TaskId) -> Result<Option<String>, StoreError> {
+    /// What a parked run leaves for the next run of the same call: the state its tool saved
+    /// (`None`: nothing saved) and the durable steps it recorded (step name, result JSON), in
+    /// one round trip. Empty for an unknown task.
+    pub async fn parked_run(&self, id: &TaskId) -> Result<(Option<String>, Vec<(String, String)>), StoreError> {
         let keys = self.keys().task(id);
-        Ok(redis::cmd("HGET").arg(&keys.record).arg("tstate").query_async(&mut self.conn()).await?)
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGET").arg(&keys.record).arg("tstate").cmd("HGETALL").arg(&keys.steps);
+        Ok(pipe.query_async(&mut self.conn()).await?)
     }
 
     /// Reads a task in one round trip, its record and outstanding inputs atomically, whoever

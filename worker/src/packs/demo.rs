@@ -207,14 +207,16 @@ impl Tool for Noop {
 /// `step-<n>`): a later run of the task (after a reclaim, or the replay after an answer) skips
 /// the steps an earlier run recorded, so the file shows each step once unless a run stopped
 /// between a step's line and its record. With `askAfter: k` the tool asks `continue` (an
-/// elicitation form) once steps `0..k` are done.
+/// elicitation form) once steps `0..k` are done. Task-optional: called without the Tasks
+/// extension it runs inline, where the question is an MRTR round and the retry's run replays
+/// the steps the earlier round recorded.
 struct Ledger {
     dir: Option<std::path::PathBuf>,
 }
 
 impl Tool for Ledger {
     fn spec(&self) -> ToolSpec {
-        spec(
+        let mut spec = spec(
             "ledger",
             "Appends one line per step to a file named after the task (the worker needs --ledger-dir); shows that two runs of one task never overlap. With checkpoint, each step is a durable step that later runs skip; with askAfter, asks to continue after that many steps.",
             json!({"type":"object","properties":{
@@ -226,7 +228,9 @@ impl Tool for Ledger {
             3_600_000,
             500,
             Some("Writing the ledger."),
-        )
+        );
+        spec.execution = Execution::TaskOptional;
+        spec
     }
 
     fn call<'a>(&'a self, arguments: Value, ctx: &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {

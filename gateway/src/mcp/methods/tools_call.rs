@@ -71,7 +71,10 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     if !missing.is_empty() {
         crate::limits::admit_request(call.state, &call.principal).await?;
         mrtr::check_capabilities(&call.meta, &missing)?;
-        return Ok(Reply::Result(mrtr::input_required(missing, binding.sign(call, gathered.answers, gathered.resume))));
+        return Ok(Reply::Result(mrtr::input_required(
+            missing,
+            binding.sign(call, gathered.answers, gathered.carried),
+        )));
     }
 
     if as_task {

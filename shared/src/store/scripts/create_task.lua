@@ -8,6 +8,7 @@
 --   whose record has expired)
 -- KEYS[7] the pool's ready set on the shard   KEYS[8] its fairness tags (prelude: enqueue)
 -- KEYS[9] the task's arguments when too long for the record (prelude: aside)
+-- KEYS[10] the task's durable steps hash
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] tool   ARGV[5] arguments JSON
 -- ARGV[6] ttl ms    ARGV[7] poll interval ms   ARGV[8] status message ('' = none)
 -- ARGV[9] traceparent ('' = none)   ARGV[10] events channel
@@ -23,7 +24,10 @@
 -- ARGV[17] the idempotency fingerprint ('' = the client sent no key): a digest of the tool and
 --   its arguments, kept in the record; the id itself was derived from the key
 -- ARGV[18] the tenant's weight (its share of the pool when several tenants have tasks queued)
--- ARGV[19..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
+-- ARGV[19] n, the number of durable steps recorded before the task existed: an inline call's
+--   earlier round recorded them and parked for input; the retry's run replays them
+-- ARGV[20..19+2n] step name, result JSON pairs
+-- ARGV[20+2n..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
 -- Returns {1, createdAtMs} a new task | {2, createdAtMs} the task this owner made with this id
 --         before (a replay: nothing changed, nothing published)
 --       | {-6} the id exists for another owner or tool
@@ -69,8 +73,13 @@ if ARGV[12] == '1' then optional('counted', '1') end
 if ARGV[14] == '1' then optional('capx', '1') end
 rcall('HSET', record, unpack(fields))
 rcall('PEXPIREAT', record, now + tonumber(ARGV[6]))
-if #ARGV > 18 then
-  for i = 19, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
+local carried = 20 + 2 * tonumber(ARGV[19])
+if carried > 20 then
+  for i = 20, carried - 1, 2 do rcall('HSET', KEYS[10], ARGV[i], ARGV[i + 1]) end
+  rcall('PEXPIREAT', KEYS[10], now + tonumber(ARGV[6]))
+end
+if #ARGV >= carried then
+  for i = carried, #ARGV, 2 do rcall('HSET', answers, ARGV[i], ARGV[i + 1]) end
   rcall('PEXPIREAT', answers, now + tonumber(ARGV[6]))
 end
 if ARGV[15] == '1' then

@@ -15,6 +15,7 @@ pub(in crate::store) struct Keys<'a> {
     pub(in crate::store) fair: &'a str,
     /// Where long arguments are set aside.
     pub(in crate::store) args: &'a str,
+    pub(in crate::store) steps: &'a str,
 }
 
 impl<'a> Keys<'a> {
@@ -30,6 +31,7 @@ impl<'a> Keys<'a> {
             ready: &queue.ready,
             fair: &queue.fair,
             args: &task.args,
+            steps: &task.steps,
         }
     }
 }
@@ -64,6 +66,7 @@ pub(in crate::store) fn invocation(keys: Keys<'_>, args: Args<'_>) -> redis::Scr
         keys.ready,
         keys.fair,
         keys.args,
+        keys.steps,
     ]);
     call.arg(task.id.as_str())
         .arg(&task.owner.tenant)
@@ -82,7 +85,11 @@ pub(in crate::store) fn invocation(keys: Keys<'_>, args: Args<'_>) -> redis::Scr
         .arg(if task.history { "1" } else { "0" })
         .arg(task.pool)
         .arg(task.fingerprint.unwrap_or(""))
-        .arg(task.weight);
+        .arg(task.weight)
+        .arg(task.steps.len());
+    for (name, result) in task.steps {
+        call.arg(name).arg(result);
+    }
     for (key, answer) in task.answers {
         call.arg(key).arg(answer);
     }
