@@ -110,18 +110,40 @@ impl Method {
     }
 
     /// The task methods need the extension declared on their own request; `tools/call` decides
-    /// per tool.
+    /// per tool. Every method is named, so a new one must choose.
     pub const fn requires_tasks_extension(self) -> bool {
-        matches!(self, Self::TasksGet | Self::TasksUpdate | Self::TasksCancel)
+        match self {
+            Self::TasksGet | Self::TasksUpdate | Self::TasksCancel => true,
+            Self::Discover
+            | Self::ToolsList
+            | Self::ToolsCall
+            | Self::SubscriptionsListen
+            | Self::PromptsList
+            | Self::PromptsGet
+            | Self::ResourcesList
+            | Self::ResourcesTemplatesList
+            | Self::ResourcesRead
+            | Self::CompletionComplete => false,
+        }
     }
 
+    /// Where the tenant's request rate is checked. Every method is named, so a new one must
+    /// choose.
     pub const fn admission(self) -> Admission {
         match self {
-            // Methods that run on a worker admit their hidden task themselves, as a call does.
+            // Methods that run on a worker admit their hidden task themselves, as a call does;
+            // `tasks/get` admits alongside its read, in one round trip.
             Self::ToolsCall | Self::TasksGet | Self::PromptsGet | Self::ResourcesRead | Self::CompletionComplete => {
                 Admission::InMethod
             }
-            _ => Admission::Request,
+            Self::Discover
+            | Self::ToolsList
+            | Self::TasksUpdate
+            | Self::TasksCancel
+            | Self::SubscriptionsListen
+            | Self::PromptsList
+            | Self::ResourcesList
+            | Self::ResourcesTemplatesList => Admission::Request,
         }
     }
 

@@ -23,12 +23,9 @@ pub const SUPPORTED_VERSIONS: &[&str] = &[PROTOCOL_VERSION];
 /// The official Tasks extension identifier.
 pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
-/// Reserved `_meta` keys of the 2026-07-28 revision.
+/// Reserved `_meta` keys of the 2026-07-28 revision that the server writes. (The ones it reads
+/// are named where `meta::validate` parses them: serde's renames take literals only.)
 pub mod meta_keys {
-    pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-    pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-    pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
     pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
     pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
-    pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 }
