@@ -156,7 +156,10 @@ async fn run(store: &Store, conn: &mut redis::aio::MultiplexedConnection, ops: V
             }
             Op::Answer(o, k) => {
                 let who = if *o { &owner } else { &stranger };
-                store.answer_inputs(&id, who, &[(format!("k{k}"), r#"{"roots":[]}"#.to_owned())], None).await.unwrap();
+                store
+                    .answer_inputs(&id, who, &[(format!("k{k}"), r#"{"roots":[]}"#.to_owned())], None, 1.0)
+                    .await
+                    .unwrap();
             }
             Op::Cancel(o) => {
                 let who = if *o { &owner } else { &stranger };

@@ -249,6 +249,13 @@ pub struct TenantLimits {
     pub weights: std::collections::HashMap<String, f64>,
 }
 
+impl TenantLimits {
+    /// `tenant`'s weight in fair dispatch: what a created or an answered task is charged at.
+    pub fn weight(&self, tenant: &str) -> f64 {
+        self.weights.get(tenant).copied().unwrap_or(1.0)
+    }
+}
+
 /// `tasks/get` pacing.
 #[derive(Debug, Clone, Copy)]
 pub struct PollSettings {

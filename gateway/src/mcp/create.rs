@@ -73,7 +73,7 @@ pub(crate) async fn write_task(
         counted: counts_active(state),
         history: state.config.console.is_some(),
         fingerprint: shape.fingerprint,
-        weight: state.config.tenants.weights.get(&owner.tenant).copied().unwrap_or(1.0),
+        weight: state.config.tenants.weight(&owner.tenant),
     };
     tracing::Span::current().record("task_id", id.as_str());
     let durable = match durability {

@@ -116,7 +116,8 @@ pub struct QueueKeys {
     /// queuing); a claim takes the lowest.
     pub ready: String,
     /// HASH: `floor` (the tag of the last task taken) and `t:<tenant>` (the tag of the tenant's
-    /// last enqueued task). Deleted whenever `ready` empties, when every entry is spent.
+    /// last enqueued task) while that is above the floor: claims drop spent tags. Deleted
+    /// whenever `ready` empties, when every entry is spent.
     pub fair: String,
 }
 

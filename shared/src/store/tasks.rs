@@ -220,13 +220,15 @@ impl Store {
     }
 
     /// Stores answers to outstanding input keys (each answer is JSON text). Ownership is
-    /// checked inside the script.
+    /// checked inside the script. A task that resumes is queued in its tenant's fair turn, at
+    /// `weight` (the tenant's share, as for [`NewTask::weight`]).
     pub async fn answer_inputs(
         &self,
         id: &TaskId,
         owner: &Owner,
         answers: &[(String, String)],
         resume_message: Option<&str>,
+        weight: f64,
     ) -> Result<Answered, StoreError> {
         let keys = self.keys().task(id);
         let (events, signal_prefix) = (self.events_channel(id), self.keys().signal_prefix());
@@ -236,6 +238,7 @@ impl Store {
             events: &events,
             resume_message: resume_message.unwrap_or(""),
             signal_prefix: &signal_prefix,
+            weight,
             answers,
         };
         let answered = accept_input::call(self, &keys, args).await?;

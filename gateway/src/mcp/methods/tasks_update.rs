@@ -35,7 +35,10 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
     if size > cap {
         return Err(RpcError::invalid_params(format!("inputResponses exceed the {cap}-byte limit")).into());
     }
-    let answered = call.state.store.answer_inputs(&id, &owner, &answers, None).await?;
+    // A task the answers resume is charged to its tenant like a new one (docs/design.md, "Fair
+    // dispatch"), or answering in bulk would run ahead of every other tenant.
+    let weight = call.state.config.tenants.weight(&owner.tenant);
+    let answered = call.state.store.answer_inputs(&id, &owner, &answers, None, weight).await?;
     if let Answered::Applied { .. } = answered {
         // The client commonly polls right after answering: not held, whatever pub/sub's timing.
         call.state.polls.changed(id.as_str());

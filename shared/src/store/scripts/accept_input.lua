@@ -1,14 +1,18 @@
 -- accept_input: store a client's answers (tasks/update). Ownership is checked here
 -- (invariant 10). Answers to unknown, already answered or superseded keys are ignored.
--- When no request is left outstanding the task goes back to working and onto its shard's queue;
--- a held task (hold_for_input) goes back to the worker holding it instead, through its signal
--- channel, with "answered <id>".
+-- When no request is left outstanding the task goes back to working and onto its shard's queue,
+-- charged to its tenant like a new task (prelude: enqueue): the run the answer starts is new
+-- work the tenant chose when to ask for, and at the front a tenant could answer many parked
+-- tasks at once to run them all ahead of every other tenant. A held task (hold_for_input) goes
+-- back to the worker holding it instead, through its signal channel, with "answered <id>".
 -- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] answers hash
 -- KEYS[4] the queue of pool ARGV[7] on the task's shard
 -- KEYS[5] timeline   KEYS[6] the pool's ready set on the shard   KEYS[7] its fairness tags
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] events channel
 -- ARGV[5] status message when resumed ('' = keep)   ARGV[6] signal channel prefix
--- ARGV[7] the pool whose queue KEYS[4] is   ARGV[8..] key, response JSON pairs
+-- ARGV[7] the pool whose queue KEYS[4] is
+-- ARGV[8] the tenant's weight (its share of the pool when several tenants have tasks queued)
+-- ARGV[9..] key, response JSON pairs
 -- Returns {1, version, resumed 0|1, ms spent in input_required when resumed (else -1)}
 --       | {0} nothing applied | {-1} not found (or not the owner)
 --       | {-10, pool} the owner's parked task belongs to this other pool: nothing written, ask
@@ -31,7 +35,7 @@ if not f[7] then
   if wrong then return wrong end
 end
 local applied = 0
-for i = 8, #ARGV, 2 do
+for i = 9, #ARGV, 2 do
   if rcall('HDEL', inputs, ARGV[i]) == 1 then
     rcall('HSET', answers, ARGV[i], ARGV[i + 1])
     applied = applied + 1
@@ -49,7 +53,7 @@ if rcall('EXISTS', inputs) == 0 then
     rcall('HDEL', record, 'held')
     rcall('PUBLISH', ARGV[6] .. f[8], 'answered ' .. ARGV[1])
   else
-    enqueue(stream, KEYS[6], KEYS[7], ARGV[1])
+    enqueue(stream, KEYS[6], KEYS[7], ARGV[1], f[1], tonumber(ARGV[8]))
   end
 end
 rcall('HSET', record, 'updated', now)

@@ -39,6 +39,8 @@ pub(in crate::store) struct Args<'a> {
     /// The status message when resumed (empty keeps it).
     pub(in crate::store) resume_message: &'a str,
     pub(in crate::store) signal_prefix: &'a str,
+    /// The tenant's share of its pool: a resumed task is charged to its tenant like a new one.
+    pub(in crate::store) weight: f64,
     /// Key, answer JSON.
     pub(in crate::store) answers: &'a [(String, String)],
 }
@@ -63,7 +65,8 @@ pub(in crate::store) async fn call(store: &Store, task: &TaskKeys, args: Args<'_
             .arg(args.events)
             .arg(args.resume_message)
             .arg(args.signal_prefix)
-            .arg(pool);
+            .arg(pool)
+            .arg(args.weight);
         for (key, answer) in args.answers {
             call.arg(key).arg(answer);
         }

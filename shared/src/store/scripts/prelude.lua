@@ -32,12 +32,14 @@ local function timeline(key, at, fields)
   return redis.call('RPUSHX', key, cjson.encode(fields))
 end
 -- enqueue: queues a task for its pool on its shard (docs/design.md, "Fair dispatch": start-time
--- fair queuing). A new task (`weight` given: its tenant's share) is tagged one step of
--- 1/weight after its tenant's last queued task, but never from below the floor (the tag of the
--- task taken last): a tenant with nothing queued starts at the front, one with a backlog
--- queues behind its own. A requeued task (`weight` nil: released, reclaimed, answered) waited
--- already, so it goes to the front, at the floor. One wake-up entry goes on the stream either
--- way; a claim consumes one entry per task it takes.
+-- fair queuing). A new run (`weight` given: its tenant's share; a created task, or an answered
+-- one, whose next run the tenant chose to start) is tagged one step of 1/weight after its
+-- tenant's last queued task, but never from below the floor (the tag of the task taken last):
+-- a tenant with nothing queued starts at the front, one with a backlog queues behind its own.
+-- A released or reclaimed task (`weight` nil) goes to the front, at the floor, its tenant's tag
+-- unmoved: its run was claimed in its fair turn and cut short by a worker, not by its tenant,
+-- so it is not charged twice (and reclaims are capped). One wake-up entry goes on the stream
+-- either way; a claim consumes one entry per task it takes.
 local function enqueue(stream, ready, fair, id, tenant, weight)
   local tag
   if weight then
