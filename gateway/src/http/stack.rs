@@ -36,7 +36,7 @@ pub(crate) struct Routes {
 /// The whole request pipeline, every route's layers in one place. A request passes, outermost
 /// first, [`around_all`], then its route's stack: [`around_mcp`] for `POST /mcp` (and the test
 /// route), [`around_console`] for the console, [`around_probes`] for the rest. Outside all of
-/// them are the connection's own bounds (`serve.rs`: the head deadline, the connection cap, the
+/// them are the connection's own bounds (`serve/`: the head deadline, the connection cap, the
 /// idle timeout and the backstop for a stalled request); inside, `POST /mcp` reads its body
 /// under `--body-timeout-ms` (`transport.rs`).
 pub(crate) fn pipeline(routes: Routes, config: &Config) -> Router<AppState> {
