@@ -18,6 +18,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use taskgate_shared::store::SharedSecret;
 
 use super::ConsoleError;
 use crate::auth::{Authenticator, Principal};
@@ -101,7 +102,7 @@ impl FromRequestParts<AppState> for Viewer {
         if matches!(*state.auth, Authenticator::Anonymous) {
             let principal = Principal::anonymous();
             admit(state, &principal).await?;
-            let csrf = csrf(&secret(state, parts).await?, b"");
+            let csrf = csrf(&secret(state).await?, b"");
             return Ok(Viewer { principal, reach: Reach::Everything, may_act: true, open: true, csrf });
         }
         let token = credential(&parts.headers).ok_or(ConsoleError::SignIn)?;
@@ -126,7 +127,7 @@ impl FromRequestParts<AppState> for Viewer {
                 "This token has neither the console's operator scope nor its tenant-admin scope.",
             ));
         };
-        let csrf = csrf(&secret(state, parts).await?, token.as_bytes());
+        let csrf = csrf(&secret(state).await?, token.as_bytes());
         Ok(Viewer { principal, reach, may_act, open: false, csrf })
     }
 }
@@ -147,15 +148,9 @@ async fn admit(state: &AppState, principal: &Principal) -> Result<(), ConsoleErr
     }
 }
 
-/// The CSRF secret, read from Redis once per process (kept in the console's state, which the
-/// console's router puts in every request's extensions).
-async fn secret(state: &AppState, parts: &Parts) -> Result<[u8; 32], ConsoleError> {
-    let Some(console) = parts.extensions.get::<std::sync::Arc<super::cache::ConsoleState>>() else {
-        tracing::error!("a console request without the console's state");
-        return Err(ConsoleError::Unavailable(None));
-    };
-    let secret = console.secret.get_or_try_init(|| state.store.console_secret()).await;
-    secret.copied().map_err(|err| ConsoleError::Unavailable(Some(err)))
+/// The CSRF secret every replica shares (`crate::secrets`).
+async fn secret(state: &AppState) -> Result<[u8; 32], ConsoleError> {
+    state.secrets.get(&state.store, SharedSecret::Console).await.map_err(|err| ConsoleError::Unavailable(Some(err)))
 }
 
 /// The same `Host` and `Origin` rules as `/mcp` (on a loopback listener only loopback names,

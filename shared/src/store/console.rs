@@ -287,33 +287,6 @@ impl Store {
 }
 
 impl Store {
-    /// The console's CSRF secret, shared by every gateway of the namespace: the first reader
-    /// makes it (`SET NX`), every reader gets whichever write won. No expiry: deleting the key
-    /// rotates it once every gateway has restarted.
-    pub async fn console_secret(&self) -> Result<[u8; 32], StoreError> {
-        self.shared_secret(self.keys().console_secret()).await
-    }
-
-    /// The secret keyed task ids are derived from (an idempotency key's task id is a MAC of
-    /// the owner and the key under it), shared by every gateway like the console's.
-    pub async fn idempotency_secret(&self) -> Result<[u8; 32], StoreError> {
-        self.shared_secret(self.keys().idempotency_secret()).await
-    }
-
-    async fn shared_secret(&self, key: String) -> Result<[u8; 32], StoreError> {
-        let fresh: String = rand::random::<[u8; 32]>().iter().map(|b| format!("{b:02x}")).collect();
-        let mut pipe = redis::pipe();
-        pipe.cmd("SET").arg(&key).arg(&fresh).arg("NX").ignore();
-        pipe.cmd("GET").arg(&key);
-        let (stored,): (String,) = pipe.query_async(&mut self.conn()).await?;
-        let bytes: Vec<u8> = (0..stored.len())
-            .step_by(2)
-            .filter_map(|i| stored.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
-            .collect();
-        <[u8; 32]>::try_from(bytes)
-            .map_err(|_| StoreError::UnexpectedReply("the console secret is not 64 hex digits".into()))
-    }
-
     /// Appends an operator's reveal of a task's sensitive fields to its timeline (`RPUSHX`: a
     /// task without a timeline gets none), and returns the entry. `at` is this gateway's clock,
     /// in milliseconds.

@@ -24,6 +24,7 @@ mod limits;
 mod pools;
 mod reply;
 mod scripts;
+mod secrets;
 mod sentinel;
 mod tasks;
 mod transitions;
@@ -45,4 +46,5 @@ pub use leases::{
     Started, entry_ms,
 };
 pub use limits::{Admission, Limit, Polled, Rate, TaskAdmission};
+pub use secrets::{Adopted, Replicas, SharedSecret};
 pub use tasks::{Answered, CancelOutcome, NewTask};
