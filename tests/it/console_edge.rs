@@ -140,6 +140,23 @@ async fn off_loopback_the_cookie_is_secure_and_the_consoles_own_origin_may_post(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn off_loopback_a_cookie_without_the_host_prefix_is_refused() {
+    let mut stack = Stack::builder().gateways(0).workers(0).spawn().await;
+    let keys = api_keys(&stack);
+    stack.add_gateway_listening("0.0.0.0", &["--auth", "api-keys", "--api-keys-file", &keys, "--console"]).await;
+    let console = Console::new(&stack.client(0));
+    // The unprefixed cookie could have been set by a sibling domain or over plain HTTP: it is
+    // not a credential here, even with a token that is one.
+    for path in ["/console/", "/console/tasks", "/console/api/tasks/tsk_00000000000000000000000000000000"] {
+        let page = console.get(path, As::Cookie("taskgate_console=key-op")).await;
+        assert_eq!(page.status, 401, "{path}: {}", page.body);
+    }
+    assert_eq!(console.get("/console/", As::Cookie("__Host-taskgate_console=key-op")).await.status, 200);
+    let both = "taskgate_console=key-nobody; __Host-taskgate_console=key-op";
+    assert_eq!(console.get("/console/", As::Cookie(both)).await.status, 200, "the prefixed one is the one read");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_overview_of_a_gateway_started_before_its_workers_shows_them() {
     // A gateway that re-reads the catalogue only every ten minutes, started first.
     let mut stack =
