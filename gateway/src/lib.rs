@@ -17,6 +17,7 @@ mod mrtr;
 mod origin;
 mod polls;
 pub mod runtime;
+mod secrets;
 mod state;
 mod stream_slots;
 
@@ -56,6 +57,10 @@ pub async fn run(
     });
     let hub = tokio::spawn(state.events.clone().run(state.store.clone(), state.config.redis.queue_shards));
     let refresher = tokio::spawn(state.catalogue.clone().refresh_forever(state.config.catalogue_refresh));
+    // Keys kept in Redis are repaired if Redis loses them (derived ones need nothing).
+    let secrets = state.secrets.in_redis().then(|| {
+        tokio::spawn(state.secrets.clone().refresh_forever(state.store.clone(), state.config.shared_secrets.refresh))
+    });
     let streams = state.shutdown.clone();
     let draining = state.draining.clone();
     let delay = state.config.shutdown_delay;
@@ -77,6 +82,9 @@ pub async fn run(
     }
     checker.abort();
     refresher.abort();
+    if let Some(secrets) = secrets {
+        secrets.abort();
+    }
     hub.abort();
     served
 }

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::origin::OriginPolicy;
-use crate::{auth, catalogue, events, metrics, mrtr, polls, stream_slots};
+use crate::{auth, catalogue, events, metrics, mrtr, polls, secrets, stream_slots};
 
 /// A gateway that cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -55,8 +55,8 @@ pub struct Shared {
     /// Set once Redis has proved usable (login, scripts, a read in the namespace): readiness
     /// waits for it, so a replica with a wrong password or ACL never takes traffic.
     pub(crate) redis_usable: Arc<std::sync::atomic::AtomicBool>,
-    /// The secret idempotency keys become task ids under, read from Redis once.
-    pub(crate) idempotency_secret: tokio::sync::OnceCell<[u8; 32]>,
+    /// The keys every replica shares (idempotency, console CSRF), one set for every runtime.
+    pub(crate) secrets: Arc<secrets::Secrets>,
 }
 
 impl AppState {
@@ -76,6 +76,7 @@ impl AppState {
             config.headers.allowed_hosts.clone(),
             config.listen.ip().is_loopback(),
         );
+        let secrets = secrets::Secrets::new(&config);
         let polls = Arc::new(polls::PollPacer::new(config.polls.max_held, config.polls.max_held_per_principal));
         Ok(Self(Arc::new(Shared {
             config: Arc::new(config),
@@ -91,7 +92,7 @@ impl AppState {
             listen_streams: Arc::default(),
             polls,
             redis_usable: Arc::default(),
-            idempotency_secret: tokio::sync::OnceCell::new(),
+            secrets,
         })))
     }
 

@@ -140,6 +140,23 @@ async fn off_loopback_the_cookie_is_secure_and_the_consoles_own_origin_may_post(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn off_loopback_a_cookie_without_the_host_prefix_is_refused() {
+    let mut stack = Stack::builder().gateways(0).workers(0).spawn().await;
+    let keys = api_keys(&stack);
+    stack.add_gateway_listening("0.0.0.0", &["--auth", "api-keys", "--api-keys-file", &keys, "--console"]).await;
+    let console = Console::new(&stack.client(0));
+    // The unprefixed cookie could have been set by a sibling domain or over plain HTTP: it is
+    // not a credential here, even with a token that is one.
+    for path in ["/console/", "/console/tasks", "/console/api/tasks/tsk_00000000000000000000000000000000"] {
+        let page = console.get(path, As::Cookie("taskgate_console=key-op")).await;
+        assert_eq!(page.status, 401, "{path}: {}", page.body);
+    }
+    assert_eq!(console.get("/console/", As::Cookie("__Host-taskgate_console=key-op")).await.status, 200);
+    let both = "taskgate_console=key-nobody; __Host-taskgate_console=key-op";
+    assert_eq!(console.get("/console/", As::Cookie(both)).await.status, 200, "the prefixed one is the one read");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_overview_of_a_gateway_started_before_its_workers_shows_them() {
     // A gateway that re-reads the catalogue only every ten minutes, started first.
     let mut stack =
@@ -191,6 +208,63 @@ async fn a_reveal_is_written_to_the_timeline_and_a_question_is_not_shown_before_
     // A cookie session signs in as before on loopback.
     let cookie = sign_in(&console, "key-op").await;
     assert_eq!(console.get("/console/", As::Cookie(&cookie)).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reveals_are_bounded_and_never_push_the_tasks_transitions_out_of_its_timeline() {
+    let stack = console_stack(1).await;
+    let console = Console::new(&stack.client(0));
+    let op = As::Bearer("key-op");
+    let task = stack.client_as(0, "key-alice").create_task("sleep", json!({"ms": 60_000})).await;
+    stack.wait_until_held(&task, PATIENCE).await;
+    let reveals = taskgate_shared::store::REVEALS_KEPT + 5;
+    for _ in 0..reveals {
+        assert_eq!(console.get(&format!("/console/tasks/{task}?reveal=1"), op).await.status, 200);
+    }
+    let timeline = console.timeline(&task, op).await;
+    let kept: Vec<i64> = timeline.iter().filter(|e| e["ev"] == "revealed").map(|e| e["n"].as_i64().unwrap()).collect();
+    // The newest reveals, numbered, so their count survives the ones removed.
+    let newest = i64::try_from(reveals).unwrap();
+    assert_eq!(kept, (newest - kept.len() as i64 + 1..=newest).collect::<Vec<_>>());
+    assert_eq!(kept.len(), taskgate_shared::store::REVEALS_KEPT, "{timeline:?}");
+    assert_eq!(timeline[0]["ev"], "created", "the transitions stay: {timeline:?}");
+    assert!(timeline.iter().any(|e| e["ev"] == "claimed"), "{timeline:?}");
+
+    // The whole list is bounded too, the newest kept: a timeline filled by hand to past its
+    // bound is trimmed by the next entry.
+    let store = stack.store();
+    let key = store.keys().task(&taskgate_shared::task::TaskId::parse(&task).unwrap()).timeline;
+    let filler = vec![json!({"at": 1, "ev": "filler"}).to_string(); taskgate_shared::store::TIMELINE_MAX];
+    let _: i64 = redis::cmd("RPUSH").arg(&key).arg(&filler).query_async(&mut store.conn()).await.unwrap();
+    assert_eq!(console.get(&format!("/console/tasks/{task}?reveal=1"), op).await.status, 200);
+    let length: usize = redis::cmd("LLEN").arg(&key).query_async(&mut store.conn()).await.unwrap();
+    assert_eq!(length, taskgate_shared::store::TIMELINE_MAX);
+    let timeline = console.timeline(&task, op).await;
+    assert_eq!(timeline.last().unwrap()["n"], newest + 1, "the newest entry is this reveal");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reveal_that_cannot_be_recorded_shows_nothing() {
+    let mut stack = console_stack(1).await;
+    let keys = api_keys(&stack);
+    // A replica without the console: the tasks it creates keep no timeline.
+    let plain = stack.add_gateway_with_auth(&["--auth", "api-keys", "--api-keys-file", &keys]).await;
+    let alice = stack.client_as(plain, "key-alice");
+    let task = alice.create_task("generate_report", json!({"size": "large"})).await;
+    alice.wait_for_status(&task, "input_required", PATIENCE).await;
+    let question = "Waiting for outline approval.";
+
+    let console = Console::new(&stack.client(0));
+    let op = As::Bearer("key-op");
+    let refused = console.get(&format!("/console/tasks/{task}?reveal=1"), op).await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert!(!refused.body.contains(question) && !refused.body.contains("large"), "{}", refused.body);
+    assert!(refused.body.contains("could not be recorded"), "{}", refused.body);
+    assert!(console.timeline(&task, op).await.is_empty(), "nothing was written");
+    // The page itself is served, redacted, as for any task.
+    let page = console.get(&format!("/console/tasks/{task}"), op).await;
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains(question), "{}", page.body);
 }
 
 /// Calls of one Redis command so far, from `INFO commandstats`.

@@ -15,7 +15,7 @@ use crate::console::api_keys;
 const PATIENCE: Duration = Duration::from_secs(20);
 
 /// `tools/call` with the key in the header (`Some`) and/or in `_meta`.
-async fn keyed_call(
+pub(crate) async fn keyed_call(
     client: &McpClient,
     tool: &str,
     arguments: Value,
@@ -39,7 +39,7 @@ async fn keyed_params(client: &McpClient, mut params: Value, header: Option<&str
     client.send(&headers, body.to_string().into_bytes()).await
 }
 
-fn task_id(reply: &Reply) -> String {
+pub(crate) fn task_id(reply: &Reply) -> String {
     assert_eq!(reply.result()["resultType"], "task", "{}", reply.text);
     reply.result()["taskId"].as_str().expect("taskId").to_owned()
 }

@@ -34,6 +34,7 @@ mod recovery;
 mod redis_tls;
 mod run_local;
 mod sentinel;
+mod shared_secrets;
 mod single_slot;
 mod state_machine;
 mod steps;

@@ -230,6 +230,18 @@ pub struct Cli {
     #[arg(long)]
     pub request_state_keys_file: Option<PathBuf>,
 
+    /// File of a master secret (at least 32 bytes) from which the keys every replica must share
+    /// are derived (HKDF-SHA256): the one idempotency keys become task ids under, and the
+    /// console's CSRF key. It may instead come from `TASKGATE_SHARED_SECRET`. Without either,
+    /// those keys are random ones kept in Redis (docs/security.md says what that leaves open).
+    #[arg(long, env = "TASKGATE_SHARED_SECRET_FILE")]
+    pub shared_secret_file: Option<PathBuf>,
+
+    /// Without a configured shared secret: how often the keys kept in Redis are read again,
+    /// and written back from this replica's copy when they are missing, in milliseconds.
+    #[arg(long, env = "TASKGATE_SHARED_SECRET_REFRESH_MS", default_value_t = 30_000)]
+    pub shared_secret_refresh_ms: u64,
+
     /// How long a `requestState` stays valid, in milliseconds.
     #[arg(long, env = "TASKGATE_REQUEST_STATE_TTL_MS", default_value_t = 300_000)]
     pub request_state_ttl_ms: u64,

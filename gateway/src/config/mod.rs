@@ -37,6 +37,8 @@ pub enum ConfigError {
     JwtKeySource,
     #[error("the HS256 secret must be at least 32 bytes")]
     ShortSecret,
+    #[error("the shared secret (--shared-secret-file or TASKGATE_SHARED_SECRET) must be at least 32 bytes")]
+    ShortSharedSecret,
     #[error("cannot read {path}: {source}")]
     Secret { path: String, source: std::io::Error },
     #[error(
@@ -136,6 +138,25 @@ impl std::str::FromStr for SigningKey {
     }
 }
 
+/// Where the keys every replica must share come from (`--shared-secret-file`).
+#[derive(Debug, Clone)]
+pub struct SharedSecrets {
+    /// The configured master secret they are derived from; `None`: kept in Redis.
+    pub master: Option<MasterSecret>,
+    /// Without a master secret, how often those kept in Redis are read again.
+    pub refresh: Duration,
+}
+
+/// A configured master secret. `Debug` never shows it.
+#[derive(Clone)]
+pub struct MasterSecret(pub Vec<u8>);
+
+impl std::fmt::Debug for MasterSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MasterSecret(<redacted>)")
+    }
+}
+
 /// `--auth jwt`.
 #[derive(Debug, Clone)]
 pub struct JwtSettings {
@@ -177,6 +198,7 @@ pub struct Config {
     pub shutdown_delay: Duration,
     pub inline_timeout: Duration,
     pub request_state: RequestState,
+    pub shared_secrets: SharedSecrets,
     pub streams: StreamLimits,
     pub tenants: TenantLimits,
     pub polls: PollSettings,
@@ -308,6 +330,7 @@ impl Config {
             AuthMode::Jwt => jwt_settings(&cli, &resource_url).map_err(|err| errors.push(err)).ok().map(Auth::Jwt),
         };
         let request_state_keys = request_state_keys(&cli).map_err(|err| errors.push(err)).ok();
+        let master_secret = master_secret(&cli).map_err(|err| errors.push(err)).ok();
         if let Some(redis) = &redis
             && cli.durability_replicas > 0
             && ms(cli.durability_timeout_ms) >= redis.timeout
@@ -320,8 +343,8 @@ impl Config {
         if !(0.0..=1.0).contains(&cli.poll_tolerance) {
             errors.push(ConfigError::PollTolerance);
         }
-        let (Some(redis), Some(auth), Some(request_state_keys), true) =
-            (redis, auth, request_state_keys, errors.is_empty())
+        let (Some(redis), Some(auth), Some(request_state_keys), Some(master_secret), true) =
+            (redis, auth, request_state_keys, master_secret, errors.is_empty())
         else {
             return Err(errors);
         };
@@ -377,6 +400,7 @@ impl Config {
             shutdown_delay: ms(cli.shutdown_delay_ms),
             inline_timeout: ms(cli.inline_timeout_ms.max(1)),
             request_state: RequestState { keys: request_state_keys, ttl_ms: cli.request_state_ttl_ms },
+            shared_secrets: SharedSecrets { master: master_secret, refresh: ms(cli.shared_secret_refresh_ms.max(100)) },
             streams: StreamLimits {
                 max_task_ids: cli.listen_max_task_ids,
                 max_streams: cli.listen_max_streams,
@@ -434,6 +458,26 @@ fn request_state_keys(cli: &Cli) -> Result<Vec<SigningKey>, ConfigError> {
         None => std::env::var("TASKGATE_REQUEST_STATE_KEYS").unwrap_or_default(),
     };
     text.split([',', '\n']).map(str::trim).filter(|k| !k.is_empty()).map(str::parse).collect()
+}
+
+/// The shared master secret, from its file (any bytes) or the environment (never a flag), if
+/// any; a trailing line break in the file is not part of it.
+fn master_secret(cli: &Cli) -> Result<Option<MasterSecret>, ConfigError> {
+    let secret = match &cli.shared_secret_file {
+        Some(path) => {
+            let mut bytes = std::fs::read(path)
+                .map_err(|source| ConfigError::Secret { path: path.display().to_string(), source })?;
+            while bytes.last().is_some_and(|b| matches!(b, b'\r' | b'\n')) {
+                bytes.pop();
+            }
+            Some(bytes)
+        }
+        None => std::env::var("TASKGATE_SHARED_SECRET").ok().map(String::into_bytes),
+    };
+    match secret {
+        Some(secret) if secret.len() < 32 => Err(ConfigError::ShortSharedSecret),
+        secret => Ok(secret.map(MasterSecret)),
+    }
 }
 
 fn read_secret(path: &std::path::Path) -> Result<String, ConfigError> {
@@ -512,6 +556,23 @@ mod tests {
         let shown = format!("{key:?} {hs:?}");
         assert!(!shown.contains("c2Vj") && !shown.contains("secret"), "{shown}");
         assert_eq!(shown, "SigningKey(k1, <redacted>) Hs256(<redacted>)");
+    }
+
+    #[test]
+    fn a_shared_secret_file_is_read_whole_and_must_be_long_enough() {
+        let file = std::env::temp_dir().join(format!("taskgate-shared-secret-test-{}", std::process::id()));
+        std::fs::write(&file, b"\xff0123456789abcdef0123456789abcdef\n").unwrap();
+        let path = file.to_str().unwrap();
+        let config = parse(&["--auth", "none", "--shared-secret-file", path]).unwrap();
+        let master = config.shared_secrets.master.expect("configured");
+        assert_eq!(master.0, b"\xff0123456789abcdef0123456789abcdef", "any bytes; the line break is not part of it");
+        assert_eq!(format!("{master:?}"), "MasterSecret(<redacted>)");
+        std::fs::write(&file, "too short\n").unwrap();
+        let short = parse(&["--auth", "none", "--shared-secret-file", path]).unwrap_err();
+        std::fs::remove_file(&file).unwrap();
+        assert!(matches!(short[..], [ConfigError::ShortSharedSecret]));
+        let default = parse(&["--auth", "none"]).unwrap().shared_secrets;
+        assert!(default.master.is_none() && default.refresh == Duration::from_secs(30), "{default:?}");
     }
 
     #[test]

@@ -18,12 +18,15 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use taskgate_shared::store::SharedSecret;
 
 use super::ConsoleError;
 use crate::auth::{Authenticator, Principal};
 use crate::state::AppState;
 
-/// The cookie the login form sets on a loopback listener (plain HTTP, a developer's machine).
+/// The cookie the login form sets on a loopback listener (plain HTTP, a developer's machine),
+/// and the only listener that accepts it: anywhere else it could have been set by a sibling
+/// domain or over plain HTTP, which is what the `__Host-` prefix rules out.
 pub(super) const COOKIE: &str = "taskgate_console";
 /// The cookie anywhere else: `__Host-` makes the browser refuse it unless it is `Secure`, has
 /// `Path=/` and no `Domain`, so neither plain HTTP nor a sibling domain can set or read it.
@@ -101,10 +104,10 @@ impl FromRequestParts<AppState> for Viewer {
         if matches!(*state.auth, Authenticator::Anonymous) {
             let principal = Principal::anonymous();
             admit(state, &principal).await?;
-            let csrf = csrf(&secret(state, parts).await?, b"");
+            let csrf = csrf(&secret(state).await?, b"");
             return Ok(Viewer { principal, reach: Reach::Everything, may_act: true, open: true, csrf });
         }
-        let token = credential(&parts.headers).ok_or(ConsoleError::SignIn)?;
+        let token = credential(&parts.headers, state.origin_policy.loopback()).ok_or(ConsoleError::SignIn)?;
         let mut headers = HeaderMap::new();
         let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| ConsoleError::SignIn)?;
         headers.insert(header::AUTHORIZATION, value);
@@ -126,7 +129,7 @@ impl FromRequestParts<AppState> for Viewer {
                 "This token has neither the console's operator scope nor its tenant-admin scope.",
             ));
         };
-        let csrf = csrf(&secret(state, parts).await?, token.as_bytes());
+        let csrf = csrf(&secret(state).await?, token.as_bytes());
         Ok(Viewer { principal, reach, may_act, open: false, csrf })
     }
 }
@@ -147,15 +150,9 @@ async fn admit(state: &AppState, principal: &Principal) -> Result<(), ConsoleErr
     }
 }
 
-/// The CSRF secret, read from Redis once per process (kept in the console's state, which the
-/// console's router puts in every request's extensions).
-async fn secret(state: &AppState, parts: &Parts) -> Result<[u8; 32], ConsoleError> {
-    let Some(console) = parts.extensions.get::<std::sync::Arc<super::cache::ConsoleState>>() else {
-        tracing::error!("a console request without the console's state");
-        return Err(ConsoleError::Unavailable(None));
-    };
-    let secret = console.secret.get_or_try_init(|| state.store.console_secret()).await;
-    secret.copied().map_err(|err| ConsoleError::Unavailable(Some(err)))
+/// The CSRF secret every replica shares (`crate::secrets`).
+async fn secret(state: &AppState) -> Result<[u8; 32], ConsoleError> {
+    state.secrets.get(&state.store, SharedSecret::Console).await.map_err(|err| ConsoleError::Unavailable(Some(err)))
 }
 
 /// The same `Host` and `Origin` rules as `/mcp` (on a loopback listener only loopback names,
@@ -184,28 +181,33 @@ fn same_origin_header(headers: &HeaderMap) -> bool {
     matches!((authority, host), (Some(a), Some(h)) if !h.is_empty() && a.eq_ignore_ascii_case(h))
 }
 
-/// The bearer token of the request: the header first, else a login cookie.
-fn credential(headers: &HeaderMap) -> Option<String> {
+/// The bearer token of the request: the header first, else a login cookie (the unprefixed
+/// one only on a `loopback` listener).
+fn credential(headers: &HeaderMap, loopback: bool) -> Option<String> {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim().to_owned());
-    bearer.filter(|t| !t.is_empty()).or_else(|| cookie(headers))
+    bearer.filter(|t| !t.is_empty()).or_else(|| cookie(headers, loopback))
 }
 
-/// The login cookie's value.
-fn cookie(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(cookie::Cookie::split_parse)
-        .filter_map(Result::ok)
-        .find(|c| c.name() == COOKIE || c.name() == SECURE_COOKIE)
-        .map(|c| c.value().to_owned())
-        .filter(|v| !v.is_empty())
+/// The login cookie's value: the `__Host-` one, else, on a `loopback` listener only, the plain
+/// one.
+fn cookie(headers: &HeaderMap, loopback: bool) -> Option<String> {
+    let named = |name: &str| {
+        headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(cookie::Cookie::split_parse)
+            .filter_map(Result::ok)
+            .find(|c| c.name() == name)
+            .map(|c| c.value().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    named(SECURE_COOKIE).or_else(|| if loopback { named(COOKIE) } else { None })
 }
 
 /// The CSRF token for a credential (empty under `--auth none`): a MAC of it under the
@@ -266,9 +268,19 @@ mod tests {
     fn the_cookie_is_read_among_others_and_the_header_wins() {
         let mut headers = HeaderMap::new();
         headers.insert(header::COOKIE, HeaderValue::from_static("a=1; taskgate_console=tok; b=2"));
-        assert_eq!(credential(&headers).as_deref(), Some("tok"));
+        assert_eq!(credential(&headers, true).as_deref(), Some("tok"));
         headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer hdr"));
-        assert_eq!(credential(&headers).as_deref(), Some("hdr"));
+        assert_eq!(credential(&headers, true).as_deref(), Some("hdr"));
+    }
+
+    #[test]
+    fn off_loopback_only_the_host_prefixed_cookie_is_read() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::COOKIE, HeaderValue::from_static("taskgate_console=plain"));
+        assert_eq!(credential(&headers, false), None);
+        headers.insert(header::COOKIE, HeaderValue::from_static("taskgate_console=plain; __Host-taskgate_console=tok"));
+        assert_eq!(credential(&headers, false).as_deref(), Some("tok"));
+        assert_eq!(credential(&headers, true).as_deref(), Some("tok"), "on loopback too, the prefixed one first");
     }
 
     #[test]

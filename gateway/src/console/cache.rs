@@ -1,6 +1,6 @@
 //! What the console keeps between requests on one replica: the overview, briefly, per reach
 //! (it reads hundreds of keys, and its fragment refreshes every two seconds in every open
-//! tab), and the secret its CSRF tokens are made with.
+//! tab).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,8 +20,6 @@ const MAX_REACHES: usize = 1024;
 #[derive(Default)]
 pub(super) struct ConsoleState {
     overviews: Mutex<HashMap<Reach, (Instant, Arc<super::overview::Overview>)>>,
-    /// The CSRF secret, shared by every replica through Redis (read once).
-    pub(super) secret: tokio::sync::OnceCell<[u8; 32]>,
 }
 
 impl ConsoleState {

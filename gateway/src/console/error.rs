@@ -14,6 +14,8 @@ pub(crate) enum ConsoleError {
     Forbidden(&'static str),
     NotFound,
     BadRequest(&'static str),
+    /// A reveal that could not be recorded (the task keeps no timeline): nothing is shown.
+    Unaudited,
     /// Redis did not answer (the cause is logged where the page is made), or the console's
     /// state is missing.
     Unavailable(Option<StoreError>),
@@ -40,6 +42,14 @@ impl IntoResponse for ConsoleError {
                 (StatusCode::NOT_FOUND, views::error("Not found", "No such task, or not one you may see."))
             }
             Self::BadRequest(why) => (StatusCode::BAD_REQUEST, views::error("Bad request", why)),
+            Self::Unaudited => (
+                StatusCode::CONFLICT,
+                views::error(
+                    "Not revealed",
+                    "This task keeps no timeline (it was created while the console was off), so the reveal could not be \
+                     recorded, and nothing sensitive is shown.",
+                ),
+            ),
             Self::Unavailable(cause) => {
                 if let Some(err) = cause {
                     tracing::warn!(error = %err, "console: storage unavailable");

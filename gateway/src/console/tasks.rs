@@ -94,9 +94,13 @@ pub(super) async fn task(
     let (id, mut inspection) = inspect(&state, &viewer, &id).await?;
     let reveal = params.reveal == "1";
     if reveal {
-        // Recorded before anything is shown: a reveal that cannot be recorded shows nothing.
-        // The page shows it too, as the timeline's newest entry.
-        let entry = state.store.record_reveal(&id, &viewer.name(), taskgate_shared::task::now_ms()).await?;
+        // Recorded before anything is shown: a reveal that is not recorded (Redis failed, or
+        // the task keeps no timeline) shows nothing. The page shows it too, as the timeline's
+        // newest entry.
+        let Some(entry) = state.store.record_reveal(&id, &viewer.name()).await? else {
+            tracing::info!(target: "taskgate::audit", action = "reveal", task_id = %id, by = %viewer.name(), "console: reveal refused: the task keeps no timeline to record it in");
+            return Err(ConsoleError::Unaudited);
+        };
         inspection.timeline.push(entry);
         tracing::info!(target: "taskgate::audit", action = "reveal", task_id = %id, by = %viewer.name(), "console: sensitive fields shown");
     }

@@ -17,6 +17,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use taskgate_shared::protocol::RpcError;
 use taskgate_shared::protocol::meta::IDEMPOTENCY_KEY_META;
+use taskgate_shared::store::SharedSecret;
 use taskgate_shared::task::{Owner, TaskId};
 
 use crate::error::GatewayError;
@@ -68,8 +69,8 @@ fn unquote(value: &str) -> &str {
 
 /// The task id `key` names for `owner`: the same on every replica, another for another owner.
 pub(crate) async fn task_id(state: &AppState, owner: &Owner, key: &str) -> Result<TaskId, GatewayError> {
-    let secret = state.idempotency_secret.get_or_try_init(|| state.store.idempotency_secret()).await?;
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap_or_else(|_| unreachable!("HMAC takes any key"));
+    let secret = state.secrets.get(&state.store, SharedSecret::Idempotency).await?;
+    let mut mac = Hmac::<Sha256>::new_from_slice(&secret).unwrap_or_else(|_| unreachable!("HMAC takes any key"));
     // The owner's key escapes its separator, and the NUL cannot occur in a checked key: no two
     // (owner, key) pairs feed the MAC the same bytes.
     mac.update(owner.key().as_bytes());

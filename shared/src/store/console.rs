@@ -9,9 +9,16 @@
 
 use std::collections::BTreeMap;
 
-use super::scripts::fail_task;
+use super::scripts::{fail_task, record_reveal};
 use super::{Store, StoreError};
 use crate::task::{Actor, TaskId, TaskStatus, Transition};
+
+/// Entries a task's timeline keeps at most, the newest (the scripts' prelude, `TIMELINE_MAX`).
+pub const TIMELINE_MAX: usize = 200;
+/// Reveal entries a task's timeline keeps at most, the newest (`record_reveal.lua`).
+pub const REVEALS_KEPT: usize = 20;
+// Reveals alone never fill a timeline: its transitions keep room.
+const _: () = assert!(REVEALS_KEPT < TIMELINE_MAX / 2);
 
 /// Index entries examined at most per page request, as a multiple of the page size: a filter
 /// that matches little returns a short page and a cursor to go on from, not an unbounded scan.
@@ -287,42 +294,22 @@ impl Store {
 }
 
 impl Store {
-    /// The console's CSRF secret, shared by every gateway of the namespace: the first reader
-    /// makes it (`SET NX`), every reader gets whichever write won. No expiry: deleting the key
-    /// rotates it once every gateway has restarted.
-    pub async fn console_secret(&self) -> Result<[u8; 32], StoreError> {
-        self.shared_secret(self.keys().console_secret()).await
-    }
-
-    /// The secret keyed task ids are derived from (an idempotency key's task id is a MAC of
-    /// the owner and the key under it), shared by every gateway like the console's.
-    pub async fn idempotency_secret(&self) -> Result<[u8; 32], StoreError> {
-        self.shared_secret(self.keys().idempotency_secret()).await
-    }
-
-    async fn shared_secret(&self, key: String) -> Result<[u8; 32], StoreError> {
-        let fresh: String = rand::random::<[u8; 32]>().iter().map(|b| format!("{b:02x}")).collect();
-        let mut pipe = redis::pipe();
-        pipe.cmd("SET").arg(&key).arg(&fresh).arg("NX").ignore();
-        pipe.cmd("GET").arg(&key);
-        let (stored,): (String,) = pipe.query_async(&mut self.conn()).await?;
-        let bytes: Vec<u8> = (0..stored.len())
-            .step_by(2)
-            .filter_map(|i| stored.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
-            .collect();
-        <[u8; 32]>::try_from(bytes)
-            .map_err(|_| StoreError::UnexpectedReply("the console secret is not 64 hex digits".into()))
-    }
-
-    /// Appends an operator's reveal of a task's sensitive fields to its timeline (`RPUSHX`: a
-    /// task without a timeline gets none), and returns the entry. `at` is this gateway's clock,
-    /// in milliseconds.
-    pub async fn record_reveal(&self, id: &TaskId, by: &str, at_ms: u64) -> Result<serde_json::Value, StoreError> {
+    /// Writes an operator's reveal of a task's sensitive fields to its timeline, and returns
+    /// the entry as written; `None` when the task keeps no timeline (made while the console
+    /// was off): then nothing was recorded, and nothing may be shown. At most [`REVEALS_KEPT`]
+    /// reveal entries stay, the newest, each numbered (`n`), so a loop of reveals neither grows
+    /// the timeline nor pushes the task's transitions out of it.
+    pub async fn record_reveal(&self, id: &TaskId, by: &str) -> Result<Option<serde_json::Value>, StoreError> {
         let keys = self.keys().task(id);
-        let entry = serde_json::json!({ "at": at_ms, "ev": "revealed", "by": by });
-        let _: i64 =
-            redis::cmd("RPUSHX").arg(&keys.timeline).arg(entry.to_string()).query_async(&mut self.conn()).await?;
-        Ok(entry)
+        let args = record_reveal::Args { by, kept: REVEALS_KEPT };
+        let recorded =
+            record_reveal::call(&mut self.conn(), record_reveal::Keys { timeline: &keys.timeline }, args).await?;
+        Ok(match recorded {
+            record_reveal::Recorded::Written { at_ms, n } => {
+                Some(serde_json::json!({ "at": at_ms, "ev": "revealed", "by": by, "n": n }))
+            }
+            record_reveal::Recorded::NoTimeline => None,
+        })
     }
 }
 
@@ -366,6 +353,12 @@ mod tests {
         for bad in ["", "12", "x.tsk_1", "12.not-an-id", "12.<script>"] {
             assert_eq!(Cursor::parse(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn the_timeline_bound_is_the_preludes() {
+        let prelude = include_str!("scripts/prelude.lua");
+        assert!(prelude.contains(&format!("local TIMELINE_MAX = {TIMELINE_MAX}\n")), "the prelude's TIMELINE_MAX");
     }
 
     #[test]

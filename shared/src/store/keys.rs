@@ -208,14 +208,16 @@ impl Keys {
         }
     }
 
-    /// The secret the console's CSRF tokens are made with: random, written by the first
-    /// gateway that needs it, read by every other.
+    /// The secret the console's CSRF tokens are made with, when none is configured: random,
+    /// written by the first gateway that needs it, read (and restored when lost) by every
+    /// other (`store::secrets`).
     pub fn console_secret(&self) -> String {
         format!("{}:console:secret", self.ns)
     }
 
-    /// The secret idempotency keys become task ids under: random, written by the first
-    /// gateway that needs it, read by every other.
+    /// The secret idempotency keys become task ids under, when none is configured: random,
+    /// written by the first gateway that needs it, read (and restored when lost) by every
+    /// other (`store::secrets`).
     pub fn idempotency_secret(&self) -> String {
         format!("{}:idempotency:secret", self.ns)
     }

@@ -24,6 +24,7 @@ mod limits;
 mod pools;
 mod reply;
 mod scripts;
+mod secrets;
 mod sentinel;
 mod tasks;
 mod transitions;
@@ -31,7 +32,7 @@ mod transitions;
 pub use catalogue::Published;
 pub use compact::stored_capabilities;
 pub use connection::{Conn, ShardEvent, ShardSubscription, Store};
-pub use console::{Cursor, Filter, Inspection, OperatorFail, Page, Row};
+pub use console::{Cursor, Filter, Inspection, OperatorFail, Page, REVEALS_KEPT, Row, TIMELINE_MAX};
 pub use dedicated::{Exclusive, Held, MAX_BLOCK, ShardSubscriber, Subscriber};
 pub use diagnosis::Diagnosis;
 pub use endpoint::{Endpoint, SentinelLogin, TlsPem, redact};
@@ -45,4 +46,5 @@ pub use leases::{
     Started, entry_ms,
 };
 pub use limits::{Admission, Limit, Polled, Rate, TaskAdmission};
+pub use secrets::{Adopted, Replicas, SharedSecret};
 pub use tasks::{Answered, CancelOutcome, Created, KeyedTask, NewTask};

@@ -120,6 +120,7 @@ scripts! {
     fail_task => FAIL_TASK: 4;
     record_step => RECORD_STEP: 2;
     pass_wakeup => PASS_WAKEUP: 1;
+    record_reveal => RECORD_REVEAL: 1;
 }
 
 /// The script's label for metrics and spans (`script:<name>`), by its SHA-1.

@@ -24,12 +24,18 @@ local function other_pool(recorded, declared)
   return nil
 end
 -- timeline: appends one transition to a task's timeline, a list made with the record by
--- create_task and expiring with it. RPUSHX: a task made before timelines existed gets none,
--- rather than a list that never expires. Fields: at (ms), ev (what happened), to (the status
--- after it), fence and holder (the run), by and why (an operator's action).
+-- create_task and expiring with it. RPUSHX: a task made before timelines existed (or while the
+-- console was off) gets none, rather than a list that never expires; returns the list's length,
+-- 0 when nothing was written. Fields: at (ms), ev (what happened), to (the status after it),
+-- fence and holder (the run), by and why (an operator's action). Bounded: past TIMELINE_MAX
+-- entries the oldest go (LTRIM only then), so nothing repeated (a client's cancels of a running
+-- task, an operator's reveals) grows a task's keys without bound.
+local TIMELINE_MAX = 200
 local function timeline(key, at, fields)
   fields.at = at
-  return redis.call('RPUSHX', key, cjson.encode(fields))
+  local length = redis.call('RPUSHX', key, cjson.encode(fields))
+  if length > TIMELINE_MAX then redis.call('LTRIM', key, -TIMELINE_MAX, -1) end
+  return length
 end
 -- enqueue: queues a task for its pool on its shard (docs/design.md, "Fair dispatch": start-time
 -- fair queuing). A new run (`weight` given: its tenant's share; a created task, or an answered
