@@ -706,3 +706,84 @@ async fn a_lagging_replica_loses_acknowledged_creates_only_without_durability() 
     assert!(with.refused_while_lagging > 0, "creates were refused while the replica lagged");
     assert_eq!(with.lost, 0, "no acknowledged create is lost");
 }
+
+/// How many creates [`at_the_defaults_every_acknowledged_task_ends_across_a_kill_9_failover`]
+/// has acknowledged before the kill.
+const ACKNOWLEDGED: usize = 200;
+
+/// The outside check, as it was run: a primary, two replicas and three sentinels; a gateway and
+/// a worker given only the sentinels' URL and `--durability-replicas 1`, every other setting at
+/// its default (30 s leases above all); [`ACKNOWLEDGED`] acknowledged creates, `kill -9` of
+/// the primary, and every acknowledged task must end soon after. The tasks running at the kill
+/// end within the failover (their results are written on the new primary), so none waits for
+/// its lease to run out and none runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_defaults_every_acknowledged_task_ends_across_a_kill_9_failover() {
+    let mut set = SentinelSet::start_with(2).await;
+    let mut stack = Stack::builder().gateways(0).workers(0).spawn().await;
+    let url = set.url();
+    let gateway = stack.add_gateway_unready(&url, &["--durability-replicas", "1"]).await;
+    let base = stack.gateways[gateway].url.clone().unwrap();
+    eventually(PATIENCE, "the gateway to be ready through the sentinels", || async {
+        (reqwest::get(format!("{base}/readyz")).await.ok()?.status() == 200).then_some(())
+    })
+    .await;
+    stack.add_worker_via(&url, &[]).await;
+    let client = stack.client(0);
+    let mut ids = Vec::new();
+    while ids.len() < ACKNOWLEDGED {
+        let r = client.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 500}})).await;
+        match r.result()["taskId"].as_str().filter(|_| r.status == 200) {
+            Some(id) => ids.push(id.to_owned()),
+            // Not acknowledged (the tenant's create rate, say): sent again.
+            None => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    // The worker is busy at the kill: tasks run, and more wait.
+    let last = client.get_task(ids.last().unwrap()).await;
+    assert!(!is_terminal(last.result()), "tasks were still queued at the kill: {}", last.text);
+
+    let killed = Instant::now();
+    set.fail_over().await;
+    let failed_over = Instant::now();
+    // Well within the default lease (30 s): a task that had to wait for its lease to run out
+    // cannot end by then.
+    let wait = Duration::from_secs(20);
+    let mut unfinished = ids.clone();
+    while !unfinished.is_empty() && failed_over.elapsed() < wait {
+        let mut still = Vec::new();
+        for id in unfinished {
+            let r = client.get_task(&id).await;
+            if !(r.status == 200 && is_terminal(r.result())) {
+                still.push(id);
+            }
+        }
+        unfinished = still;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "failed over {:?} after the kill; {} of {ACKNOWLEDGED} tasks not ended {:?} after it",
+        failed_over - killed,
+        unfinished.len(),
+        failed_over.elapsed()
+    );
+    assert!(unfinished.is_empty(), "not ended within {wait:?} of the failover: {unfinished:?}");
+
+    let store = Store::connect_lazy(&Endpoint::new(set.url()), &stack.namespace, Duration::from_secs(2)).unwrap();
+    let mut reclaimed = Vec::new();
+    for id in &ids {
+        let r = client.get_task(id).await;
+        assert_eq!(r.result()["status"], "completed", "{}", r.text);
+        let record = store.keys().task(&TaskId::parse(id).unwrap()).record;
+        let reclaims = eventually(PATIENCE, "the record to be read", || async {
+            let reclaims: Option<u64> =
+                redis::cmd("HGET").arg(&record).arg("reclaims").query_async(&mut store.conn()).await.ok()?;
+            Some(reclaims.unwrap_or(0))
+        })
+        .await;
+        if reclaims > 0 {
+            reclaimed.push(id.clone());
+        }
+    }
+    assert!(reclaimed.is_empty(), "tasks that waited for their lease to run out: {reclaimed:?}");
+}
