@@ -720,15 +720,7 @@ const ACKNOWLEDGED: usize = 200;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_defaults_every_acknowledged_task_ends_across_a_kill_9_failover() {
     let mut set = SentinelSet::start_with(2).await;
-    let mut stack = Stack::builder().gateways(0).workers(0).spawn().await;
-    let url = set.url();
-    let gateway = stack.add_gateway_unready(&url, &["--durability-replicas", "1"]).await;
-    let base = stack.gateways[gateway].url.clone().unwrap();
-    eventually(PATIENCE, "the gateway to be ready through the sentinels", || async {
-        (reqwest::get(format!("{base}/readyz")).await.ok()?.status() == 200).then_some(())
-    })
-    .await;
-    stack.add_worker_via(&url, &[]).await;
+    let stack = stack_at_the_defaults(&set, &["--durability-replicas", "1"]).await;
     let client = stack.client(0);
     let mut ids = Vec::new();
     while ids.len() < ACKNOWLEDGED {
@@ -786,4 +778,90 @@ async fn at_the_defaults_every_acknowledged_task_ends_across_a_kill_9_failover()
         }
     }
     assert!(reclaimed.is_empty(), "tasks that waited for their lease to run out: {reclaimed:?}");
+}
+
+/// A gateway (with `gateway_args`) and a worker that know only the sentinels' URL, every other
+/// setting at its default.
+async fn stack_at_the_defaults(set: &SentinelSet, gateway_args: &[&str]) -> Stack {
+    let mut stack = Stack::builder().gateways(0).workers(0).spawn().await;
+    let url = set.url();
+    let gateway = stack.add_gateway_unready(&url, gateway_args).await;
+    let base = stack.gateways[gateway].url.clone().unwrap();
+    eventually(PATIENCE, "the gateway to be ready through the sentinels", || async {
+        (reqwest::get(format!("{base}/readyz")).await.ok()?.status() == 200).then_some(())
+    })
+    .await;
+    stack.add_worker_via(&url, &[]).await;
+    stack
+}
+
+/// A stale primary: the sentinels follow the replica in its place ([`SentinelSet::split_to`])
+/// while the old primary keeps running as a primary, and the gateway and the worker, which were
+/// connected to it, still reach it: nothing fails there, nothing is refused, nobody demotes it.
+/// Their periodic re-check finds that the sentinels name another primary: they close every
+/// connection to the old one (none is left there but the test's own), write nothing more on
+/// it, and the tasks created through the gateway are made and run on the new primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_primary_is_left_for_the_one_the_sentinels_name() {
+    let mut set = SentinelSet::start().await;
+    let stack = stack_at_the_defaults(&set, &[]).await;
+    let client = stack.client(0);
+    let before = client.create_task("sleep", json!({"ms": 0})).await;
+    client.wait_for_status(&before, "completed", PATIENCE).await;
+
+    let old = set.primary_index().await;
+    let new = 1 - old;
+    let mut stale = set.nodes[old].connection().await;
+    let own: u64 = redis::cmd("CLIENT").arg("ID").query_async(&mut stale).await.unwrap();
+    let others = || {
+        let mut stale = stale.clone();
+        async move {
+            let list: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut stale).await.unwrap();
+            list.lines().filter(|l| !l.starts_with(&format!("id={own} "))).map(str::to_owned).collect::<Vec<_>>()
+        }
+    };
+    assert!(!others().await.is_empty(), "the gateway and the worker are connected to the primary");
+    set.split_to(new).await;
+    let split = Instant::now();
+    // The old primary still answers as one: nothing but the re-check can tell the processes.
+    assert_eq!(taskgate_tests::sentinel::role(&set.nodes[old]).await, "master");
+
+    eventually(Duration::from_secs(15), "the gateway and the worker to leave the stale primary", || async {
+        others().await.is_empty().then_some(())
+    })
+    .await;
+    eprintln!("the stale primary was left {:?} after the sentinels named another", split.elapsed());
+    let changes = || {
+        let mut stale = stale.clone();
+        async move {
+            let info: String = redis::cmd("INFO").arg("persistence").query_async(&mut stale).await.unwrap();
+            info.lines().find_map(|l| l.strip_prefix("rdb_changes_since_last_save:")).unwrap().trim().to_owned()
+        }
+    };
+    let written = changes().await;
+
+    // Tasks created now are made and run on the new primary (the first request after the
+    // move may find no primary yet: it is refused, retryable).
+    let after = eventually(PATIENCE, "a create on the new primary", || async {
+        let r = client.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 0}})).await;
+        r.result()["taskId"].as_str().filter(|_| r.status == 200).map(str::to_owned)
+    })
+    .await;
+    client.wait_for_status(&after, "completed", PATIENCE).await;
+    let record = Store::connect_lazy(&Endpoint::new(set.nodes[new].url()), &stack.namespace, Duration::from_secs(2))
+        .unwrap()
+        .keys()
+        .task(&TaskId::parse(&after).unwrap())
+        .record;
+    let on = |node: usize| {
+        let record = record.clone();
+        let node = &set.nodes[node];
+        async move {
+            let mut conn = node.connection().await;
+            redis::cmd("EXISTS").arg(&record).query_async::<bool>(&mut conn).await.unwrap()
+        }
+    };
+    assert!(on(new).await && !on(old).await, "made on the new primary only");
+    assert_eq!(changes().await, written, "nothing more was written on the stale primary");
+    assert!(others().await.is_empty(), "and nobody connected to it again");
 }

@@ -30,7 +30,7 @@ mod transitions;
 
 pub use catalogue::Published;
 pub use compact::stored_capabilities;
-pub use connection::{Conn, ShardEvent, ShardSubscription, Store};
+pub use connection::{Conn, PrimaryMoves, ShardEvent, ShardSubscription, Store};
 pub use console::{Cursor, Filter, Inspection, OperatorFail, Page, Row};
 pub use dedicated::{Exclusive, Held, MAX_BLOCK, ShardSubscriber, Subscriber};
 pub use diagnosis::Diagnosis;
