@@ -2,7 +2,10 @@
 //! through a `kill -9` failover (a task running across it completes under the lease it had, a
 //! listen stream open across it hears the task's later changes, creates during it fail fast and
 //! retryable), a claim lost in a failover never hands its fencing token out again, and bad
-//! sentinel settings are refused or reported at start.
+//! sentinel settings are refused or reported at start. At the defaults (the outside check's
+//! setup), every acknowledged task ends soon after a `kill -9` failover, none waiting for its
+//! lease; and a primary the sentinels have replaced, which the processes still reach, is left
+//! for the new one.
 //!
 //! The chaos harness's failover mode is here too ([`failovers_under_load`]): repeated `kill -9`
 //! of the primary under a 32-client create/get/lifecycle load of `ledger` tasks, with and

@@ -213,21 +213,22 @@ impl Follower {
         })
     }
 
-    async fn resolve(&self) -> Result<Client, StoreError> {
-        if let Some(primary) = self.lock().as_ref() {
-            return Ok(primary.client.clone());
+    /// Makes sure a primary is known, asking the sentinels when none is.
+    async fn resolve(&self) -> Result<(), StoreError> {
+        if self.lock().is_some() {
+            return Ok(());
         }
         let _one = self.resolving.lock().await;
-        if let Some(primary) = self.lock().as_ref() {
-            return Ok(primary.client.clone());
+        if self.lock().is_some() {
+            return Ok(());
         }
         let named = self.sentinels.primary(self.timeout).await.map_err(|why| self.no_primary(&why))?;
         let address = named.address();
         let client = self.endpoint.client(&self.url.node_url(&named.host, named.port))?;
         self.noticed(&address);
         let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
-        *self.lock() = Some(Primary { generation, address, client: client.clone(), conn: None });
-        Ok(client)
+        *self.lock() = Some(Primary { generation, address, client, conn: None });
+        Ok(())
     }
 
     /// Why no primary could be found, naming the sentinels and the master (no secret: the URL's
@@ -261,11 +262,12 @@ impl Follower {
         if let Some(Primary { generation, conn: Some(conn), .. }) = self.lock().as_ref() {
             return Ok((*generation, conn.clone()));
         }
-        let client = self.resolve().await.map_err(into_redis)?;
+        self.resolve().await.map_err(into_redis)?;
         let _one = self.resolving.lock().await;
-        let generation = match self.lock().as_ref() {
+        // The primary as it is now: another may have been found since the resolution above.
+        let (generation, client) = match self.lock().as_ref() {
             Some(Primary { generation, conn: Some(conn), .. }) => return Ok((*generation, conn.clone())),
-            Some(primary) => primary.generation,
+            Some(primary) => (primary.generation, primary.client.clone()),
             None => return Err(lost_primary()),
         };
         let config = AsyncConnectionConfig::new()
