@@ -868,3 +868,24 @@ async fn a_stale_primary_is_left_for_the_one_the_sentinels_name() {
     assert_eq!(changes().await, written, "nothing more was written on the stale primary");
     assert!(others().await.is_empty(), "and nobody connected to it again");
 }
+
+/// Silence is not proof: with every sentinel gone, the processes keep the primary they follow
+/// (still checking it with `ROLE`), tasks go on being made and run, and the silence is logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_sentinel_silent_the_primary_is_kept() {
+    let mut set = SentinelSet::start().await;
+    let stack = stack_at_the_defaults(&set, &[]).await;
+    let client = stack.client(0);
+    let before = client.create_task("sleep", json!({"ms": 0})).await;
+    client.wait_for_status(&before, "completed", PATIENCE).await;
+
+    set.kill_sentinels().await;
+    let said = |log: String| log.contains("no sentinel confirms the redis primary; still using it");
+    eventually(PATIENCE, "the gateway and the worker to say the sentinels are silent", || async {
+        (said(stack.gateways[0].log()) && said(stack.workers[0].log())).then_some(())
+    })
+    .await;
+    let after = client.create_task("sleep", json!({"ms": 0})).await;
+    client.wait_for_status(&after, "completed", PATIENCE).await;
+    assert!(!stack.gateways[0].log().contains("leaving"), "the primary was kept");
+}

@@ -31,7 +31,7 @@ pub struct SentinelSet {
 }
 
 struct Sentinel {
-    _child: Child,
+    child: Child,
     port: u16,
     _dir: tempfile::TempDir,
 }
@@ -244,6 +244,14 @@ impl SentinelSet {
         .await;
     }
 
+    /// `kill -9` of every sentinel: the data nodes run on, and nobody can be asked which is the
+    /// primary.
+    pub async fn kill_sentinels(&mut self) {
+        for sentinel in &mut self.sentinels {
+            let _ = sentinel.child.kill().await;
+        }
+    }
+
     /// Each node's replication role and links, and each sentinel's primary: for a failure
     /// message.
     async fn describe(&self) -> String {
@@ -298,7 +306,7 @@ impl Sentinel {
             .kill_on_drop(true)
             .spawn()
             .expect("redis-server --sentinel starts");
-        let sentinel = Self { _child: child, port, _dir: dir };
+        let sentinel = Self { child, port, _dir: dir };
         eventually(Duration::from_secs(10), "the sentinel to answer", || async {
             sentinel.master_info().await.map(drop)
         })
