@@ -55,7 +55,7 @@ const CHECK_BOUND: Duration = Duration::from_secs(1);
 
 /// How long the sentinels may stay silent before a warning says that the primary is used
 /// unconfirmed.
-pub(super) const SILENCE_WARN: Duration = Duration::from_secs(10);
+const SILENCE_WARN: Duration = Duration::from_secs(10);
 
 /// What a sentinel URL names.
 #[derive(Debug, Clone, PartialEq, Eq)]
