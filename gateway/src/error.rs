@@ -135,8 +135,9 @@ impl GatewayError {
                      inputResponses); use a new key",
                 ),
             ),
-            // Redis could not be reached (or has no primary now, during a failover): nothing was
-            // done that the client can see, and a retry in a moment may succeed.
+            // Redis could not be reached (or has no primary now, during a failover, or a primary
+            // that refuses writes for want of replicas): nothing was done that the client can
+            // see, and a retry in a moment may succeed.
             Self::Storage(err) if err.is_unavailable() => Answer::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 RpcError::new(ErrorKind::Internal, "storage is unavailable; retry shortly"),
@@ -178,7 +179,9 @@ impl GatewayError {
                 METRICS.auth_failures.with_label_values(&[err.label()]).inc();
             }
             Self::RateLimited { limit, .. } => METRICS.rate_limited.with_label_values(&[limit.as_str()]).inc(),
-            Self::Storage(err) => tracing::error!(error = %err, "storage operation failed"),
+            Self::Storage(err) => {
+                tracing::error!(error = %err, cause = err.diagnosis().cause, "storage operation failed");
+            }
             Self::Overloaded => METRICS.shed.with_label_values(&["overloaded"]).inc(),
             Self::TimedOut => {
                 tracing::warn!("request timed out");

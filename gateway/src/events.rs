@@ -122,13 +122,21 @@ impl EventHub {
         let channels: Vec<&str> = if with_events { vec![&events, &notices] } else { vec![&notices] };
         let mut backoff = Backoff::redis();
         loop {
+            // Taken before the connection is made: a primary left meanwhile ends it at once.
+            let mut moved = store.primary_moves();
             match store.pubsub().await {
                 Ok(mut pubsub) => match pubsub.subscribe(&channels).await {
                     Ok(()) => {
                         backoff.reset();
                         self.resubscribed();
                         let mut messages = pubsub.on_message();
-                        while let Some(msg) = messages.next().await {
+                        loop {
+                            let msg = tokio::select! {
+                                msg = messages.next() => msg,
+                                // The old primary hears nothing the new one publishes.
+                                () = moved.wait() => None,
+                            };
+                            let Some(msg) = msg else { break };
                             let Ok(payload) = msg.get_payload::<String>() else { continue };
                             if msg.get_channel_name() == events {
                                 self.on_event(&payload);

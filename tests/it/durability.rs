@@ -150,3 +150,59 @@ async fn while_redis_is_down_answers_are_bounded_and_recovery_is_automatic() {
     client.wait_for_status(&id, "completed", PATIENCE).await;
     assert!(stack.workers[0].log().contains("reading deliveries failed"), "the worker saw the outage and backed off");
 }
+
+/// An old primary cut off from its replicas must not take writes that a failover would throw
+/// away. `min-replicas-to-write 1` with `min-replicas-max-lag 1` makes Redis itself refuse them
+/// (`NOREPLICAS`) once no replica has acknowledged for a second, as it would on the far side of
+/// a split. A create is then refused, retryable (503, -32603, `Retry-After`), and leaves no task
+/// behind; the gateway's log names the cause. A worker whose result is refused keeps sending it
+/// while its lease is known valid, so once the replica acknowledges again the task completes
+/// from the run it had: nothing acknowledged is lost, nothing runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_without_its_replicas_refuses_writes_and_nothing_acknowledged_is_lost() {
+    let guard = ["--min-replicas-to-write", "1", "--min-replicas-max-lag", "1"];
+    let mut stack = Stack::builder().workers(0).gateways(0).redis_args(&guard).spawn().await;
+    // Writes are refused until the replica is in sync.
+    let replica = RedisServer::start_replica_of(&stack.redis).await;
+    stack.add_gateway(&[]).await;
+    stack.add_worker(&[]).await;
+    let client = stack.client(0);
+    let running = client.create_task("sleep", json!({"ms": 3000})).await;
+    stack.wait_until_held(&running, PATIENCE).await;
+    let claimed = taskgate_tests::record_fence(&stack.store(), &running).await;
+
+    // Cut off: the only replica stops acknowledging, and the primary refuses writes.
+    replica.signal("STOP");
+    let conn = stack.redis.connection().await;
+    eventually(PATIENCE, "the primary to refuse writes", || async {
+        let wrote: redis::RedisResult<()> = redis::cmd("SET").arg("probe").arg(1).query_async(&mut conn.clone()).await;
+        matches!(wrote, Err(err) if err.code() == Some("NOREPLICAS")).then_some(())
+    })
+    .await;
+    let records = || {
+        let (mut conn, pattern) = (conn.clone(), format!("{}:*:task:*", stack.namespace));
+        async move {
+            let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query_async(&mut conn).await.unwrap();
+            keys.iter().filter(|k| k.rsplit(':').next().is_some_and(|last| last.starts_with("tsk_"))).count()
+        }
+    };
+    let before = records().await;
+    let r = client.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 0}})).await;
+    assert_eq!((r.status, r.error_code()), (503, Some(-32603)), "refused, retryable: {}", r.text);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert!(r.result().get("taskId").is_none(), "no handle leaves: {}", r.text);
+    assert_eq!(records().await, before, "and no task was made");
+    let log = stack.gateways[0].log();
+    assert!(log.contains("NOREPLICAS") && log.contains("too few replicas in sync"), "the cause is logged:\n{log}");
+
+    // The running task's result is refused as well, and kept.
+    eventually(PATIENCE, "the worker's result to be refused", || async {
+        stack.workers[0].log().contains("NOREPLICAS").then_some(())
+    })
+    .await;
+    replica.signal("CONT");
+    let done = client.wait_for_status(&running, "completed", PATIENCE).await;
+    assert_eq!(taskgate_tests::result_token(&done), claimed, "completed by the run it had: {done}");
+    let again = client.create_task("sleep", json!({"ms": 0})).await;
+    client.wait_for_status(&again, "completed", PATIENCE).await;
+}

@@ -2,7 +2,10 @@
 //! through a `kill -9` failover (a task running across it completes under the lease it had, a
 //! listen stream open across it hears the task's later changes, creates during it fail fast and
 //! retryable), a claim lost in a failover never hands its fencing token out again, and bad
-//! sentinel settings are refused or reported at start.
+//! sentinel settings are refused or reported at start. At the defaults (the outside check's
+//! setup), every acknowledged task ends soon after a `kill -9` failover, none waiting for its
+//! lease; and a primary the sentinels have replaced, which the processes still reach, is left
+//! for the new one.
 //!
 //! The chaos harness's failover mode is here too ([`failovers_under_load`]): repeated `kill -9`
 //! of the primary under a 32-client create/get/lifecycle load of `ledger` tasks, with and
@@ -705,4 +708,184 @@ async fn a_lagging_replica_loses_acknowledged_creates_only_without_durability() 
     assert_eq!(with.acknowledged_while_lagging, 0, "acknowledged while no replica had them");
     assert!(with.refused_while_lagging > 0, "creates were refused while the replica lagged");
     assert_eq!(with.lost, 0, "no acknowledged create is lost");
+}
+
+/// How many creates [`at_the_defaults_every_acknowledged_task_ends_across_a_kill_9_failover`]
+/// has acknowledged before the kill.
+const ACKNOWLEDGED: usize = 200;
+
+/// The outside check, as it was run: a primary, two replicas and three sentinels; a gateway and
+/// a worker given only the sentinels' URL and `--durability-replicas 1`, every other setting at
+/// its default (30 s leases above all); [`ACKNOWLEDGED`] acknowledged creates, `kill -9` of
+/// the primary, and every acknowledged task must end soon after. The tasks running at the kill
+/// end within the failover (their results are written on the new primary), so none waits for
+/// its lease to run out and none runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_defaults_every_acknowledged_task_ends_across_a_kill_9_failover() {
+    let mut set = SentinelSet::start_with(2).await;
+    let stack = stack_at_the_defaults(&set, &["--durability-replicas", "1"]).await;
+    let client = stack.client(0);
+    let mut ids = Vec::new();
+    while ids.len() < ACKNOWLEDGED {
+        let r = client.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 500}})).await;
+        match r.result()["taskId"].as_str().filter(|_| r.status == 200) {
+            Some(id) => ids.push(id.to_owned()),
+            // Not acknowledged (the tenant's create rate, say): sent again.
+            None => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    // The worker is busy at the kill: tasks run, and more wait.
+    let last = client.get_task(ids.last().unwrap()).await;
+    assert!(!is_terminal(last.result()), "tasks were still queued at the kill: {}", last.text);
+
+    let killed = Instant::now();
+    set.fail_over().await;
+    let failed_over = Instant::now();
+    // Well within the default lease (30 s): a task that had to wait for its lease to run out
+    // cannot end by then.
+    let wait = Duration::from_secs(20);
+    let mut unfinished = ids.clone();
+    while !unfinished.is_empty() && failed_over.elapsed() < wait {
+        let mut still = Vec::new();
+        for id in unfinished {
+            let r = client.get_task(&id).await;
+            if !(r.status == 200 && is_terminal(r.result())) {
+                still.push(id);
+            }
+        }
+        unfinished = still;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "failed over {:?} after the kill; {} of {ACKNOWLEDGED} tasks not ended {:?} after it",
+        failed_over - killed,
+        unfinished.len(),
+        failed_over.elapsed()
+    );
+    assert!(unfinished.is_empty(), "not ended within {wait:?} of the failover: {unfinished:?}");
+
+    let store = Store::connect_lazy(&Endpoint::new(set.url()), &stack.namespace, Duration::from_secs(2)).unwrap();
+    let mut reclaimed = Vec::new();
+    for id in &ids {
+        let r = client.get_task(id).await;
+        assert_eq!(r.result()["status"], "completed", "{}", r.text);
+        let record = store.keys().task(&TaskId::parse(id).unwrap()).record;
+        let reclaims = eventually(PATIENCE, "the record to be read", || async {
+            let reclaims: Option<u64> =
+                redis::cmd("HGET").arg(&record).arg("reclaims").query_async(&mut store.conn()).await.ok()?;
+            Some(reclaims.unwrap_or(0))
+        })
+        .await;
+        if reclaims > 0 {
+            reclaimed.push(id.clone());
+        }
+    }
+    assert!(reclaimed.is_empty(), "tasks that waited for their lease to run out: {reclaimed:?}");
+}
+
+/// A gateway (with `gateway_args`) and a worker that know only the sentinels' URL, every other
+/// setting at its default.
+async fn stack_at_the_defaults(set: &SentinelSet, gateway_args: &[&str]) -> Stack {
+    let mut stack = Stack::builder().gateways(0).workers(0).spawn().await;
+    let url = set.url();
+    let gateway = stack.add_gateway_unready(&url, gateway_args).await;
+    let base = stack.gateways[gateway].url.clone().unwrap();
+    eventually(PATIENCE, "the gateway to be ready through the sentinels", || async {
+        (reqwest::get(format!("{base}/readyz")).await.ok()?.status() == 200).then_some(())
+    })
+    .await;
+    stack.add_worker_via(&url, &[]).await;
+    stack
+}
+
+/// A stale primary: the sentinels follow the replica in its place ([`SentinelSet::split_to`])
+/// while the old primary keeps running as a primary, and the gateway and the worker, which were
+/// connected to it, still reach it: nothing fails there, nothing is refused, nobody demotes it.
+/// Their periodic re-check finds that the sentinels name another primary: they close every
+/// connection to the old one (none is left there but the test's own), write nothing more on
+/// it, and the tasks created through the gateway are made and run on the new primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_primary_is_left_for_the_one_the_sentinels_name() {
+    let mut set = SentinelSet::start().await;
+    let stack = stack_at_the_defaults(&set, &[]).await;
+    let client = stack.client(0);
+    let before = client.create_task("sleep", json!({"ms": 0})).await;
+    client.wait_for_status(&before, "completed", PATIENCE).await;
+
+    let old = set.primary_index().await;
+    let new = 1 - old;
+    let mut stale = set.nodes[old].connection().await;
+    let own: u64 = redis::cmd("CLIENT").arg("ID").query_async(&mut stale).await.unwrap();
+    let others = || {
+        let mut stale = stale.clone();
+        async move {
+            let list: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut stale).await.unwrap();
+            list.lines().filter(|l| !l.starts_with(&format!("id={own} "))).map(str::to_owned).collect::<Vec<_>>()
+        }
+    };
+    assert!(!others().await.is_empty(), "the gateway and the worker are connected to the primary");
+    set.split_to(new).await;
+    let split = Instant::now();
+    // The old primary still answers as one: nothing but the re-check can tell the processes.
+    assert_eq!(taskgate_tests::sentinel::role(&set.nodes[old]).await, "master");
+
+    eventually(Duration::from_secs(15), "the gateway and the worker to leave the stale primary", || async {
+        others().await.is_empty().then_some(())
+    })
+    .await;
+    eprintln!("the stale primary was left {:?} after the sentinels named another", split.elapsed());
+    let changes = || {
+        let mut stale = stale.clone();
+        async move {
+            let info: String = redis::cmd("INFO").arg("persistence").query_async(&mut stale).await.unwrap();
+            info.lines().find_map(|l| l.strip_prefix("rdb_changes_since_last_save:")).unwrap().trim().to_owned()
+        }
+    };
+    let written = changes().await;
+
+    // Tasks created now are made and run on the new primary (the first request after the
+    // move may find no primary yet: it is refused, retryable).
+    let after = eventually(PATIENCE, "a create on the new primary", || async {
+        let r = client.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 0}})).await;
+        r.result()["taskId"].as_str().filter(|_| r.status == 200).map(str::to_owned)
+    })
+    .await;
+    client.wait_for_status(&after, "completed", PATIENCE).await;
+    let record = Store::connect_lazy(&Endpoint::new(set.nodes[new].url()), &stack.namespace, Duration::from_secs(2))
+        .unwrap()
+        .keys()
+        .task(&TaskId::parse(&after).unwrap())
+        .record;
+    let on = |node: usize| {
+        let record = record.clone();
+        let node = &set.nodes[node];
+        async move {
+            let mut conn = node.connection().await;
+            redis::cmd("EXISTS").arg(&record).query_async::<bool>(&mut conn).await.unwrap()
+        }
+    };
+    assert!(on(new).await && !on(old).await, "made on the new primary only");
+    assert_eq!(changes().await, written, "nothing more was written on the stale primary");
+    assert!(others().await.is_empty(), "and nobody connected to it again");
+}
+
+/// Silence is not proof: with every sentinel gone, the processes keep the primary they follow
+/// (still checking it with `ROLE`), tasks go on being made and run, and the silence is logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_sentinel_silent_the_primary_is_kept() {
+    let mut set = SentinelSet::start().await;
+    let stack = stack_at_the_defaults(&set, &[]).await;
+    let client = stack.client(0);
+    let before = client.create_task("sleep", json!({"ms": 0})).await;
+    client.wait_for_status(&before, "completed", PATIENCE).await;
+
+    set.kill_sentinels().await;
+    let said = |log: String| log.contains("no sentinel confirms the redis primary; still using it");
+    eventually(PATIENCE, "the gateway and the worker to say the sentinels are silent", || async {
+        (said(stack.gateways[0].log()) && said(stack.workers[0].log())).then_some(())
+    })
+    .await;
+    let after = client.create_task("sleep", json!({"ms": 0})).await;
+    client.wait_for_status(&after, "completed", PATIENCE).await;
+    assert!(!stack.gateways[0].log().contains("leaving"), "the primary was kept");
 }

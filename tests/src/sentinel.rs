@@ -31,7 +31,7 @@ pub struct SentinelSet {
 }
 
 struct Sentinel {
-    _child: Child,
+    child: Child,
     port: u16,
     _dir: tempfile::TempDir,
 }
@@ -208,6 +208,50 @@ impl SentinelSet {
         }
     }
 
+    /// A split built by hand: the sentinels follow node `index` as the primary from now on (it
+    /// stops replicating and is monitored in the old primary's place), while the old primary
+    /// keeps running as a primary that nobody demotes and whose clients nobody disconnects. A
+    /// process that still reaches the old primary sees what one cut off together with it sees,
+    /// once the other side has failed over. Returns once every sentinel names node `index`.
+    pub async fn split_to(&mut self, index: usize) {
+        let port = self.nodes[index].port().to_string();
+        let mut promoted = self.nodes[index].connection().await;
+        let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query_async(&mut promoted).await.expect("promoted");
+        for sentinel in &self.sentinels {
+            let mut conn = sentinel.connection().await.expect("a sentinel connection");
+            let _: () = redis::cmd("SENTINEL").arg("REMOVE").arg(MASTER).query_async(&mut conn).await.expect("removed");
+            let mut monitor = redis::cmd("SENTINEL");
+            monitor.arg("MONITOR").arg(MASTER).arg("127.0.0.1").arg(&port).arg(2);
+            let _: () = monitor.query_async(&mut conn).await.expect("monitored");
+            let mut set = redis::cmd("SENTINEL");
+            set.arg("SET").arg(MASTER).arg("down-after-milliseconds").arg(1000).arg("failover-timeout").arg(5000);
+            let _: () = set.query_async(&mut conn).await.expect("configured");
+        }
+        let wanted = self.nodes[index].port();
+        eventually(Duration::from_secs(30), "every sentinel to name the new primary", || async {
+            for sentinel in &self.sentinels {
+                let mut conn = sentinel.connection().await.ok()?;
+                let addr: Vec<String> = redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(MASTER)
+                    .query_async(&mut conn)
+                    .await
+                    .ok()?;
+                (addr.get(1)?.parse::<u16>().ok()? == wanted).then_some(())?;
+            }
+            Some(())
+        })
+        .await;
+    }
+
+    /// `kill -9` of every sentinel: the data nodes run on, and nobody can be asked which is the
+    /// primary.
+    pub async fn kill_sentinels(&mut self) {
+        for sentinel in &mut self.sentinels {
+            let _ = sentinel.child.kill().await;
+        }
+    }
+
     /// Each node's replication role and links, and each sentinel's primary: for a failure
     /// message.
     async fn describe(&self) -> String {
@@ -262,7 +306,7 @@ impl Sentinel {
             .kill_on_drop(true)
             .spawn()
             .expect("redis-server --sentinel starts");
-        let sentinel = Self { _child: child, port, _dir: dir };
+        let sentinel = Self { child, port, _dir: dir };
         eventually(Duration::from_secs(10), "the sentinel to answer", || async {
             sentinel.master_info().await.map(drop)
         })
@@ -300,4 +344,14 @@ async fn replicas_online(primary: &RedisServer, replicas: usize) -> Option<()> {
 
 fn field<'a>(info: &'a [String], name: &str) -> Option<&'a str> {
     info.chunks_exact(2).find(|kv| kv[0] == name).map(|kv| kv[1].as_str())
+}
+
+/// `node`'s replication role as `ROLE` names it (`master`, `slave`).
+pub async fn role(node: &RedisServer) -> String {
+    let mut conn = node.connection().await;
+    let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut conn).await.expect("ROLE");
+    match role.first() {
+        Some(redis::Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+        other => panic!("ROLE answered {other:?}"),
+    }
 }

@@ -19,7 +19,7 @@ use redis::{Client, Cmd, Pipeline, RedisFuture, Value};
 use tracing::Instrument as _;
 
 use super::dedicated::{Dedicated, Exclusive, Held, MAX_BLOCK, ShardSubscriber, Subscriber};
-use super::sentinel::{Follower, SentinelUrl};
+use super::sentinel::{CHECK_EVERY, Follower, SentinelUrl, moved_primary};
 use super::{Endpoint, Keys, StoreError, scripts};
 use crate::backoff::Backoff;
 use crate::telemetry::metrics::REDIS;
@@ -37,6 +37,21 @@ impl Conn {
     pub(super) fn cluster(conn: ClusterConnection) -> Self {
         Self(Inner::Cluster(conn))
     }
+
+    /// A connection of its own to the primary `follower` follows, made when its move count was
+    /// `moves`: refused once that primary is left.
+    pub(super) fn pinned(conn: MultiplexedConnection, follower: Arc<Follower>, moves: u64) -> Self {
+        Self(Inner::Pinned { conn, follower, moves })
+    }
+
+    /// Whether this connection still reaches the node the process follows: always, except for
+    /// a [`Self::pinned`] one whose primary was left.
+    pub(super) fn still_followed(&self) -> bool {
+        match &self.0 {
+            Inner::Pinned { follower, moves, .. } => follower.still_followed(*moves),
+            _ => true,
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -46,6 +61,12 @@ enum Inner {
     Cluster(ClusterConnection),
     /// The primary that Sentinel names now, found again whenever it is lost.
     Sentinel(Arc<Follower>),
+    /// A dedicated connection to the primary Sentinel named, made under a move count.
+    Pinned {
+        conn: MultiplexedConnection,
+        follower: Arc<Follower>,
+        moves: u64,
+    },
 }
 
 /// Every command is timed and counted (`taskgate_redis_*`), and gets a span when traces are
@@ -60,6 +81,10 @@ impl ConnectionLike for Conn {
                 let f = f.clone();
                 Box::pin(async move { f.send(cmd).await })
             }
+            Inner::Pinned { follower, moves, .. } if !follower.still_followed(*moves) => {
+                Box::pin(async { Err(moved_primary()) })
+            }
+            Inner::Pinned { conn, .. } => conn.req_packed_command(cmd),
         };
         Box::pin(observed(command_label(cmd), sent, failed))
     }
@@ -78,6 +103,10 @@ impl ConnectionLike for Conn {
                 let f = f.clone();
                 Box::pin(async move { f.send_pipeline(pipeline, offset, count).await })
             }
+            Inner::Pinned { follower, moves, .. } if !follower.still_followed(*moves) => {
+                Box::pin(async { Err(moved_primary()) })
+            }
+            Inner::Pinned { conn, .. } => conn.req_packed_commands(pipeline, offset, count),
         };
         Box::pin(observed("pipeline", sent, |replies: &Vec<Value>| replies.iter().any(failed)))
     }
@@ -88,6 +117,7 @@ impl ConnectionLike for Conn {
             Inner::Direct(c) => c.get_db(),
             Inner::Cluster(c) => c.get_db(),
             Inner::Sentinel(_) => 0,
+            Inner::Pinned { conn, .. } => conn.get_db(),
         }
     }
 }
@@ -233,7 +263,7 @@ impl Store {
         };
         let keys = Keys::new(namespace);
         let exclusive = |pool, blocks| Exclusive { target: target.clone(), timeout, blocks, pool };
-        Ok(Self {
+        let store = Self {
             blocking: Dedicated::new("blocking", exclusive("blocking", MAX_BLOCK), 1, timeout),
             durable: Dedicated::new("durable", exclusive("durable", Duration::ZERO), DURABLE_CONNECTIONS, timeout),
             // Two, so that a new subscription need not wait for a broken one to be noticed.
@@ -245,7 +275,48 @@ impl Store {
             keys,
             address: endpoint.redacted(),
             single_slot: endpoint.single_slot,
-        })
+        };
+        if let Target::Sentinel(follower) = &store.target {
+            store.watch_primary(follower);
+        }
+        Ok(store)
+    }
+
+    /// Behind Sentinel, while this store lives: re-checks the primary every [`CHECK_EVERY`]
+    /// ([`Follower::recheck`]), and once a primary was left, closes the idle connections the
+    /// pools still hold to it. (The ones lent out refuse their next command; subscriptions end
+    /// through [`PrimaryMoves`].)
+    fn watch_primary(&self, follower: &Arc<Follower>) {
+        let follower = Arc::downgrade(follower);
+        let (blocking, durable, subscribers) = (self.blocking.weak(), self.durable.weak(), self.subscribers.weak());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(CHECK_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut seen = None;
+            loop {
+                tick.tick().await;
+                // Gone with the last store (the pools hold it too).
+                let Some(follower) = follower.upgrade() else { return };
+                follower.recheck().await;
+                let moves = follower.moves();
+                if seen.is_some_and(|seen| seen != moves) {
+                    blocking.close_idle();
+                    durable.close_idle();
+                    subscribers.close_idle();
+                }
+                seen = Some(moves);
+            }
+        });
+    }
+
+    /// Resolves once the primary this process follows behind Sentinel is left for another
+    /// (never elsewhere). Take it before opening a subscription, and drop the subscription
+    /// when it resolves: the old node hears none of the new primary's messages.
+    pub fn primary_moves(&self) -> PrimaryMoves {
+        match &self.target {
+            Target::Sentinel(follower) => PrimaryMoves(Some(follower.subscribe_moves())),
+            _ => PrimaryMoves(None),
+        }
     }
 
     /// Where Redis is, without credentials: fit for logs and errors.
@@ -396,6 +467,23 @@ impl Store {
             file.script.load_async(&mut conn).await?;
         }
         Ok(())
+    }
+}
+
+/// See [`Store::primary_moves`].
+pub struct PrimaryMoves(Option<tokio::sync::watch::Receiver<u64>>);
+
+impl PrimaryMoves {
+    /// Resolves at the first move since this was taken; never when there is none to follow.
+    pub async fn wait(&mut self) {
+        let moved = match &mut self.0 {
+            Some(moves) => moves.changed().await.is_ok(),
+            None => false,
+        };
+        if !moved {
+            // Nothing to follow, or the follower is gone with its store.
+            std::future::pending::<()>().await;
+        }
     }
 }
 

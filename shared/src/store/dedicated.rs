@@ -18,10 +18,13 @@ use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
 use deadpool::Runtime;
-use deadpool::managed::{self, Manager, Metrics, Object, Pool, PoolError, RecycleError, RecycleResult, TimeoutType};
+use deadpool::managed::{
+    self, Manager, Metrics, Object, Pool, PoolError, RecycleError, RecycleResult, TimeoutType, WeakPool,
+};
 use redis::AsyncConnectionConfig;
 
 use super::connection::{ShardSubscription, Target, cluster_config};
+use super::sentinel;
 use super::{Conn, Keys, StoreError};
 use crate::telemetry::metrics::POOLS;
 
@@ -64,6 +67,11 @@ impl<M: Manager<Error = StoreError>> Dedicated<M> {
         self.report();
     }
 
+    /// A handle that does not keep the pool alive.
+    pub(super) fn weak(&self) -> WeakDedicated<M> {
+        WeakDedicated { pool: self.pool.weak(), name: self.name }
+    }
+
     /// A connection of this pool, waiting for one to be handed back when all are lent.
     pub(super) async fn get(&self) -> Result<Held<M>, StoreError> {
         let status = self.pool.status();
@@ -93,6 +101,22 @@ impl<M: Manager<Error = StoreError>> Dedicated<M> {
 
     fn report(&self) {
         report(self.name, &self.pool);
+    }
+}
+
+/// A pool that may be gone ([`Dedicated::weak`]).
+pub(super) struct WeakDedicated<M: Manager> {
+    pool: WeakPool<M>,
+    name: &'static str,
+}
+
+impl<M: Manager> WeakDedicated<M> {
+    /// Closes the connections the pool holds idle (those lent out are not touched).
+    pub(super) fn close_idle(&self) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.retain(|_, _| false);
+            report(self.name, &pool);
+        }
     }
 }
 
@@ -175,12 +199,23 @@ impl Manager for Exclusive {
                 cluster.get_async_connection_with_config(cluster_config(self.timeout, response)).await?,
             )),
             Target::Sentinel(follower) => {
+                // Taken first: a move while connecting makes the connection refuse at once.
+                let moves = follower.moves();
                 let client = follower.client().await?;
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(self.timeout))
                     .set_response_timeout(Some(response));
-                match client.get_multiplexed_async_connection_with_config(&config).await {
-                    Ok(conn) => Ok(Conn::direct(conn)),
+                let made = async {
+                    let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
+                    let role = sentinel::role(&mut conn).await?;
+                    Ok::<_, redis::RedisError>((conn, role))
+                };
+                match made.await {
+                    Ok((conn, role)) if role == "master" => Ok(Conn::pinned(conn, follower.clone(), moves)),
+                    Ok((_, role)) => {
+                        follower.lost_any();
+                        Err(sentinel::not_primary(&role).into())
+                    }
                     Err(err) => {
                         follower.lost_any();
                         Err(err.into())
@@ -191,15 +226,20 @@ impl Manager for Exclusive {
     }
 
     /// Always checked, as `deadpool-redis` does: a broken connection lent unchecked would fail a
-    /// durable create that a fresh one would have made. Behind Sentinel the check is `ROLE`: a
-    /// connection to a primary since demoted answers `PING` but refuses every write.
+    /// durable create that a fresh one would have made. Behind Sentinel the check is that the
+    /// process still follows the node, then `ROLE`: a connection to a primary since demoted
+    /// answers `PING` but refuses every write, and one to a primary since left (the sentinels
+    /// named another) takes writes nobody will read.
     async fn recycle(&self, conn: &mut Conn, _: &Metrics) -> RecycleResult<StoreError> {
         let Target::Sentinel(follower) = &self.target else {
             return ping(redis::cmd("PING").query_async::<String>(conn), self.pool).await;
         };
-        let role: redis::RedisResult<Vec<redis::Value>> = redis::cmd("ROLE").query_async(conn).await;
-        match role.as_deref().map(|r| r.first().and_then(super::reply::as_string)) {
-            Ok(Some(role)) if role == "master" => Ok(()),
+        if !conn.still_followed() {
+            POOLS.error(self.pool, "recycle");
+            return Err(RecycleError::message("the primary it reaches was left"));
+        }
+        match sentinel::role(conn).await {
+            Ok(role) if role == "master" => Ok(()),
             _ => {
                 follower.lost_any();
                 POOLS.error(self.pool, "recycle");

@@ -62,6 +62,14 @@ fn classify(code: &str, text: &str) -> Diagnosis {
                        --redis-password-file or TASKGATE_REDIS_PASSWORD",
             };
         }
+        "NOREPLICAS" => {
+            return Diagnosis {
+                cause: "the primary has too few replicas in sync to take writes (min-replicas-to-write)",
+                hint: "a replica is down, lagging or cut off from the primary; writes resume once enough \
+                       replicas acknowledge again, or once Sentinel has failed over and taskgate follows \
+                       the new primary",
+            };
+        }
         "NOPERM" => {
             return Diagnosis {
                 cause: "the ACL user may not run a command or touch a key taskgate needs",
@@ -140,6 +148,7 @@ mod tests {
         assert!(classify("", "connection reset by peer (os error 104)").hint.contains("rediss://"));
         assert!(classify("ERR", "err unknown command 'xautoclaim'").cause.contains("does not offer"));
         assert_eq!(classify("", "connection refused (os error 111)").cause, "nothing listens at this address");
+        assert!(classify("NOREPLICAS", "noreplicas not enough good replicas to write.").cause.contains("min-replicas"));
         let required = classify("", "received fatal alert: certificaterequired");
         assert!(required.cause.contains("client certificate") && required.hint.contains("--redis-client-cert"));
     }

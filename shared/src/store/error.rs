@@ -28,8 +28,9 @@ pub enum StoreError {
 
 impl StoreError {
     /// Redis could not be reached, or answered as a node that cannot take writes now (a
-    /// replica, one still loading, a failover in progress): the operation did not happen, or
-    /// its outcome is unknown, and a retry shortly may succeed.
+    /// replica, one still loading, a failover in progress, a primary with too few replicas in
+    /// sync for its `min-replicas-to-write`): the operation did not happen, or its outcome is
+    /// unknown, and a retry shortly may succeed.
     pub fn is_unavailable(&self) -> bool {
         match self {
             Self::Timeout(_) | Self::PoolExhausted { .. } | Self::NoPrimary(_) => true,
@@ -38,7 +39,10 @@ impl StoreError {
                     || err.is_connection_dropped()
                     || err.is_connection_refusal()
                     || err.is_timeout()
-                    || matches!(err.code(), Some("READONLY" | "LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN"))
+                    || matches!(
+                        err.code(),
+                        Some("READONLY" | "LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "NOREPLICAS")
+                    )
             }
             _ => false,
         }

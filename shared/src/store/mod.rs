@@ -31,7 +31,7 @@ mod transitions;
 
 pub use catalogue::Published;
 pub use compact::stored_capabilities;
-pub use connection::{Conn, ShardEvent, ShardSubscription, Store};
+pub use connection::{Conn, PrimaryMoves, ShardEvent, ShardSubscription, Store};
 pub use console::{Cursor, Filter, Inspection, OperatorFail, Page, REVEALS_KEPT, Row, TIMELINE_MAX};
 pub use dedicated::{Exclusive, Held, MAX_BLOCK, ShardSubscriber, Subscriber};
 pub use diagnosis::Diagnosis;

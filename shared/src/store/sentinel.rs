@@ -1,33 +1,61 @@
 //! Redis behind Sentinel: `redis+sentinel://[user:pass@]host:port[,host:port…]/<master>[?db=N]`
 //! (`rediss+sentinel://` for TLS to the sentinels and the data nodes alike).
 //!
-//! The `redis` crate's [`SentinelClient`] finds the primary: it asks the sentinels for the
-//! master of that name, skips one they mark down, and checks with `ROLE` that the node it found
-//! is a primary. What it does not do is follow a failover: a connection made from its answer
-//! stays on that address for ever, and its `ConnectionManager` reconnects there. So taskgate
-//! keeps the primary it found in a [`Follower`] and drops it the moment it stops being one:
+//! taskgate asks the sentinels for the master of that name ([`ask`]: every sentinel at once, the
+//! answer with the highest configuration epoch wins), connects, and checks with `ROLE` on that
+//! very connection that the node is a primary. It keeps the primary it found in a [`Follower`]
+//! and leaves it the moment it stops being one:
 //! - a command fails on the connection (dropped, refused, timed out: the primary died or
 //!   Sentinel killed its clients while demoting it);
-//! - a reply says `READONLY` (the node is a replica now).
+//! - a reply says `READONLY` (the node is a replica now);
+//! - the periodic re-check ([`Follower::recheck`], every [`CHECK_EVERY`]) finds that the node
+//!   answers `ROLE` as a replica, or that the sentinels name another primary. This is what
+//!   catches a primary cut off from the sentinels and its replicas while this process still
+//!   reaches it: it keeps answering as a primary, refuses nothing, and is never demoted while
+//!   cut off, so nothing else would make a process leave it.
 //!
 //! The next command asks the sentinels again, so it reaches the new primary as soon as they
 //! name it, and fails fast (within the command timeout) while they cannot. The command that
 //! saw the loss is not retried: it may have been applied, and only the caller knows whether
 //! it is safe to send again. Scripts are loaded again on the new primary by the `NOSCRIPT`
-//! fallback of every script call. The dedicated connections (blocking reads, durable creates,
-//! subscriptions) are made from the same resolved primary and checked with `ROLE` before they
-//! are lent again.
+//! fallback of every script call.
+//!
+//! A primary left because the sentinels named another, or because it answers as a replica, is
+//! a *move*: every connection made to it before is dead to taskgate from then on. The
+//! dedicated connections (blocking reads, durable creates) carry the move count they were made
+//! under and refuse every command once it changed ([`Follower::still_followed`]); the pools'
+//! idle ones are closed by the store's watcher; subscriptions end through [`PrimaryMoves`].
+//!
+//! When no sentinel answers, the primary is kept: sentinels that are down (restarting, say) are
+//! far more common than a partition, and silence proves nothing about the primary. It is still
+//! checked with `ROLE` every period, a warning is logged once the silence lasts
+//! [`SILENCE_WARN`], and `min-replicas-to-write` on the primary (docs/redis.md) is what stops
+//! an old primary cut off from its replicas from taking writes meanwhile.
+
+mod ask;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike as _, MultiplexedConnection};
-use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{AsyncConnectionConfig, Client, Cmd, ConnectionAddr, Pipeline, RedisError, RedisResult, TlsMode, Value};
+use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisError, RedisResult, Value};
 
 use super::{Endpoint, StoreError, redact};
 use crate::telemetry::metrics::REDIS;
+use ask::Sentinels;
+
+/// How often the primary is checked while nothing fails: `ROLE` on its connection, and the
+/// sentinels asked.
+pub(super) const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// How long one periodic check may wait for each sentinel (and for `ROLE`), at most: a check
+/// never holds up the next by more than this.
+const CHECK_BOUND: Duration = Duration::from_secs(1);
+
+/// How long the sentinels may stay silent before a warning says that the primary is used
+/// unconfirmed.
+const SILENCE_WARN: Duration = Duration::from_secs(10);
 
 /// What a sentinel URL names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,7 +137,7 @@ struct Primary {
 
 /// Follows the primary of one Sentinel-managed master (module docs).
 pub(super) struct Follower {
-    sentinel: tokio::sync::Mutex<SentinelClient>,
+    sentinels: Sentinels,
     endpoint: Endpoint,
     url: SentinelUrl,
     timeout: Duration,
@@ -119,45 +147,20 @@ pub(super) struct Follower {
     generations: AtomicU64,
     /// The address of the last primary found, to count changes.
     last_address: Mutex<Option<String>>,
+    /// How many times a primary was left as one that must not be written to any more (module
+    /// docs): connections made under an older count are refused.
+    moves: tokio::sync::watch::Sender<u64>,
+    /// Since when no sentinel has confirmed the primary, and whether that was said.
+    silent: Mutex<Option<(Instant, bool)>>,
 }
 
 impl Follower {
     pub(super) fn new(endpoint: &Endpoint, url: SentinelUrl, timeout: Duration) -> Result<Self, StoreError> {
-        let addrs = url.sentinels.iter().map(|(host, port)| {
-            if url.tls {
-                ConnectionAddr::TcpTls { host: host.clone(), port: *port, insecure: false, tls_params: None }
-            } else {
-                ConnectionAddr::Tcp(host.clone(), *port)
-            }
-        });
-        let mut builder = SentinelClientBuilder::new(addrs, &url.master, SentinelServerType::Master)?;
-        // The data nodes' login, as for every other URL: the flags over the URL's.
-        let node = endpoint.connection_info(&url.node_url("localhost", 6379))?;
-        let settings = node.redis_settings();
-        if let Some(username) = settings.username() {
-            builder = builder.set_client_to_redis_username(username);
-        }
-        if let Some(password) = settings.password() {
-            builder = builder.set_client_to_redis_password(password);
-        }
-        builder = builder.set_client_to_redis_db(url.db);
-        if let Some(username) = &endpoint.sentinel.username {
-            builder = builder.set_client_to_sentinel_username(username);
-        }
-        if let Some(password) = &endpoint.sentinel.password {
-            builder = builder.set_client_to_sentinel_password(password);
-        }
-        if url.tls {
-            builder =
-                builder.set_client_to_redis_tls_mode(TlsMode::Secure).set_client_to_sentinel_tls_mode(TlsMode::Secure);
-            if !endpoint.tls.is_empty() {
-                builder = builder
-                    .set_client_to_redis_certificates(endpoint.tls.certificates())
-                    .set_client_to_sentinel_certificates(endpoint.tls.certificates());
-            }
-        }
+        // The data nodes' URL must make a client, as for every other URL (TLS files beside a
+        // plain URL are refused here, at start).
+        endpoint.connection_info(&url.node_url("localhost", 6379))?;
         Ok(Self {
-            sentinel: tokio::sync::Mutex::new(builder.build()?),
+            sentinels: Sentinels::new(&url, &endpoint.sentinel, &endpoint.tls)?,
             endpoint: endpoint.clone(),
             url,
             timeout,
@@ -165,6 +168,8 @@ impl Follower {
             resolving: tokio::sync::Mutex::new(()),
             generations: AtomicU64::new(0),
             last_address: Mutex::new(None),
+            moves: tokio::sync::watch::Sender::new(0),
+            silent: Mutex::new(None),
         })
     }
 
@@ -182,36 +187,48 @@ impl Follower {
         self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A client for the current primary, asking the sentinels when none is known. Boxed: the
-    /// crate's lookup is a deep future, and it would otherwise be laid out inside every caller's.
-    pub(super) fn client(&self) -> futures::future::BoxFuture<'_, Result<Client, StoreError>> {
-        Box::pin(self.resolve())
+    /// How many times a primary was left (module docs): a connection made under another count
+    /// reaches a node that must not be used any more.
+    pub(super) fn moves(&self) -> u64 {
+        *self.moves.borrow()
     }
 
-    async fn resolve(&self) -> Result<Client, StoreError> {
-        if let Some(primary) = self.lock().as_ref() {
-            return Ok(primary.client.clone());
+    /// Whether a connection made when [`Self::moves`] was `moves` may still be used.
+    pub(super) fn still_followed(&self, moves: u64) -> bool {
+        self.moves() == moves
+    }
+
+    /// Told of every move from now on.
+    pub(super) fn subscribe_moves(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.moves.subscribe()
+    }
+
+    /// A client for the current primary, once a connection to it has answered `ROLE` as a
+    /// primary (asking the sentinels when none is known). Boxed: the lookup is a deep future,
+    /// and it would otherwise be laid out inside every caller's.
+    pub(super) fn client(&self) -> futures::future::BoxFuture<'_, Result<Client, StoreError>> {
+        Box::pin(async {
+            self.connection().await?;
+            self.lock().as_ref().map(|p| p.client.clone()).ok_or_else(|| StoreError::Redis(lost_primary()))
+        })
+    }
+
+    /// Makes sure a primary is known, asking the sentinels when none is.
+    async fn resolve(&self) -> Result<(), StoreError> {
+        if self.lock().is_some() {
+            return Ok(());
         }
         let _one = self.resolving.lock().await;
-        if let Some(primary) = self.lock().as_ref() {
-            return Ok(primary.client.clone());
+        if self.lock().is_some() {
+            return Ok(());
         }
-        let asked = tokio::time::timeout(self.timeout, async { self.sentinel.lock().await.async_get_client().await });
-        let found = match asked.await {
-            Ok(Ok(found)) => found,
-            Ok(Err(err)) => return Err(self.no_primary(&err.to_string())),
-            Err(_) => return Err(self.no_primary(&format!("no answer within {:?}", self.timeout))),
-        };
-        let (host, port) = match found.get_connection_info().addr() {
-            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => (host.clone(), *port),
-            other => return Err(StoreError::Config(format!("the sentinels named a primary at {other:?}"))),
-        };
-        let address = format!("{host}:{port}");
-        let client = self.endpoint.client(&self.url.node_url(&host, port))?;
+        let named = self.sentinels.primary(self.timeout).await.map_err(|why| self.no_primary(&why))?;
+        let address = named.address();
+        let client = self.endpoint.client(&self.url.node_url(&named.host, named.port))?;
         self.noticed(&address);
         let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
-        *self.lock() = Some(Primary { generation, address, client: client.clone(), conn: None });
-        Ok(client)
+        *self.lock() = Some(Primary { generation, address, client, conn: None });
+        Ok(())
     }
 
     /// Why no primary could be found, naming the sentinels and the master (no secret: the URL's
@@ -239,28 +256,44 @@ impl Follower {
         *last = Some(address.to_owned());
     }
 
-    /// The multiplexed connection to the current primary, and its generation.
+    /// The multiplexed connection to the current primary, and its generation. A new connection
+    /// is used only once it answered `ROLE` as a primary.
     async fn connection(&self) -> RedisResult<(u64, MultiplexedConnection)> {
         if let Some(Primary { generation, conn: Some(conn), .. }) = self.lock().as_ref() {
             return Ok((*generation, conn.clone()));
         }
-        let client = self.client().await.map_err(into_redis)?;
+        self.resolve().await.map_err(into_redis)?;
         let _one = self.resolving.lock().await;
-        if let Some(Primary { generation, conn: Some(conn), .. }) = self.lock().as_ref() {
-            return Ok((*generation, conn.clone()));
-        }
+        // The primary as it is now: another may have been found since the resolution above.
+        let (generation, client) = match self.lock().as_ref() {
+            Some(Primary { generation, conn: Some(conn), .. }) => return Ok((*generation, conn.clone())),
+            Some(primary) => (primary.generation, primary.client.clone()),
+            None => return Err(lost_primary()),
+        };
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout));
-        let conn = client.get_multiplexed_async_connection_with_config(&config).await;
+        let made = async {
+            let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
+            let role = role(&mut conn).await?;
+            Ok::<_, RedisError>((conn, role))
+        };
+        let made = made.await;
         let mut current = self.lock();
-        let Some(primary) = current.as_mut() else {
+        let Some(primary) = current.as_mut().filter(|p| p.generation == generation) else {
             return Err(lost_primary());
         };
-        match conn {
-            Ok(conn) => {
+        match made {
+            Ok((conn, role)) if role == "master" => {
                 primary.conn = Some(conn.clone());
-                Ok((primary.generation, conn))
+                Ok((generation, conn))
+            }
+            Ok((_, role)) => {
+                // Named by the sentinels, but not (or no longer) a primary: ask them again next
+                // time, and use nothing of it meanwhile.
+                tracing::warn!(master = %self.url.master, node = %primary.address, role, "the node the sentinels named is not a primary");
+                *current = None;
+                Err(not_primary(&role))
             }
             Err(err) => {
                 // The node the sentinels named cannot be reached: ask them again next time.
@@ -281,6 +314,80 @@ impl Follower {
     /// Forgets whatever primary is known (a dedicated connection found it demoted).
     pub(super) fn lost_any(&self) {
         *self.lock() = None;
+    }
+
+    /// Leaves the primary of `generation` as one that must not be written to any more: it is
+    /// forgotten, its connection dropped, and every connection made to it refused from now on.
+    fn leave(&self, generation: u64) {
+        let mut current = self.lock();
+        if current.as_ref().is_some_and(|p| p.generation == generation) {
+            *current = None;
+            drop(current);
+            self.moves.send_modify(|moves| *moves += 1);
+        }
+    }
+
+    /// One periodic check of the primary followed (none known: nothing to check): `ROLE` on its
+    /// connection, then the sentinels. Leaves it when it answers as a replica or the sentinels
+    /// name another; keeps it while they are silent (module docs).
+    pub(super) async fn recheck(&self) {
+        let Some((generation, address, conn)) =
+            self.lock().as_ref().map(|p| (p.generation, p.address.clone(), p.conn.clone()))
+        else {
+            return;
+        };
+        let bound = self.timeout.min(CHECK_BOUND);
+        if let Some(mut conn) = conn {
+            match tokio::time::timeout(bound, role(&mut conn)).await {
+                Ok(Ok(role)) if role == "master" => {}
+                Ok(Ok(role)) => {
+                    tracing::warn!(master = %self.url.master, primary = %address, role, "the redis primary answers as a replica now; leaving it");
+                    return self.leave(generation);
+                }
+                // Gone: the next command asks the sentinels again.
+                Ok(Err(err)) if connection_lost(&err) => return self.lost(generation),
+                // Slow, or an error reply: the commands' own timeouts and errors decide.
+                Ok(Err(_)) | Err(_) => {}
+            }
+        }
+        match self.sentinels.primary(bound).await {
+            Ok(named) if named.address() != address => {
+                tracing::warn!(
+                    master = %self.url.master,
+                    from = %address,
+                    to = %named.address(),
+                    epoch = named.epoch,
+                    "the sentinels name another redis primary; leaving the old one"
+                );
+                self.confirmed();
+                self.leave(generation);
+            }
+            Ok(_) => self.confirmed(),
+            Err(why) => self.unconfirmed(&address, &why),
+        }
+    }
+
+    fn confirmed(&self) {
+        let mut silent = self.silent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((since, true)) = *silent {
+            tracing::info!(master = %self.url.master, silent_for = ?since.elapsed(), "the sentinels answer again");
+        }
+        *silent = None;
+    }
+
+    fn unconfirmed(&self, address: &str, why: &str) {
+        let mut silent = self.silent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (since, said) = silent.get_or_insert((Instant::now(), false));
+        if !*said && since.elapsed() >= SILENCE_WARN {
+            *said = true;
+            tracing::warn!(
+                master = %self.url.master,
+                primary = address,
+                silent_for = ?since.elapsed(),
+                why,
+                "no sentinel confirms the redis primary; still using it (min-replicas-to-write on it guards against a split)"
+            );
+        }
     }
 
     pub(super) async fn send(&self, cmd: &Cmd) -> RedisResult<Value> {
@@ -311,6 +418,12 @@ impl Follower {
     }
 }
 
+/// The node's replication role (`master`, `slave`, `sentinel`), from `ROLE`.
+pub(super) async fn role(conn: &mut impl redis::aio::ConnectionLike) -> RedisResult<String> {
+    let reply: Vec<Value> = redis::cmd("ROLE").query_async(conn).await?;
+    Ok(reply.first().and_then(super::reply::as_string).unwrap_or_default())
+}
+
 /// Whether a reply shows that the connection no longer reaches a primary.
 fn lost_by(reply: &RedisResult<Value>) -> bool {
     match reply {
@@ -334,6 +447,19 @@ pub(super) fn connection_lost(err: &RedisError) -> bool {
 
 fn lost_primary() -> RedisError {
     RedisError::from(std::io::Error::new(std::io::ErrorKind::NotConnected, "the redis primary was lost"))
+}
+
+/// A connection made to a primary that was left since: refused without being sent.
+pub(super) fn moved_primary() -> RedisError {
+    RedisError::from(std::io::Error::new(std::io::ErrorKind::NotConnected, "the redis primary moved"))
+}
+
+/// The node named as the primary answers `ROLE` otherwise: as unavailable as a lost one.
+pub(super) fn not_primary(role: &str) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::NotConnected,
+        format!("the node named as the redis primary answers ROLE as {role:?}"),
+    ))
 }
 
 /// A resolution failure as the error of the command that needed it: a connection error, which

@@ -24,6 +24,7 @@ use taskgate_shared::store::{Delivery, MAX_BLOCK};
 use taskgate_shared::telemetry::metrics::TASKS;
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::resend::Resend;
 use super::{Shared, execution};
 use crate::metrics::METRICS;
 
@@ -174,7 +175,7 @@ pub(super) fn spawn_claim(shared: &Arc<Shared>, delivery: Delivery, permit: Owne
     shared.executions.spawn(async move {
         let sent = Instant::now();
         let mut delivery = delivery;
-        if let Some(claim) = claim(&shared2, &mut delivery).await {
+        if let Some(claim) = claim(&shared2, &mut delivery, sent).await {
             METRICS.leases_taken.inc();
             if let Some(queued) = claim.queued_ms {
                 let waited = Duration::from_millis(taskgate_shared::task::now_ms().saturating_sub(queued));
@@ -188,23 +189,25 @@ pub(super) fn spawn_claim(shared: &Arc<Shared>, delivery: Delivery, permit: Owne
 }
 
 /// Claims the fairest task on a delivery's shard. A claim whose outcome is unknown (a timeout, a
-/// dropped connection) may have taken the lease, so it is sent again, for the task the lost one
-/// was after (`delivery` follows the store's redirects): the script answers the same claim to
-/// the same worker for the same entry, so the task is never left held by a worker that does
-/// not run it.
-async fn claim(shared: &Shared, delivery: &mut Delivery) -> Option<taskgate_shared::store::Claim> {
-    let mut delay = Duration::from_millis(100);
-    for attempt in 1..=3 {
-        match shared.store.claim(delivery, &shared.config.pool, &shared.worker_id, shared.config.lease).await {
+/// dropped connection, a failover under way) may have taken the lease, so it is sent again, for
+/// the task the lost one was after (`delivery` follows the store's redirects): the script answers
+/// the same claim to the same worker for the same entry, so the task is never left held by a
+/// worker that does not run it. It is sent again for as long as a lease taken by the first send
+/// would still be known valid; past that the run could not start anyway.
+async fn claim(shared: &Shared, delivery: &mut Delivery, sent: Instant) -> Option<taskgate_shared::store::Claim> {
+    let valid_until = sent + shared.config.lease.saturating_sub(shared.config.lease_margin());
+    let mut resend = Resend::new("claim");
+    loop {
+        let err = match shared.store.claim(delivery, &shared.config.pool, &shared.worker_id, shared.config.lease).await
+        {
             Ok(claim) => return claim,
-            Err(err) => {
-                tracing::warn!(task_id = %delivery.task_id, attempt, error = %err, "claim outcome unknown; asking again");
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-            }
+            Err(err) => err,
+        };
+        if !resend.again(&delivery.task_id, &err, valid_until).await {
+            // Still unknown: the entry stays pending under this consumer and is taken over after
+            // a lease; a lease the lost claim took expires and is reclaimed.
+            tracing::warn!(task_id = %delivery.task_id, error = %err, "claim not settled; left to the takeover");
+            return None;
         }
     }
-    // Still unknown: the entry stays pending under this consumer and is taken over after a
-    // lease; a lease the lost claim took expires and is reclaimed.
-    None
 }

@@ -12,6 +12,8 @@ use taskgate_shared::telemetry::trace;
 use tracing::Instrument as _;
 
 use super::Shared;
+use super::held::HeldTask;
+use super::resend::Resend;
 use crate::metrics::METRICS;
 use crate::tool::{ToolContext, ToolError, ToolOutput};
 
@@ -108,7 +110,7 @@ async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
             held.ending.cancel();
             METRICS.tool_run(&claim.tool, outcome.label(), started.elapsed());
             if let Outcome::Done(Err(ToolError::Suspend)) = outcome {
-                let parked = park(&shared, &task_id, claim.fence, &ctx).await;
+                let parked = park(&shared, &held, &task_id, claim.fence, &ctx).await;
                 if parked.is_some() {
                     // The store counts the transition; the time spent working is this run's.
                     TASKS.left_state("working", started.elapsed());
@@ -123,7 +125,7 @@ async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
         }
     };
     held.ending.cancel();
-    if write(&shared, &task_id, claim.fence, outcome).await.is_some() {
+    if write(&shared, &held, &task_id, claim.fence, outcome).await.is_some() {
         // The store counts the transition; the time spent working is this run's.
         TASKS.left_state("working", started.elapsed());
         super::reaper::release_active(&shared, claim.tenant.as_deref(), &task_id).await;
@@ -161,7 +163,13 @@ async fn unserved(shared: &Shared, tool: &str) -> Outcome {
 
 /// Parks the task; the status it left `working` for (`input_required`, or the terminal status
 /// it ended in instead), `None` when nothing was written.
-async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) -> Option<&'static str> {
+async fn park(
+    shared: &Shared,
+    held: &HeldTask,
+    task_id: &TaskId,
+    fence: u64,
+    ctx: &ToolContext,
+) -> Option<&'static str> {
     let crate::tool::Pending { requests: pending, message, state } = ctx.take_pending();
     if pending.is_empty() {
         // Parking with nothing to answer would strand the task: nobody could resume it.
@@ -170,7 +178,7 @@ async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) 
             taskgate_shared::protocol::ErrorKind::Internal,
             "the tool suspended without asking for any input, so nothing could resume it",
         );
-        return write(shared, task_id, fence, Outcome::Done(Err(ToolError::Rpc(err)))).await;
+        return write(shared, held, task_id, fence, Outcome::Done(Err(ToolError::Rpc(err)))).await;
     }
     // Never park for input the task's creator cannot give: the task fails with -32021 instead.
     let capabilities = ctx.client_capabilities().as_object().cloned().unwrap_or_default();
@@ -178,7 +186,7 @@ async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) 
         taskgate_shared::protocol::capabilities::check_input_requests(&capabilities, pending.iter().map(|(_, r)| r))
     {
         tracing::info!(task_id = %task_id, "the client did not declare the capability this input needs");
-        return write(shared, task_id, fence, Outcome::Done(Err(ToolError::Rpc(err)))).await;
+        return write(shared, held, task_id, fence, Outcome::Done(Err(ToolError::Rpc(err)))).await;
     }
     let requests: Vec<(String, String)> = pending.into_iter().map(|(k, r)| (k, r.to_string())).collect();
     let lease = Lease { task_id, worker: &shared.worker_id, fence };
@@ -203,7 +211,7 @@ async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) 
                 taskgate_shared::protocol::ErrorKind::Internal,
                 format!("tool reused input key {key:?}; keys are unique over a task's lifetime"),
             );
-            write(shared, task_id, fence, Outcome::Done(Err(ToolError::Rpc(err)))).await
+            write(shared, held, task_id, fence, Outcome::Done(Err(ToolError::Rpc(err)))).await
         }
         Err(err) => {
             tracing::error!(task_id = %task_id, error = %err, "parking failed; the lease will expire and the task rerun");
@@ -212,30 +220,38 @@ async fn park(shared: &Shared, task_id: &TaskId, fence: u64, ctx: &ToolContext) 
     }
 }
 
-/// Writes a terminal outcome. One whose reply was lost (a timeout, a dropped connection) may
-/// have been written, so it is sent again: the script answers a replay by the same worker and
-/// token with "written", and the caller then does what follows a write (freeing the
-/// active-task slot) instead of leaving the slot held until the task's expiry.
+/// Writes a terminal outcome. One whose reply was lost (a timeout, a dropped connection, a
+/// failover under way) may have been written, so it is sent again while the lease is known
+/// valid: the script answers a replay by the same worker and token with "written", and the
+/// caller then does what follows a write (freeing the active-task slot). A result made just
+/// before a failover is thus written on the new primary, not dropped for a rerun after the
+/// lease.
 async fn finish(
     store: &taskgate_shared::store::Store,
+    held: &HeldTask,
     lease: Lease<'_>,
     outcome: Finish<'_>,
 ) -> Result<bool, taskgate_shared::store::StoreError> {
-    use backon::Retryable as _;
-    // Three attempts, 100 ms and then 200 ms apart.
-    let twice =
-        backon::ExponentialBuilder::default().with_min_delay(std::time::Duration::from_millis(100)).with_max_times(2);
-    (|| store.finish(lease, outcome.clone()))
-        .retry(twice)
-        .sleep(tokio::time::sleep)
-        .notify(|err, _| {
-            tracing::warn!(task_id = %lease.task_id, error = %err, "finish outcome unknown; sending it again");
-        })
-        .await
+    let mut resend = Resend::new("finish");
+    loop {
+        let err = match store.finish(lease, outcome.clone()).await {
+            Err(err) => err,
+            settled => return settled,
+        };
+        if !resend.again(lease.task_id, &err, held.valid_until()).await {
+            return Err(err);
+        }
+    }
 }
 
 /// Writes the outcome; the terminal status when the task is now terminal.
-async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) -> Option<&'static str> {
+async fn write(
+    shared: &Shared,
+    held: &HeldTask,
+    task_id: &TaskId,
+    fence: u64,
+    outcome: Outcome,
+) -> Option<&'static str> {
     let lease = Lease { task_id, worker: &shared.worker_id, fence };
     let store = &shared.store;
     let mut status = match &outcome {
@@ -257,11 +273,15 @@ async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) 
                     format!("the tool's result was {} bytes, over the {cap}-byte limit", result.len()),
                 );
                 let error_json = error.to_value().to_string();
-                store
-                    .finish(lease, Finish::Failed { error: &error_json, message: Some("The result was too large.") })
-                    .await
+                finish(
+                    store,
+                    held,
+                    lease,
+                    Finish::Failed { error: &error_json, message: Some("The result was too large.") },
+                )
+                .await
             } else {
-                finish(store, lease, Finish::Completed { result: &result, message: message.as_deref() }).await
+                finish(store, held, lease, Finish::Completed { result: &result, message: message.as_deref() }).await
             }
         }
         Outcome::Done(Err(ToolError::Rpc(err))) => {
@@ -275,10 +295,15 @@ async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) 
                     format!("the tool's error was {} bytes, over the {cap}-byte limit", error.len()),
                 );
                 let error_json = error.to_value().to_string();
-                finish(store, lease, Finish::Failed { error: &error_json, message: Some("The error was too large.") })
-                    .await
+                finish(
+                    store,
+                    held,
+                    lease,
+                    Finish::Failed { error: &error_json, message: Some("The error was too large.") },
+                )
+                .await
             } else {
-                finish(store, lease, Finish::Failed { error: &error, message: Some(&err.message) }).await
+                finish(store, held, lease, Finish::Failed { error: &error, message: Some(&err.message) }).await
             }
         }
         Outcome::Panicked => {
@@ -286,13 +311,13 @@ async fn write(shared: &Shared, task_id: &TaskId, fence: u64, outcome: Outcome) 
             let error =
                 RpcError::new(taskgate_shared::protocol::ErrorKind::Internal, "internal error: the tool panicked");
             let error_json = error.to_value().to_string();
-            finish(store, lease, Finish::Failed { error: &error_json, message: Some("The tool failed.") }).await
+            finish(store, held, lease, Finish::Failed { error: &error_json, message: Some("The tool failed.") }).await
         }
         Outcome::Done(Err(ToolError::Cancelled(message))) => {
             let message = message.unwrap_or_else(|| CANCELLED.to_owned());
-            finish(store, lease, Finish::Cancelled { message: &message }).await
+            finish(store, held, lease, Finish::Cancelled { message: &message }).await
         }
-        Outcome::CancelIgnored => finish(store, lease, Finish::Cancelled { message: CANCELLED }).await,
+        Outcome::CancelIgnored => finish(store, held, lease, Finish::Cancelled { message: CANCELLED }).await,
         Outcome::Release => {
             return match store.release(lease, &shared.config.pool, CANCELLED).await {
                 Ok(Released::Requeued) => {

@@ -40,7 +40,12 @@ impl HeldTask {
 
     /// Whether the lease can no longer be known to be valid.
     pub(crate) fn validity_passed(&self) -> bool {
-        Instant::now() >= *lock(&self.valid_until)
+        Instant::now() >= self.valid_until()
+    }
+
+    /// Until when the lease is known to be valid, as of the last claim or renewal that held.
+    pub(crate) fn valid_until(&self) -> Instant {
+        *lock(&self.valid_until)
     }
 
     /// Resolves once the lease can no longer be known to be valid.

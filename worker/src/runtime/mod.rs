@@ -6,6 +6,7 @@ mod execution;
 mod held;
 mod reaper;
 mod renewer;
+mod resend;
 mod served;
 mod signals;
 

@@ -16,6 +16,8 @@ pub(super) async fn run(shared: Arc<Shared>) {
     let channel = shared.store.keys().signal_channel(&shared.worker_id);
     let mut backoff = Backoff::redis();
     loop {
+        // Taken before the connection is made: a primary left meanwhile ends it at once.
+        let mut moved = shared.store.primary_moves();
         match shared.store.pubsub().await {
             Ok(mut pubsub) => {
                 if let Err(err) = pubsub.subscribe(&channel).await {
@@ -23,7 +25,13 @@ pub(super) async fn run(shared: Arc<Shared>) {
                 } else {
                     backoff.reset();
                     let mut messages = pubsub.on_message();
-                    while let Some(msg) = messages.next().await {
+                    loop {
+                        let msg = tokio::select! {
+                            msg = messages.next() => msg,
+                            // The old primary hears nothing the new one publishes.
+                            () = moved.wait() => None,
+                        };
+                        let Some(msg) = msg else { break };
                         let Ok(payload) = msg.get_payload::<String>() else {
                             continue;
                         };
