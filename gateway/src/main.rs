@@ -44,6 +44,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         namespace = %config.redis.namespace,
         runtime = ?config.runtime.shape,
         listeners = listeners.len(),
+        // The listen caps in effect, the per-principal one computed unless given.
+        listen_max_streams = config.streams.max_streams,
+        listen_max_streams_per_principal = config.streams.max_streams_per_principal,
         "gateway listening"
     );
     let state = AppState::new(config).await?;

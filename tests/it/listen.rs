@@ -308,3 +308,48 @@ async fn one_principal_cannot_take_every_stream() {
     assert_eq!(stream.status, 200, "another principal still gets a stream");
     assert_eq!(stream.next_message(PATIENCE).await.unwrap()["params"]["notifications"]["taskIds"], json!([theirs]));
 }
+
+/// The default share as an outside check meets it: `--auth none` (every caller is the one
+/// principal `anonymous`) and a small `--listen-max-streams` (40) whose per-principal cap is
+/// left to the default computation (a quarter: 10, which the gateway logs at start). The
+/// principal holds 10 streams over one HTTP/2 connection; an 11th is refused 429 on that
+/// connection and on a new HTTP/1.1 one alike (the count is the principal's, not a
+/// connection's); the replica counts 10 open; and a stream that ends frees its slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_default_share_one_principal_holds_a_quarter_of_the_streams_on_any_connection() {
+    use taskgate_tests::{Scrape, eventually};
+    let mut stack = taskgate_tests::Stack::builder().gateways(0).spawn().await;
+    stack.add_gateway(&["--listen-max-streams", "40"]).await;
+    let started = stack.gateways[0].log();
+    assert!(
+        started.contains(r#""listen_max_streams":40"#) && started.contains(r#""listen_max_streams_per_principal":10"#),
+        "the caps in effect are logged at start: {started}"
+    );
+    let h1 = stack.client(0);
+    let h2 = McpClient::http2(h1.base());
+    let task_id = h1.create_task("sleep", json!({"ms": 60_000})).await;
+    let mut open = Vec::new();
+    for n in 1..=10 {
+        let (_, mut stream) = listen(&h2, &[&task_id]).await;
+        assert_eq!(stream.status, 200, "stream {n} of the principal's 10");
+        let acknowledged = stream.next_message(PATIENCE).await.expect("the acknowledgement");
+        assert_eq!(acknowledged["method"], "notifications/subscriptions/acknowledged", "{acknowledged}");
+        open.push(stream);
+    }
+    for (client, over) in [(&h2, "HTTP/2"), (&h1, "HTTP/1.1")] {
+        let r = client.call("subscriptions/listen", json!({"notifications": {"taskIds": [task_id]}})).await;
+        assert_eq!((r.status, r.error_code()), (429, Some(-31429)), "an 11th over {over}: {}", r.text);
+        assert_eq!(r.body["error"]["data"]["limit"], "listen_streams");
+    }
+    let metrics = format!("{}/metrics", h1.base());
+    assert_eq!(Scrape::of(&metrics).await.present("taskgate_gateway_sse_streams", &[]), 10.0);
+
+    drop(open.pop());
+    let mut reopened = eventually(PATIENCE, "an ended stream to free its slot", || async {
+        let (_, stream) = listen(&h1, &[&task_id]).await;
+        (stream.status == 200).then_some(stream)
+    })
+    .await;
+    let acknowledged = reopened.next_message(PATIENCE).await.expect("the acknowledgement");
+    assert_eq!(acknowledged["method"], "notifications/subscriptions/acknowledged", "{acknowledged}");
+}

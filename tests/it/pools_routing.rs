@@ -8,18 +8,15 @@ use std::time::Duration;
 use serde_json::json;
 use taskgate_shared::store::Store;
 use taskgate_shared::task::TaskId;
+use taskgate_tests::upstream::{upstreams_file, wait_for_tool};
 use taskgate_tests::{McpClient, Stack, Topology, eventually};
 
 const PATIENCE: Duration = Duration::from_secs(20);
 
-/// A lease short enough that a delivery a stopped worker's read timed out on (it stays pending
-/// under that consumer) is taken over within a few seconds of `SIGCONT`, not after the default
-/// 30 s. No stopped worker holds a lease in these tests.
-const SHORT_LEASE: [&str; 2] = ["--lease-ms", "3000"];
-
 taskgate_tests::on_topologies!(
     [standalone: Standalone, cluster: Cluster]
     each_pool_runs_only_its_own_tasks_and_a_stopped_pool_waits,
+    a_stopped_stdio_pool_runs_its_task_at_once_after_sigcont,
     an_expired_lease_is_requeued_on_the_tasks_own_pool,
     a_tool_moved_to_another_pool_leaves_queued_tasks_where_they_are,
     prompts_and_resources_go_to_the_pool_that_serves_them,
@@ -77,7 +74,7 @@ async fn two_pools(topology: Topology, worker_args: &[&str]) -> Stack {
 }
 
 async fn each_pool_runs_only_its_own_tasks_and_a_stopped_pool_waits(topology: Topology) {
-    let stack = two_pools(topology, &SHORT_LEASE).await;
+    let stack = two_pools(topology, &[]).await;
     let (client, store) = (stack.client(0), stack.store());
     let gpu_worker = Stack::worker_prefix(1);
 
@@ -127,6 +124,89 @@ async fn each_pool_runs_only_its_own_tasks_and_a_stopped_pool_waits(topology: To
     stack.workers[1].signal("CONT");
     let done = client.wait_for_status(&parked, "completed", PATIENCE).await;
     assert_eq!(field(&store, &parked, "finisher").await.map(|f| f.starts_with(&gpu_worker)), Some(true), "{done}");
+}
+
+/// The pending deliveries of the worker group on `pool`'s stream of `id`'s shard: (consumer,
+/// milliseconds since the entry was delivered).
+async fn pending(store: &Store, id: &str, pool: &str) -> Vec<(String, u64)> {
+    let stream = store.keys().queue(TaskId::parse(id).unwrap().shard(), pool).stream;
+    let entries: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg(stream)
+        .arg(taskgate_shared::store::WORKER_GROUP)
+        .arg("-")
+        .arg("+")
+        .arg(100)
+        .query_async(&mut store.conn())
+        .await
+        .unwrap_or_default();
+    entries.into_iter().map(|(_, consumer, idle, _)| (consumer, idle)).collect()
+}
+
+/// A pool of one worker serving only server-everything over stdio, at the default lease
+/// (30 s), is paused with `SIGSTOP` while its reader is blocked in `XREADGROUP`: Redis hands the
+/// new task's entry to that read, whose reply then comes after the read's timeout (1 s of block
+/// and 2 s of command timeout) and is dropped. After `SIGCONT` the task must run at once, not
+/// once the entry has idled a whole lease and is taken over as stale; meanwhile the other pool
+/// goes on.
+async fn a_stopped_stdio_pool_runs_its_task_at_once_after_sigcont(topology: Topology) {
+    let taskgate_tests::interop::Servers { node, everything, .. } = taskgate_tests::interop::servers();
+    let mut stack = topology.builder().workers(0).gateway_args(&["--console"]).spawn().await;
+    let body = format!("[[upstream]]\nname = \"everything\"\ncommand = {node:?}\nargs = [{everything:?}, \"stdio\"]\n");
+    let file = upstreams_file(stack.scratch_dir(), "files.toml", &body);
+    stack.add_worker_in_pool("default", &["--tools", "demo"]).await;
+    stack.add_worker_in_pool("files", &["--tools", "", "--upstreams", file.to_str().unwrap()]).await;
+    let (client, store) = (stack.client(0), stack.store());
+    let files_worker = Stack::worker_prefix(1);
+    wait_for_tool(&client, "everything__echo", PATIENCE).await;
+    let echo = json!({"message": "after the pause"});
+    let first = client.create_task("everything__echo", echo.clone()).await;
+    client.wait_for_status(&first, "completed", PATIENCE).await;
+
+    // The pause must catch the reader inside a blocking read for the entry to be handed to it;
+    // a pause between two reads leaves the entry undelivered (nothing to show), so try again.
+    let mut attempts = 0;
+    let waiting = loop {
+        attempts += 1;
+        assert!(attempts <= 5, "the paused worker's blocking read never received a task");
+        stack.workers[1].signal("STOP");
+        let id = client.create_task("everything__echo", echo.clone()).await;
+        // A read blocks at most 1 s on Redis's side, so by then the entry is delivered or not.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        let delivered = loop {
+            let pending = pending(&store, &id, "files").await;
+            if pending.iter().any(|(consumer, _)| consumer.starts_with(&files_worker)) {
+                break true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                break false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        if delivered {
+            break id;
+        }
+        stack.workers[1].signal("CONT");
+        client.wait_for_status(&id, "completed", PATIENCE).await;
+    };
+    // The other pool goes on.
+    let core = client.create_task("sleep", json!({"ms": 0})).await;
+    client.wait_for_status(&core, "completed", PATIENCE).await;
+    // Paused past the read's timeout (the entry was delivered after the read was sent).
+    eventually(PATIENCE, "the paused read's timeout to pass", || async {
+        pending(&store, &waiting, "files").await.iter().any(|(_, idle)| *idle >= 4_000).then_some(())
+    })
+    .await;
+    let snapshot = client.get_task(&waiting).await;
+    assert_eq!(snapshot.result()["status"], "working", "{}", snapshot.text);
+    assert_eq!(field(&store, &waiting, "holder").await, None, "nobody claimed it while the pool was paused");
+
+    stack.workers[1].signal("CONT");
+    // Well within the lease: a stale delivery is taken over only once it idled a whole lease.
+    let done = client.wait_for_status(&waiting, "completed", Duration::from_secs(15)).await;
+    assert_eq!(done["result"]["content"][0]["text"], "Echo: after the pause", "{done}");
+    assert_eq!(claims(&store, &waiting).await, 1, "claimed exactly once: {done}");
+    let finisher = field(&store, &waiting, "finisher").await.unwrap_or_default();
+    assert!(finisher.starts_with(&files_worker), "ran on {finisher}");
 }
 
 async fn an_expired_lease_is_requeued_on_the_tasks_own_pool(topology: Topology) {
@@ -187,7 +267,7 @@ async fn an_expired_lease_is_requeued_on_the_tasks_own_pool(topology: Topology) 
 /// there for `a`'s workers.
 async fn a_tool_moved_to_another_pool_leaves_queued_tasks_where_they_are(topology: Topology) {
     // The console keeps timelines, which count each task's claims.
-    let mut stack = topology.builder().workers(0).gateway_args(&["--console"]).worker_args(&SHORT_LEASE).spawn().await;
+    let mut stack = topology.builder().workers(0).gateway_args(&["--console"]).spawn().await;
     let (client, store) = (stack.client(0), stack.store());
     stack.add_worker_in_pool("a", &[]).await;
     let on_a = client.create_task("sleep", json!({"ms": 0})).await;

@@ -64,6 +64,13 @@ impl McpClient {
         Self { http, url: format!("{base}/mcp"), next_id: AtomicU64::new(1), bearer: None }
     }
 
+    /// A client that speaks HTTP/2 over cleartext with prior knowledge (h2c), as proxies in
+    /// front of a gateway do: its requests share one connection.
+    pub fn http2(base: &str) -> Self {
+        let http = reqwest::Client::builder().no_proxy().http2_prior_knowledge().build().expect("http client");
+        Self { http, url: format!("{base}/mcp"), next_id: AtomicU64::new(1), bearer: None }
+    }
+
     /// The same gateway, sending `Authorization: Bearer <token>` on every request.
     pub fn with_bearer(mut self, token: &str) -> Self {
         self.bearer = Some(token.to_owned());

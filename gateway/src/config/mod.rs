@@ -291,6 +291,12 @@ pub struct PollSettings {
 /// The default per-principal listen-stream cap is this fraction (1/N) of the replica's.
 const PRINCIPAL_SHARE_OF_STREAMS: usize = 4;
 
+/// `--listen-max-streams-per-principal` when not given: a quarter of the replica's cap in
+/// effect (`--listen-max-streams`, as given), at least 1.
+fn default_streams_per_principal(max_streams: usize) -> usize {
+    (max_streams / PRINCIPAL_SHARE_OF_STREAMS).max(1)
+}
+
 fn ms(value: u64) -> Duration {
     Duration::from_millis(value)
 }
@@ -406,7 +412,7 @@ impl Config {
                 max_streams: cli.listen_max_streams,
                 max_streams_per_principal: cli
                     .listen_max_streams_per_principal
-                    .unwrap_or(cli.listen_max_streams / PRINCIPAL_SHARE_OF_STREAMS)
+                    .unwrap_or_else(|| default_streams_per_principal(cli.listen_max_streams))
                     .max(1),
                 keep_alive: ms(cli.sse_keepalive_ms.max(100)),
             },
@@ -545,8 +551,21 @@ mod tests {
         assert_eq!((config.streams.max_streams, config.streams.max_streams_per_principal), (10_000, 2_500));
         let small = parse(&["--auth", "none", "--listen-max-streams", "2"]).unwrap();
         assert_eq!(small.streams.max_streams_per_principal, 1, "never zero");
+        // What the black-box test of the default runs with (tests/it/listen.rs).
+        let forty = parse(&["--auth", "none", "--listen-max-streams", "40"]).unwrap();
+        assert_eq!((forty.streams.max_streams, forty.streams.max_streams_per_principal), (40, 10));
         let set = parse(&["--auth", "none", "--listen-max-streams-per-principal", "9000"]).unwrap();
         assert_eq!(set.streams.max_streams_per_principal, 9_000);
+        let zero = parse(&["--auth", "none", "--listen-max-streams-per-principal", "0"]).unwrap();
+        assert_eq!(zero.streams.max_streams_per_principal, 1, "never zero, even when told");
+    }
+
+    #[test]
+    fn the_default_share_is_a_quarter_rounded_down_and_never_zero() {
+        let cases = [(0, 1), (1, 1), (3, 1), (4, 1), (7, 1), (8, 2), (40, 10), (41, 10), (10_000, 2_500)];
+        for (max_streams, share) in cases {
+            assert_eq!(default_streams_per_principal(max_streams), share, "of {max_streams}");
+        }
     }
 
     #[test]

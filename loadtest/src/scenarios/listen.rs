@@ -30,6 +30,8 @@ pub(super) async fn prepare(config: &Config, client: Client, recorder: Arc<Recor
         .map_err(|e| anyhow::anyhow!("creating: {e}"))?;
     let lags: Lags = Arc::new(Mutex::new(histogram()));
     let opened = Arc::new(AtomicUsize::new(0));
+    // Streams the gateway refused (a 429 past a listen-stream cap, say): not waited for.
+    let refused = Arc::new(AtomicUsize::new(0));
     // Tasks the worker has parked (`input_required`): the measurement starts once every task
     // is, so that the window holds the cancellations alone, not the worker still claiming the
     // set-up's tasks.
@@ -38,11 +40,12 @@ pub(super) async fn prepare(config: &Config, client: Client, recorder: Arc<Recor
     // requests waiting for their headers would be load-shed by the gateway's in-flight bound.
     let opening = Arc::new(tokio::sync::Semaphore::new(config.concurrency.max(1)));
     for id in &ids {
-        let (client, id, lags, opened, parked, recorder, opening) = (
+        let (client, id, lags, opened, refused, parked, recorder, opening) = (
             client.clone(),
             id.clone(),
             lags.clone(),
             opened.clone(),
+            refused.clone(),
             parked.clone(),
             recorder.clone(),
             opening.clone(),
@@ -51,7 +54,10 @@ pub(super) async fn prepare(config: &Config, client: Client, recorder: Arc<Recor
             let permit = opening.acquire_owned().await.expect("the semaphore is never closed");
             let response = match client.listen(&[&id]).await {
                 Ok(r) => r,
-                Err(err) => return recorder.error(&format!("listen: {err}")),
+                Err(err) => {
+                    refused.fetch_add(1, Ordering::Relaxed);
+                    return recorder.error(&format!("listen: {err}"));
+                }
             };
             drop(permit);
             opened.fetch_add(1, Ordering::Relaxed);
@@ -75,8 +81,15 @@ pub(super) async fn prepare(config: &Config, client: Client, recorder: Arc<Recor
             }
         });
     }
-    wait_until(|| opened.load(Ordering::Relaxed) >= k).await;
-    eprintln!("{} of {k} subscriptions open", opened.load(Ordering::Relaxed));
+    wait_until(|| opened.load(Ordering::Relaxed) + refused.load(Ordering::Relaxed) >= k).await;
+    let (open, not) = (opened.load(Ordering::Relaxed), refused.load(Ordering::Relaxed));
+    if not == 0 {
+        eprintln!("{open} of {k} subscriptions open");
+    } else {
+        // All from one principal: past the gateway's per-principal cap (by default a quarter
+        // of `--listen-max-streams`) the rest are refused with 429.
+        eprintln!("{open} of {k} subscriptions open, {not} refused (see the errors below)");
+    }
     wait_until(|| parked.load(Ordering::Relaxed) >= opened.load(Ordering::Relaxed)).await;
     eprintln!("{} of them on parked tasks (waiting for input)", parked.load(Ordering::Relaxed));
     let ids = Arc::new(ids);

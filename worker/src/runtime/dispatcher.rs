@@ -13,10 +13,18 @@
 //! themselves, with the slots they already hold, at most every half lease: so the takeover runs
 //! on an idle worker, and never depends on a slot happening to be free at the right moment.
 //!
+//! A read that failed may still have delivered: Redis hands entries to a blocked read as they
+//! arrive, and its reply can be lost to the read's timeout (the worker was paused past it by
+//! `SIGSTOP` or a frozen VM, or the network was slow) or to a dropped connection. Those entries are pending under this very consumer, where the takeover would
+//! find them only once they had idled a whole lease. So after a failed read, and once at start,
+//! the reader first reads its own pending entries (`XREADGROUP … 0`) and claims them
+//! (invariant 14: an uncertain outcome is re-read).
+//!
 //! On drain, nothing more is claimed: a delivery read but not yet started stays pending under
 //! this consumer, and another worker's reader takes it over.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use taskgate_shared::backoff::Backoff;
@@ -36,16 +44,51 @@ const CLUSTER_BLOCK: Duration = Duration::from_millis(200);
 
 pub(super) async fn run(shared: Arc<Shared>) {
     let shards: Vec<u8> = (0..shared.config.redis.queue_shards.min(256)).map(|s| s as u8).collect();
+    let claiming = Arc::new(Claiming::default());
     if !shared.store.one_slot_per_command() {
         shared.store.reserve_blocking(1);
-        return read(shared, shards, Reader { greedy: true, block: BLOCK }).await;
+        return read(shared, claiming, shards, Reader { greedy: true, block: BLOCK }).await;
     }
     let reader = Reader { greedy: false, block: CLUSTER_BLOCK };
     shared.store.reserve_blocking(shards.len());
-    let readers: Vec<_> =
-        shards.into_iter().map(|shard| tokio::spawn(read(shared.clone(), vec![shard], reader))).collect();
+    let readers: Vec<_> = shards
+        .into_iter()
+        .map(|shard| tokio::spawn(read(shared.clone(), claiming.clone(), vec![shard], reader)))
+        .collect();
     for reader in readers {
         let _ = reader.await;
+    }
+}
+
+/// The deliveries (shard, stream entry) whose claim this worker has sent and not yet seen
+/// answered. A read of this consumer's own pending entries returns those too: they are skipped,
+/// so that one delivery is never claimed twice at once here.
+#[derive(Default)]
+struct Claiming(Mutex<HashSet<(u8, String)>>);
+
+impl Claiming {
+    fn contains(&self, delivery: &Delivery) -> bool {
+        let key = (delivery.task_id.shard(), delivery.entry_id.clone());
+        self.0.lock().expect("the claiming set's lock is never poisoned").contains(&key)
+    }
+
+    /// Marks the delivery as being claimed; `None` when it already is.
+    fn start(self: &Arc<Self>, delivery: &Delivery) -> Option<ClaimingGuard> {
+        let key = (delivery.task_id.shard(), delivery.entry_id.clone());
+        let fresh = self.0.lock().expect("the claiming set's lock is never poisoned").insert(key.clone());
+        fresh.then(|| ClaimingGuard { claiming: self.clone(), key })
+    }
+}
+
+/// Unmarks its delivery when the claim's answer is in (or the claim was given up).
+struct ClaimingGuard {
+    claiming: Arc<Claiming>,
+    key: (u8, String),
+}
+
+impl Drop for ClaimingGuard {
+    fn drop(&mut self) {
+        self.claiming.0.lock().expect("the claiming set's lock is never poisoned").remove(&self.key);
     }
 }
 
@@ -56,11 +99,14 @@ struct Reader {
     block: Duration,
 }
 
-async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
+async fn read(shared: Arc<Shared>, claiming: Arc<Claiming>, shards: Vec<u8>, reader: Reader) {
     let mut conn = None;
     let mut backoff = Backoff::redis();
     let stale_every = shared.config.lease / 2;
     let mut stale_checked: Option<Instant> = None;
+    // Whether this consumer may have deliveries pending that no reply brought: at start (a
+    // worker restarted under the same `--worker-id`) and after every failed read.
+    let mut own_pending = true;
     while !shared.stop_claiming.is_cancelled() {
         let first = tokio::select! {
             permit = shared.slots.clone().acquire_owned() => match permit { Ok(p) => p, Err(_) => return },
@@ -74,9 +120,30 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
         }
         if stale_checked.is_none_or(|at| at.elapsed() >= stale_every) {
             stale_checked = Some(Instant::now());
-            take_stale(&shared, &shards, &mut permits).await;
+            take_stale(&shared, &claiming, &shards, &mut permits).await;
             if permits.is_empty() {
                 continue;
+            }
+        }
+        if own_pending {
+            // More than a lost read can have delivered, beside the claims still under way.
+            let most = permits.len() + shared.config.concurrency as usize;
+            match shared.store.own_pending_deliveries(&shards, &shared.config.pool, &shared.worker_id, most).await {
+                Ok(pending) => {
+                    own_pending = false;
+                    let pending: Vec<_> = pending.into_iter().filter(|d| !claiming.contains(d)).collect();
+                    if !pending.is_empty() {
+                        tracing::info!(deliveries = pending.len(), "claiming deliveries a lost read left pending");
+                    }
+                    if !start_all(&shared, &claiming, pending, &mut permits).await {
+                        return;
+                    }
+                    if permits.is_empty() {
+                        continue;
+                    }
+                }
+                // The read below fails too, and says why (and recreates lost groups).
+                Err(err) => tracing::debug!(error = %err, "reading this consumer's pending deliveries failed"),
             }
         }
         if conn.is_none() {
@@ -102,29 +169,14 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
         {
             Ok(deliveries) => {
                 backoff.reset();
-                // A read over several shards may still deliver more than there were free slots
-                // (up to one per shard more). The surplus is ours now (pending under this
-                // consumer): it waits for slots rather than for the stale-delivery takeover,
-                // unless the worker drains meanwhile.
-                for delivery in deliveries {
-                    let permit = match permits.pop() {
-                        Some(permit) => permit,
-                        None => tokio::select! {
-                            permit = shared.slots.clone().acquire_owned() => match permit {
-                                Ok(permit) => permit,
-                                Err(_) => return,
-                            },
-                            () = shared.stop_claiming.cancelled() => return,
-                        },
-                    };
-                    if shared.stop_claiming.is_cancelled() {
-                        return;
-                    }
-                    spawn_claim(&shared, delivery, permit);
+                if !start_all(&shared, &claiming, deliveries, &mut permits).await {
+                    return;
                 }
             }
             Err(err) => {
                 tracing::warn!(error = %err, "reading deliveries failed");
+                // Redis may have delivered before the reply was lost.
+                own_pending = true;
                 if err.is_missing_group() {
                     // Redis lost its data (a restart without persistence): recreate the groups
                     // and the catalogue rather than fail forever.
@@ -144,9 +196,43 @@ async fn read(shared: Arc<Shared>, shards: Vec<u8>, reader: Reader) {
     }
 }
 
+/// Starts claiming each delivery on a held permit. A read over several shards may deliver
+/// more than there were free slots (up to one per shard more): the surplus is ours now
+/// (pending under this consumer) and waits for slots rather than for the stale-delivery
+/// takeover. `false` when the worker drains meanwhile.
+async fn start_all(
+    shared: &Arc<Shared>,
+    claiming: &Arc<Claiming>,
+    deliveries: Vec<Delivery>,
+    permits: &mut Vec<OwnedSemaphorePermit>,
+) -> bool {
+    for delivery in deliveries {
+        let permit = match permits.pop() {
+            Some(permit) => permit,
+            None => tokio::select! {
+                permit = shared.slots.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => return false,
+                },
+                () = shared.stop_claiming.cancelled() => return false,
+            },
+        };
+        if shared.stop_claiming.is_cancelled() {
+            return false;
+        }
+        spawn_claim(shared, claiming, delivery, permit);
+    }
+    true
+}
+
 /// Takes over deliveries idle for longer than a lease on these shards, one per held permit,
 /// and starts claiming them; the permits used are taken out of `permits`.
-async fn take_stale(shared: &Arc<Shared>, shards: &[u8], permits: &mut Vec<OwnedSemaphorePermit>) {
+async fn take_stale(
+    shared: &Arc<Shared>,
+    claiming: &Arc<Claiming>,
+    shards: &[u8],
+    permits: &mut Vec<OwnedSemaphorePermit>,
+) {
     let lease = shared.config.lease;
     for shard in shards {
         if permits.is_empty() || shared.stop_claiming.is_cancelled() {
@@ -161,7 +247,7 @@ async fn take_stale(shared: &Arc<Shared>, shards: &[u8], permits: &mut Vec<Owned
                 for delivery in stale {
                     let Some(permit) = permits.pop() else { break };
                     tracing::info!(task_id = %delivery.task_id, "taking over an unclaimed delivery");
-                    spawn_claim(shared, delivery, permit);
+                    spawn_claim(shared, claiming, delivery, permit);
                 }
             }
             Err(err) => tracing::warn!(shard, error = %err, "taking over stale deliveries failed"),
@@ -170,12 +256,18 @@ async fn take_stale(shared: &Arc<Shared>, shards: &[u8], permits: &mut Vec<Owned
 }
 
 /// Claims one delivery and, if the claim holds, runs it on `permit`'s slot.
-pub(super) fn spawn_claim(shared: &Arc<Shared>, delivery: Delivery, permit: OwnedSemaphorePermit) {
+fn spawn_claim(shared: &Arc<Shared>, claiming: &Arc<Claiming>, delivery: Delivery, permit: OwnedSemaphorePermit) {
+    let Some(guard) = claiming.start(&delivery) else {
+        // Its claim is under way already (read again from this consumer's pending entries).
+        return;
+    };
     let shared2 = shared.clone();
     shared.executions.spawn(async move {
         let sent = Instant::now();
         let mut delivery = delivery;
-        if let Some(claim) = claim(&shared2, &mut delivery, sent).await {
+        let claimed = claim(&shared2, &mut delivery, sent).await;
+        drop(guard);
+        if let Some(claim) = claimed {
             METRICS.leases_taken.inc();
             if let Some(queued) = claim.queued_ms {
                 let waited = Duration::from_millis(taskgate_shared::task::now_ms().saturating_sub(queued));

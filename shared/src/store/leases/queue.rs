@@ -55,23 +55,51 @@ impl Store {
         count: usize,
         block: Duration,
     ) -> Result<Vec<Delivery>, StoreError> {
+        let cmd = self.read_group(shards, pool, consumer, count, Some(block), ">");
+        let reply: Option<StreamReadReply> = cmd.query_async(conn).await?;
+        Ok(reply.map(deliveries).unwrap_or_default())
+    }
+
+    /// The deliveries pending under `consumer` on `pool`'s queues of the given shards (at most
+    /// `count` per shard): read by it and not yet claimed. Among them are those of a read whose
+    /// reply it never got (it timed out, or the connection dropped, after Redis had delivered),
+    /// which nothing else would look at before they idled a whole lease. Does not block.
+    pub async fn own_pending_deliveries(
+        &self,
+        shards: &[u8],
+        pool: &str,
+        consumer: &str,
+        count: usize,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        // The ID 0 reads this consumer's own history instead of new entries.
+        let reply: Option<StreamReadReply> =
+            self.read_group(shards, pool, consumer, count, None, "0").query_async(&mut self.conn()).await?;
+        Ok(reply.map(deliveries).unwrap_or_default())
+    }
+
+    /// `XREADGROUP` of the worker group on `pool`'s queues of `shards`, from `id` on each.
+    fn read_group(
+        &self,
+        shards: &[u8],
+        pool: &str,
+        consumer: &str,
+        count: usize,
+        block: Option<Duration>,
+        id: &str,
+    ) -> redis::Cmd {
         let mut cmd = redis::cmd("XREADGROUP");
-        cmd.arg("GROUP")
-            .arg(WORKER_GROUP)
-            .arg(consumer)
-            .arg("COUNT")
-            .arg(count)
-            .arg("BLOCK")
-            .arg(u64::try_from(block.min(MAX_BLOCK).as_millis()).unwrap_or(u64::MAX))
-            .arg("STREAMS");
+        cmd.arg("GROUP").arg(WORKER_GROUP).arg(consumer).arg("COUNT").arg(count);
+        if let Some(block) = block {
+            cmd.arg("BLOCK").arg(u64::try_from(block.min(MAX_BLOCK).as_millis()).unwrap_or(u64::MAX));
+        }
+        cmd.arg("STREAMS");
         for shard in shards {
             cmd.arg(self.keys().queue(*shard, pool).stream);
         }
         for _ in shards {
-            cmd.arg(">");
+            cmd.arg(id);
         }
-        let reply: Option<StreamReadReply> = cmd.query_async(conn).await?;
-        Ok(reply.map(deliveries).unwrap_or_default())
+        cmd
     }
 
     /// Takes over deliveries on `pool`'s queue of a shard that a dead consumer read but never
