@@ -191,8 +191,9 @@ async fn replayed(call: &Call<'_>, id: &TaskId) -> Result<Snapshot, GatewayError
     let owner = call.principal.owner();
     let snapshot = call.state.store.get_owned_task(id, &owner).await?.ok_or_else(task_not_found)?;
     if snapshot.status.is_terminal() {
-        // A retry that raced the first request was admitted as a new task before the create
-        // script found this one; the task has ended, so that admission must not hold a slot.
+        // An ended task holds no slot. A retry that raced the first request past the look-up
+        // was admitted as a new task before the create script found this one: undo that.
+        // (Idempotent, so a retry that was never admitted costs one ZREM.)
         crate::mcp::release_active(call.state, id, &owner.tenant).await;
     }
     Ok(snapshot)
