@@ -29,10 +29,11 @@ mod secrets;
 mod sentinel;
 mod tasks;
 mod transitions;
+mod wire;
 
 pub use catalogue::Published;
 pub use compact::stored_capabilities;
-pub use connection::{Conn, PrimaryMoves, ShardEvent, ShardSubscription, Store};
+pub use connection::{PrimaryMoves, Store};
 pub use console::{Cursor, Filter, Inspection, Page, REVEALS_KEPT, Row, TIMELINE_MAX};
 pub use dedicated::{Exclusive, Held, MAX_BLOCK, ShardSubscriber, Subscriber};
 pub use diagnosis::Diagnosis;
@@ -50,3 +51,4 @@ pub use outcomes::{
 };
 pub use secrets::{Adopted, Replicas, SharedSecret};
 pub use tasks::KeyedTask;
+pub use wire::{Conn, ShardEvent, ShardSubscription};
