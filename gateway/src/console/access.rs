@@ -21,6 +21,7 @@ use sha2::Sha256;
 use taskgate_shared::store::SharedSecret;
 
 use super::ConsoleError;
+use super::model::{Reach, Viewer};
 use crate::auth::{Authenticator, Principal};
 use crate::state::AppState;
 
@@ -32,50 +33,8 @@ pub(super) const COOKIE: &str = "taskgate_console";
 /// `Path=/` and no `Domain`, so neither plain HTTP nor a sibling domain can set or read it.
 pub(super) const SECURE_COOKIE: &str = "__Host-taskgate_console";
 
-/// What a viewer may see.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum Reach {
-    /// Every tenant (the operator scope, or `--auth none`).
-    Everything,
-    /// One tenant (the tenant-admin scope).
-    Tenant(String),
-}
-
-/// An authenticated console user.
-#[derive(Debug, Clone)]
-pub(crate) struct Viewer {
-    pub(crate) principal: Principal,
-    pub(crate) reach: Reach,
-    /// Only operators act (cancel, fail).
-    pub(crate) may_act: bool,
-    /// No authentication is configured (`--auth none`): shown as a banner on every page.
-    pub(crate) open: bool,
-    /// The CSRF token actions must carry.
-    pub(crate) csrf: String,
-}
-
+/// Actions are checked here, beside the token they are checked against.
 impl Viewer {
-    /// `"tenant/principal"`, as the audit trail names the viewer.
-    pub(crate) fn name(&self) -> String {
-        format!("{}/{}", self.principal.tenant, self.principal.subject)
-    }
-
-    /// Whether a task of `tenant` is visible to this viewer.
-    pub(crate) fn sees(&self, tenant: &str) -> bool {
-        match &self.reach {
-            Reach::Everything => true,
-            Reach::Tenant(own) => own == tenant,
-        }
-    }
-
-    /// The tenant a listing is confined to (`None`: every tenant, or the one asked for).
-    pub(crate) fn confine(&self, asked: Option<String>) -> Option<String> {
-        match &self.reach {
-            Reach::Everything => asked,
-            Reach::Tenant(own) => Some(own.clone()),
-        }
-    }
-
     /// Refuses an action without the operator scope, or without this viewer's CSRF token.
     pub(crate) fn check_action(&self, csrf: &str) -> Result<(), ConsoleError> {
         if !self.may_act {

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use taskgate_shared::store::{CancelOutcome, Inspection, OperatorFail};
 use taskgate_shared::task::TaskId;
 
-use super::access::Viewer;
+use super::model::Viewer;
 use super::tasks::inspect;
 use super::{ConsoleError, access, edge};
 use crate::state::AppState;

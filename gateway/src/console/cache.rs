@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::access::Reach;
+use super::model::{Overview, Reach};
 
 /// How long an overview is served from memory. Its page says how old the figures are.
 pub(super) const OVERVIEW_FRESH: Duration = Duration::from_secs(2);
@@ -19,17 +19,17 @@ const MAX_REACHES: usize = 1024;
 /// The console's per-replica state.
 #[derive(Default)]
 pub(super) struct ConsoleState {
-    overviews: Mutex<HashMap<Reach, (Instant, Arc<super::overview::Overview>)>>,
+    overviews: Mutex<HashMap<Reach, (Instant, Arc<Overview>)>>,
 }
 
 impl ConsoleState {
     /// The overview for `reach` if one was built within [`OVERVIEW_FRESH`].
-    pub(super) fn overview(&self, reach: &Reach) -> Option<Arc<super::overview::Overview>> {
+    pub(super) fn overview(&self, reach: &Reach) -> Option<Arc<Overview>> {
         let overviews = self.overviews.lock().expect("lock poisoned: a holder panicked");
         overviews.get(reach).filter(|(at, _)| at.elapsed() < OVERVIEW_FRESH).map(|(_, o)| o.clone())
     }
 
-    pub(super) fn keep(&self, reach: Reach, overview: Arc<super::overview::Overview>) {
+    pub(super) fn keep(&self, reach: Reach, overview: Arc<Overview>) {
         let mut overviews = self.overviews.lock().expect("lock poisoned: a holder panicked");
         if overviews.len() >= MAX_REACHES {
             overviews.retain(|_, (at, _)| at.elapsed() < OVERVIEW_FRESH);

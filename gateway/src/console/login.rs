@@ -5,8 +5,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
-use super::access::Viewer;
 use super::actions::ActionForm;
+use super::model::Viewer;
 use super::views::{self};
 use super::{ConsoleError, access, edge, html};
 use crate::auth::Authenticator;

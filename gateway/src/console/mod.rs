@@ -1,7 +1,8 @@
 //! The operator console under `/console/` (`--console`, off by default): find tasks, read one
 //! whole (record, timeline, input requests, result), and cancel or fail it. Read-mostly,
 //! server-rendered; what it reads comes from Redis, like everything else, so any replica serves
-//! it. Who may see and do what is `access`; the markup is `views`.
+//! it. Who may see and do what is `access`; the markup is `views`; the types the handlers, the
+//! cache and the markup share (the viewer, the overview) are `model`, below them all.
 
 mod access;
 mod actions;
@@ -10,6 +11,7 @@ mod cache;
 mod edge;
 mod error;
 mod login;
+mod model;
 mod overview;
 mod tasks;
 mod views;

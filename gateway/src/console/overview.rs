@@ -8,26 +8,11 @@ use axum::extract::State;
 use axum::response::Response;
 use taskgate_shared::store::{DEFAULT_POOL, Filter};
 
-use super::access::{Reach, Viewer};
 use super::cache::ConsoleState;
-use super::views::{self, Tally};
+use super::model::{Overview, PoolView, Reach, RedisView, Tally, Viewer, WorkerView};
+use super::views;
 use super::{ConsoleError, OVERVIEW_SAMPLE, html, now_ms, shards};
 use crate::state::AppState;
-
-/// What the overview shows, as read at `read_ms`; kept briefly per reach
-/// ([`cache::OVERVIEW_FRESH`]).
-pub(crate) struct Overview {
-    pub(super) tallies: BTreeMap<(String, String), Tally>,
-    pub(super) sampled: usize,
-    pub(super) workers: Vec<views::WorkerView>,
-    pub(super) tools: Vec<String>,
-    /// Every pool's backlog: for those who see every tenant only (a backlog counts them all).
-    pub(super) pools: Option<Vec<views::PoolView>>,
-    /// Behind Sentinel, for operators: the master's name, the primary as this replica last
-    /// found it, and the failovers this replica has seen.
-    pub(super) redis: Option<views::RedisView>,
-    pub(super) read_ms: i64,
-}
 
 /// The overview for this viewer: from memory when one was read within two seconds, else read
 /// afresh. The tools come from Redis, not from this replica's periodically refreshed
@@ -43,19 +28,19 @@ pub(super) async fn read_overview(
     let Tallies { by_tool: tallies, sampled, held } = tally(state, viewer).await?;
     let published = state.store.read_catalogue().await?;
     let tools: Vec<String> = published.tools.into_keys().collect();
-    let workers: Vec<views::WorkerView> = state
+    let workers: Vec<WorkerView> = state
         .store
         .live_workers()
         .await?
         .into_iter()
-        .map(|(id, status, _)| views::WorkerView { running: held.get(&id).copied(), id, status })
+        .map(|(id, status, _)| WorkerView { running: held.get(&id).copied(), id, status })
         .collect();
     let pools = match viewer.reach {
         Reach::Everything => Some(pools(state, &published.routes, &workers, &state.store.known_pools().await?).await?),
         Reach::Tenant(_) => None,
     };
     let redis = match viewer.reach {
-        Reach::Everything => state.store.sentinel_primary().map(|(master, primary)| views::RedisView {
+        Reach::Everything => state.store.sentinel_primary().map(|(master, primary)| RedisView {
             master,
             primary,
             failovers: taskgate_shared::telemetry::metrics::REDIS.failovers_seen(),
@@ -91,17 +76,17 @@ pub(super) async fn overview_fragment(
 pub(super) async fn pools(
     state: &AppState,
     routes: &BTreeMap<String, String>,
-    workers: &[views::WorkerView],
+    workers: &[WorkerView],
     known: &[(String, i64)],
-) -> Result<Vec<views::PoolView>, ConsoleError> {
-    let mut pools: BTreeMap<String, views::PoolView> = BTreeMap::new();
+) -> Result<Vec<PoolView>, ConsoleError> {
+    let mut pools: BTreeMap<String, PoolView> = BTreeMap::new();
     for pool in routes.values().chain(known.iter().map(|(pool, _)| pool)) {
-        pools.entry(pool.clone()).or_insert_with(|| views::PoolView::new(pool));
+        pools.entry(pool.clone()).or_insert_with(|| PoolView::new(pool));
     }
     for worker in workers {
         // A worker from before pools publishes none: it was `default`.
         let pool = worker.status["pool"].as_str().unwrap_or(DEFAULT_POOL);
-        let view = pools.entry(pool.to_owned()).or_insert_with(|| views::PoolView::new(pool));
+        let view = pools.entry(pool.to_owned()).or_insert_with(|| PoolView::new(pool));
         view.workers += 1;
         view.busy += worker.status["busy"].as_u64().unwrap_or(0);
         view.slots += worker.status["slots"].as_u64().unwrap_or(0);

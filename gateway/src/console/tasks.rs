@@ -6,7 +6,7 @@ use serde::Deserialize;
 use taskgate_shared::store::{Cursor, DEFAULT_POOL, Filter, Page};
 use taskgate_shared::task::TaskId;
 
-use super::access::Viewer;
+use super::model::Viewer;
 use super::views::{self, ListQuery, TaskView};
 use super::{ConsoleError, PAGE_ROWS, html, now_ms, shards};
 use crate::state::AppState;

@@ -9,7 +9,7 @@ use maud::{DOCTYPE, Markup, html};
 use taskgate_shared::store::{Cursor, Inspection, Page, Row};
 use taskgate_shared::task::iso8601_ms;
 
-use super::access::Viewer;
+use super::model::{Overview, Tally, Viewer};
 
 /// htmx's settings: no inline indicator styles (the CSP forbids them), no `eval`, and requests
 /// to this origin only.
@@ -79,49 +79,7 @@ pub(super) fn error(title: &str, message: &str) -> Markup {
     page(title, None, html! { h1 { (title) } p.error { (message) } p { a href="/console/" { "Back to the console" } } })
 }
 
-/// One (tenant, tool)'s tasks by state, over the newest tasks of the index.
-#[derive(Debug, Default)]
-pub(super) struct Tally {
-    pub(super) queued: usize,
-    pub(super) running: usize,
-    pub(super) input_required: usize,
-    pub(super) completed: usize,
-    pub(super) failed: usize,
-    pub(super) cancelled: usize,
-    pub(super) oldest_queued_ms: Option<i64>,
-}
-
-/// Redis behind Sentinel, as this replica follows it.
-pub(super) struct RedisView {
-    pub(super) master: String,
-    pub(super) primary: Option<String>,
-    pub(super) failovers: u64,
-}
-
-/// A worker pool: its live workers (and their slots, as of their heartbeats) and its backlog.
-pub(super) struct PoolView {
-    pub(super) name: String,
-    pub(super) workers: usize,
-    pub(super) busy: u64,
-    pub(super) slots: u64,
-    pub(super) backlog: taskgate_shared::store::Backlog,
-}
-
-impl PoolView {
-    pub(super) fn new(name: &str) -> Self {
-        Self { name: name.to_owned(), workers: 0, busy: 0, slots: 0, backlog: Default::default() }
-    }
-}
-
-/// A live worker as its last heartbeat described it.
-pub(super) struct WorkerView {
-    pub(super) id: String,
-    pub(super) status: serde_json::Value,
-    /// Runs it holds among the tasks the overview read (a tenant admin sees its tenant's).
-    pub(super) running: Option<usize>,
-}
-
-pub(super) fn overview(viewer: &Viewer, o: &super::overview::Overview) -> Markup {
+pub(super) fn overview(viewer: &Viewer, o: &Overview) -> Markup {
     let (tallies, sampled, workers, tools, now_ms) = (&o.tallies, o.sampled, &o.workers, &o.tools, o.read_ms);
     let (pools, redis) = (o.pools.as_deref(), o.redis.as_ref());
     page(

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use super::outcomes::OperatorFail;
 use super::scripts::{fail_task, record_reveal};
 use super::{Store, StoreError};
 use crate::task::{Actor, TaskId, TaskStatus, Transition};
@@ -101,19 +102,6 @@ pub struct Inspection {
     pub answers: BTreeMap<String, String>,
     /// The transitions, oldest first, each a JSON object.
     pub timeline: Vec<serde_json::Value>,
-}
-
-/// The outcome of an operator's fail.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OperatorFail {
-    /// Failed from status `from`; `counted_tenant` is the tenant whose active-task slot it
-    /// held, if any.
-    Failed {
-        from: TaskStatus,
-        counted_tenant: Option<String>,
-    },
-    AlreadyTerminal,
-    NotFound,
 }
 
 const ROW_FIELDS: [&str; 9] = ["tenant", "principal", "tool", "status", "created", "updated", "ttl", "holder", "msg"];

@@ -23,8 +23,8 @@ use deadpool::managed::{
 };
 use redis::AsyncConnectionConfig;
 
-use super::connection::{ShardSubscription, Target, cluster_config};
 use super::sentinel;
+use super::wire::{ShardSubscription, Target, cluster_config};
 use super::{Conn, Keys, StoreError};
 use crate::telemetry::metrics::POOLS;
 

@@ -1,9 +1,10 @@
 //! Fleet-wide limits, kept in Redis so that N gateway replicas admit what one would.
 
+use super::outcomes::{Admission, Polled};
 use super::scripts::admit::{self, Gcra};
 use super::scripts::poll_task;
 use super::{Store, StoreError};
-use crate::task::{Owner, Snapshot, TaskId};
+use crate::task::{Owner, TaskId};
 
 /// A rate: `per_second` sustained, `burst` more at once. `per_second <= 0` is unlimited.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -23,35 +24,6 @@ impl Rate {
     }
 }
 
-/// Which limit refused a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Limit {
-    Requests,
-    Creations,
-    ActiveTasks,
-    Poll,
-    /// Open listen streams on one replica (per principal or in all).
-    ListenStreams,
-}
-
-impl Limit {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Requests => "requests",
-            Self::Creations => "creations",
-            Self::ActiveTasks => "active_tasks",
-            Self::Poll => "poll",
-            Self::ListenStreams => "listen_streams",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
-    Admitted,
-    Refused { limit: Limit, retry_after_ms: u64 },
-}
-
 /// A task about to be created, for admission.
 #[derive(Debug, Clone, Copy)]
 pub struct TaskAdmission<'a> {
@@ -59,19 +31,6 @@ pub struct TaskAdmission<'a> {
     pub ttl_ms: u64,
     pub creations: Rate,
     pub max_active: u64,
-}
-
-/// The outcome of a client's `tasks/get`.
-#[derive(Debug, Clone)]
-pub enum Polled {
-    /// Unknown, expired or not the caller's.
-    NotFound,
-    TooSoon {
-        retry_after_ms: u64,
-        /// The task's `pollIntervalMs`.
-        interval_ms: u64,
-    },
-    Found(Box<Snapshot>),
 }
 
 impl Store {

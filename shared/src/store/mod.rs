@@ -21,6 +21,7 @@ mod error;
 mod keys;
 mod leases;
 mod limits;
+mod outcomes;
 mod pools;
 mod reply;
 mod scripts;
@@ -28,11 +29,12 @@ mod secrets;
 mod sentinel;
 mod tasks;
 mod transitions;
+mod wire;
 
 pub use catalogue::Published;
 pub use compact::stored_capabilities;
-pub use connection::{Conn, PrimaryMoves, ShardEvent, ShardSubscription, Store};
-pub use console::{Cursor, Filter, Inspection, OperatorFail, Page, REVEALS_KEPT, Row, TIMELINE_MAX};
+pub use connection::{PrimaryMoves, Store};
+pub use console::{Cursor, Filter, Inspection, Page, REVEALS_KEPT, Row, TIMELINE_MAX};
 pub use dedicated::{Exclusive, Held, MAX_BLOCK, ShardSubscriber, Subscriber};
 pub use diagnosis::Diagnosis;
 pub use endpoint::{Endpoint, SentinelLogin, TlsPem, redact};
@@ -41,10 +43,12 @@ pub use keys::{
     CatalogueKeys, DEFAULT_POOL, Keys, MAX_POOL_LEN, QueueKeys, ShardKeys, TaskKeys, TenantKeys, WORKER_GROUP,
     is_pool_name,
 };
-pub use leases::{
-    Backlog, Claim, Delivery, Finish, HeldAnswer, Hold, Lease, MAX_REDIRECTS, Parked, Reclaimed, Released, Renewal,
-    Started, entry_ms,
+pub use leases::{Backlog, Delivery, Finish, Lease, MAX_REDIRECTS, entry_ms};
+pub use limits::{Rate, TaskAdmission};
+pub use outcomes::{
+    Admission, Answered, CancelOutcome, Claim, Created, HeldAnswer, Hold, Limit, NewTask, OperatorFail, Parked, Polled,
+    Reclaimed, Released, Renewal, Started,
 };
-pub use limits::{Admission, Limit, Polled, Rate, TaskAdmission};
 pub use secrets::{Adopted, Replicas, SharedSecret};
-pub use tasks::{Answered, CancelOutcome, Created, KeyedTask, NewTask};
+pub use tasks::KeyedTask;
+pub use wire::{Conn, ShardEvent, ShardSubscription};

@@ -15,10 +15,11 @@
 
 use std::sync::LazyLock;
 
+use redis::aio::ConnectionLike;
 use redis::{Script, ScriptInvocation, Value};
 
+use super::StoreError;
 use super::reply::Reply;
-use super::{Conn, StoreError};
 
 /// A script taking exactly `KEYS` keys.
 struct Lua<const KEYS: usize> {
@@ -38,8 +39,10 @@ impl<const KEYS: usize> Lua<KEYS> {
 }
 
 /// Sends `call` and reads its reply array with `decode`: every module's `call` is this.
+/// Generic over the connection so that this table, which the wire reads for its metric labels,
+/// does not import the wire back.
 async fn run<T>(
-    conn: &mut Conn,
+    conn: &mut impl ConnectionLike,
     call: &ScriptInvocation<'_>,
     decode: impl FnOnce(Reply) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {

@@ -7,6 +7,8 @@
 //! crash follows the same task instead of calling again; it is never shown to clients, and it
 //! is used only with the server that issued it.
 
+use std::time::Duration;
+
 use rmcp::model::{
     CancelTaskParams, ClientCapabilities, ClientRequest, ExtensionCapabilities, GetTaskParams, GetTaskResult,
     InputResponses, JsonObject, Request, RequestMetaObject, ServerResult, TASKS_EXTENSION_ID, TaskPayload,
@@ -16,8 +18,9 @@ use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 use serde_json::Value;
 use taskgate_shared::protocol::{ErrorKind, RpcError};
 
+use super::connection::Upstream;
+use super::errors;
 use super::rounds::{self, Saved};
-use super::tool::UpstreamTool;
 use crate::tool::{ToolContext, ToolError, ToolOutput};
 
 /// The `_meta` key that ties a result to the server's task.
@@ -30,6 +33,18 @@ const POLL_DEFAULT_MS: u64 = 1_000;
 
 /// Rounds of input one followed task may ask.
 const MAX_ROUNDS: u32 = 32;
+
+/// The tool that called, as following needs it: which server and tool, and its limits.
+pub(super) struct Caller<'a> {
+    pub(super) upstream: &'a Upstream,
+    /// The upstream's own name for the tool.
+    pub(super) remote: &'a str,
+    /// How long one request may go without an answer.
+    pub(super) timeout: Duration,
+    /// The hard limit of the whole call, following included.
+    pub(super) max_timeout: Duration,
+    pub(super) cancel_grace: Duration,
+}
 
 /// Where following starts: the server's task, the rounds of input it asked so far, every key
 /// it asked (its keys are unique over its task's life, so an answered one shown again is
@@ -64,15 +79,15 @@ impl Follow {
 }
 
 pub(super) async fn follow(
-    tool: &UpstreamTool,
+    tool: &Caller<'_>,
     peer: &Peer<RoleClient>,
     ctx: &ToolContext,
     mut follow: Follow,
 ) -> Result<ToolOutput, ToolError> {
     let upstream = tool.upstream.name();
-    let timeout = tool.settings.timeout;
+    let timeout = tool.timeout;
     // The hard limit of one call holds for following too.
-    let hard = tokio::time::Instant::now() + tool.settings.max_timeout;
+    let hard = tokio::time::Instant::now() + tool.max_timeout;
     if let Some(answers) = follow.answers.take() {
         // Answers the server already has (a run that died after sending them) are ignored by
         // it; an error is logged and following goes on, since the task's state decides.
@@ -88,7 +103,7 @@ pub(super) async fn follow(
     let mut last_message: Option<String> = None;
     loop {
         let got = tokio::select! {
-            got = get(peer, &follow.task, timeout) => got.map_err(|err| tool.failure(err))?,
+            got = get(peer, &follow.task, timeout) => got.map_err(|err| errors::failure(tool.upstream, tool.remote, err))?,
             () = ctx.cancelled() => return Err(cancel(tool, peer, ctx, &follow.task).await),
             () = tokio::time::sleep_until(hard) => return Err(too_long(tool, peer, ctx, &follow.task).await),
         };
@@ -108,7 +123,7 @@ pub(super) async fn follow(
                         )));
                     }
                     let keys: Vec<String> = input_requests.keys().cloned().collect();
-                    let (ours, status) = match rounds::our_requests(&tool.remote, 't', follow.round, input_requests) {
+                    let (ours, status) = match rounds::our_requests(tool.remote, 't', follow.round, input_requests) {
                         Ok(ours) => ours,
                         Err(err) => return Err(abandon(tool, peer, ctx, &follow.task, err).await),
                     };
@@ -146,7 +161,7 @@ pub(super) async fn follow(
         }
         let wait = got.task.task.poll_interval_ms.unwrap_or(POLL_DEFAULT_MS).clamp(POLL_MIN_MS, POLL_MAX_MS);
         tokio::select! {
-            () = tokio::time::sleep(std::time::Duration::from_millis(wait)) => {}
+            () = tokio::time::sleep(Duration::from_millis(wait)) => {}
             () = ctx.cancelled() => return Err(cancel(tool, peer, ctx, &follow.task).await),
             () = tokio::time::sleep_until(hard) => return Err(too_long(tool, peer, ctx, &follow.task).await),
         }
@@ -156,7 +171,7 @@ pub(super) async fn follow(
 /// Stops the server's task when this run cannot follow it (its id could not be saved), and
 /// returns why.
 pub(super) async fn abandon(
-    tool: &UpstreamTool,
+    tool: &Caller<'_>,
     peer: &Peer<RoleClient>,
     ctx: &ToolContext,
     task: &str,
@@ -167,13 +182,13 @@ pub(super) async fn abandon(
 }
 
 /// The hard limit passed: the server's task is cancelled and the call fails.
-async fn too_long(tool: &UpstreamTool, peer: &Peer<RoleClient>, ctx: &ToolContext, task: &str) -> ToolError {
+async fn too_long(tool: &Caller<'_>, peer: &Peer<RoleClient>, ctx: &ToolContext, task: &str) -> ToolError {
     let _ = cancel(tool, peer, ctx, task).await;
-    ToolError::Rpc(tool.limit_error())
+    ToolError::Rpc(errors::over_limit(tool.remote, tool.max_timeout))
 }
 
 /// Passes a cancel on (`tasks/cancel`), waiting for the server at most the cancel grace.
-async fn cancel(tool: &UpstreamTool, peer: &Peer<RoleClient>, ctx: &ToolContext, task: &str) -> ToolError {
+async fn cancel(tool: &Caller<'_>, peer: &Peer<RoleClient>, ctx: &ToolContext, task: &str) -> ToolError {
     tracing::info!(upstream = %tool.upstream.name(), tool = %tool.remote, task_id = %ctx.task_id(), "cancelling the upstream task");
     let request = ClientRequest::CancelTaskRequest(Request::new(CancelTaskParams::new(task.to_owned())));
     if send(peer, request, tool.cancel_grace).await.is_err() {
@@ -187,7 +202,7 @@ async fn cancel(tool: &UpstreamTool, peer: &Peer<RoleClient>, ctx: &ToolContext,
 async fn send(
     peer: &Peer<RoleClient>,
     request: ClientRequest,
-    timeout: std::time::Duration,
+    timeout: Duration,
 ) -> Result<ServerResult, ServiceError> {
     let mut meta = RequestMetaObject::default();
     let mut extensions = ExtensionCapabilities::new();

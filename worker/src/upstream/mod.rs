@@ -4,6 +4,7 @@
 mod bounds;
 pub mod config;
 mod connection;
+mod errors;
 mod followed;
 mod handler;
 mod http;

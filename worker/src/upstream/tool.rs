@@ -20,9 +20,9 @@ use tokio::sync::mpsc;
 use super::bounds::status_text;
 use super::config::Resolved;
 use super::connection::Upstream;
-use super::followed::{self, Follow};
+use super::errors;
+use super::followed::{self, Caller, Follow};
 use super::handler::{Bridge, CallEvent, declined_status};
-use super::http::error_chain;
 use super::rounds::{self, Saved};
 use crate::metrics::METRICS;
 use crate::tool::{BoxFuture, Tool, ToolContext, ToolError, ToolOutput};
@@ -75,6 +75,17 @@ impl Tool for UpstreamTool {
 }
 
 impl UpstreamTool {
+    /// What following a task the server created needs of this tool.
+    fn caller(&self) -> Caller<'_> {
+        Caller {
+            upstream: &self.upstream,
+            remote: &self.remote,
+            timeout: self.settings.timeout,
+            max_timeout: self.settings.max_timeout,
+            cancel_grace: self.cancel_grace,
+        }
+    }
+
     async fn run(&self, arguments: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let upstream = self.upstream.name();
         let saved = rounds::saved(ctx)?;
@@ -82,9 +93,9 @@ impl UpstreamTool {
         if let Some(Saved::Task { server, task, round, keys, asked }) = saved {
             let follow = Follow::resume(ctx, upstream, server, task, round, &keys, asked)?;
             let _permit =
-                self.upstream.in_flight.acquire().await.map_err(|_| unavailable(upstream, "shutting down"))?;
-            let (_, peer, _) = self.upstream.connection().await.map_err(|m| unavailable(upstream, &m))?;
-            return followed::follow(self, &peer, ctx, follow).await;
+                self.upstream.in_flight.acquire().await.map_err(|_| errors::unavailable(upstream, "shutting down"))?;
+            let (_, peer, _) = self.upstream.connection().await.map_err(|m| errors::unavailable(upstream, &m))?;
+            return followed::follow(&self.caller(), &peer, ctx, follow).await;
         }
         if !self.retry_safe && !ctx.mark_started().await? {
             tracing::warn!(upstream, tool = %self.remote, task_id = %ctx.task_id(), "an earlier run was interrupted mid-call; not retried");
@@ -101,8 +112,9 @@ impl UpstreamTool {
             Value::Null => None,
             _ => return Err(ToolError::Rpc(RpcError::invalid_params("tool arguments must be an object"))),
         };
-        let _permit = self.upstream.in_flight.acquire().await.map_err(|_| unavailable(upstream, "shutting down"))?;
-        let (index, peer, bridge) = self.upstream.connection().await.map_err(|m| unavailable(upstream, &m))?;
+        let _permit =
+            self.upstream.in_flight.acquire().await.map_err(|_| errors::unavailable(upstream, "shutting down"))?;
+        let (index, peer, bridge) = self.upstream.connection().await.map_err(|m| errors::unavailable(upstream, &m))?;
         // A run after the task was parked continues the server's rounds where they stopped.
         let mut resume = match saved {
             Some(Saved::Rounds { round, request_state, keys }) => {
@@ -120,7 +132,7 @@ impl UpstreamTool {
             match self.send(params, index, &peer, &bridge, ctx).await? {
                 ServerResult::CallToolResult(result) => {
                     let result = serde_json::to_value(result)
-                        .map_err(|_| unavailable(upstream, "its result did not serialise"))?;
+                        .map_err(|_| errors::unavailable(upstream, "its result did not serialise"))?;
                     return Ok(ToolOutput { result, status_message: None });
                 }
                 ServerResult::InputRequiredResult(asked) => {
@@ -142,12 +154,12 @@ impl UpstreamTool {
                     if let Err(err) = ctx.save_state(&serde_json::to_value(saved).unwrap_or(Value::Null)).await {
                         // Without its id saved, a later run could not find the server's task:
                         // stop that task too.
-                        return Err(followed::abandon(self, &peer, ctx, &task, err).await);
+                        return Err(followed::abandon(&self.caller(), &peer, ctx, &task, err).await);
                     }
                     let follow = Follow { task, round: 0, asked: Vec::new(), answers: None };
-                    return followed::follow(self, &peer, ctx, follow).await;
+                    return followed::follow(&self.caller(), &peer, ctx, follow).await;
                 }
-                _ => return Err(unavailable(upstream, "it answered the call with an unexpected result")),
+                _ => return Err(errors::unavailable(upstream, "it answered the call with an unexpected result")),
             }
         }
     }
@@ -180,7 +192,7 @@ impl UpstreamTool {
         let handle = peer
             .send_request_with_option(ClientRequest::CallToolRequest(Request::new(params)), options)
             .await
-            .map_err(|err| self.failure(err))?;
+            .map_err(|err| errors::failure(&self.upstream, &self.remote, err))?;
         let (events_tx, mut events) = mpsc::channel(32);
         let mut route = bridge.route(handle.progress_token.clone(), handle.id.clone(), events_tx);
         drop(starting);
@@ -196,7 +208,7 @@ impl UpstreamTool {
             tokio::select! {
                 answer = &mut response => {
                     route.answered();
-                    return answer.map_err(|err| self.failure(err));
+                    return answer.map_err(|err| errors::failure(&self.upstream, &self.remote, err));
                 }
                 Some(event) = events.recv() => match event {
                     CallEvent::Progress(p) => {
@@ -230,7 +242,7 @@ impl UpstreamTool {
                             // ends it (a held task can be finished by its holder).
                             Held::CallEnded(answer) => {
                                 route.answered();
-                                return (*answer).map_err(|err| self.failure(err));
+                                return (*answer).map_err(|err| errors::failure(&self.upstream, &self.remote, err));
                             }
                         }
                     }
@@ -238,11 +250,11 @@ impl UpstreamTool {
                 () = throttle.due() => {}
                 () = tokio::time::sleep_until(idle) => {
                     self.abandon_call(peer, request_id, "timed out").await;
-                    return Err(ToolError::Rpc(self.idle_error(timeout)));
+                    return Err(ToolError::Rpc(errors::idle(&self.remote, timeout)));
                 }
                 () = tokio::time::sleep_until(hard) => {
                     self.abandon_call(peer, request_id, "timed out").await;
-                    return Err(ToolError::Rpc(self.limit_error()));
+                    return Err(ToolError::Rpc(errors::over_limit(&self.remote, self.settings.max_timeout)));
                 }
                 () = ctx.cancelled() => {
                     tracing::info!(upstream, tool = %self.remote, task_id = %ctx.task_id(), "cancelling the upstream call");
@@ -278,30 +290,6 @@ impl UpstreamTool {
         }
     }
 
-    /// The call went `timeout` without an answer or progress.
-    pub(super) fn idle_error(&self, timeout: Duration) -> RpcError {
-        RpcError::new(
-            ErrorKind::Internal,
-            format!(
-                "upstream tool {:?} went {} ms without an answer or progress, and was abandoned",
-                self.remote,
-                timeout.as_millis()
-            ),
-        )
-    }
-
-    /// The call ran past its hard limit.
-    pub(super) fn limit_error(&self) -> RpcError {
-        RpcError::new(
-            ErrorKind::Internal,
-            format!(
-                "upstream tool {:?} did not finish within its limit of {} ms",
-                self.remote,
-                self.settings.max_timeout.as_millis()
-            ),
-        )
-    }
-
     /// Tells the server the worker no longer waits for the call (`notifications/cancelled`).
     async fn abandon_call(&self, peer: &Peer<RoleClient>, request_id: rmcp::model::RequestId, reason: &str) {
         let notice =
@@ -331,44 +319,6 @@ impl UpstreamTool {
         // does not read as such ends the question.
         Ok(serde_json::from_value(answer).unwrap_or_else(|_| ElicitResult::new(ElicitationAction::Cancel)))
     }
-
-    pub(super) fn failure(&self, err: ServiceError) -> ToolError {
-        let upstream = self.upstream.name();
-        ToolError::Rpc(match err {
-            ServiceError::McpError(e) => {
-                let kind = ErrorKind::from_code(i64::from(e.code.0));
-                let mut error = RpcError::new(kind, e.message.into_owned());
-                if let Some(data) = e.data {
-                    error = error.with_data(data);
-                }
-                error
-            }
-            ServiceError::Timeout { timeout } => self.idle_error(timeout),
-            // Over HTTP every call is its own request: a failed send means the server could
-            // not be reached (refused, reset, a 5xx), not that a connection died mid-call.
-            ServiceError::TransportSend(err) if self.upstream.is_http() => RpcError::new(
-                ErrorKind::Internal,
-                format!("upstream server {upstream:?} could not be reached: {}", error_chain(&*err.error)),
-            ),
-            ServiceError::TransportClosed | ServiceError::TransportSend(_) => RpcError::new(
-                ErrorKind::Internal,
-                format!("upstream server {upstream:?} closed the connection during the call (it may have crashed)"),
-            ),
-            other => RpcError::new(
-                ErrorKind::Internal,
-                format!("upstream server {upstream:?} failed the call: {}", error_chain(&other)),
-            ),
-        })
-    }
-}
-
-fn unavailable(upstream: &str, why: &str) -> ToolError {
-    let message = if why.starts_with("upstream server") {
-        why.to_owned()
-    } else {
-        format!("upstream server {upstream:?}: {why}")
-    };
-    ToolError::Rpc(RpcError::new(ErrorKind::Internal, message))
 }
 
 /// The status a progress notification shows; the server's message is bounded and cleaned

@@ -3,40 +3,13 @@
 use std::time::Duration;
 
 use super::{Delivery, millis};
+use crate::store::outcomes::Claim;
 use crate::store::scripts::claim_task::{self, ClaimStep};
 use crate::store::scripts::pass_wakeup;
 use crate::store::{Store, StoreError, WORKER_GROUP};
-use crate::task::TaskId;
 
 /// How many times one claim follows the front of the ready set before it gives up.
 pub const MAX_REDIRECTS: usize = 16;
-
-/// A claimed task: what the tool runs with.
-#[derive(Debug, Clone)]
-pub struct Claim {
-    pub task_id: TaskId,
-    pub fence: u64,
-    pub tool: String,
-    /// Arguments as JSON text.
-    pub arguments: String,
-    pub traceparent: Option<String>,
-    pub cancel_requested: bool,
-    /// Recorded input responses, key -> JSON text.
-    pub answers: Vec<(String, String)>,
-    /// The creating request's `clientCapabilities` (JSON text).
-    pub client_capabilities: String,
-    /// The owner's tenant when the task counts against its active-task cap.
-    pub tenant: Option<String>,
-    /// What the tool saved when it last parked the task for input (JSON text).
-    pub tool_state: Option<String>,
-    /// The durable steps earlier runs recorded, name -> result JSON text (read by the claim
-    /// itself: no extra round trip).
-    pub steps: Vec<(String, String)>,
-    /// When the task was last queued (ms): created, released, reclaimed or answered.
-    pub queued_ms: Option<u64>,
-    /// The owner's tenant (whether counted or not).
-    pub owner_tenant: String,
-}
 
 impl Store {
     /// Claims the fairest task queued on `pool`'s queue of the delivery's shard: fenced lease

@@ -4,28 +4,11 @@
 use std::time::Duration;
 
 use super::{Lease, millis};
+use crate::store::outcomes::{Renewal, Started};
 use crate::store::scripts::{extend_lease, finish_task, mark_started, record_step, save_state, set_status};
 use crate::store::transitions::emit;
 use crate::store::{Store, StoreError};
 use crate::task::{Actor, TaskStatus, Transition};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Renewal {
-    Held { cancel_requested: bool },
-    Lost,
-}
-
-/// What [`Store::mark_started`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Started {
-    /// No earlier run of this task got this far.
-    First,
-    /// A run under an earlier fencing token got this far: its side effect may have happened.
-    Before {
-        fence: u64,
-    },
-    LeaseLost,
-}
 
 /// A terminal outcome written by the lease holder.
 #[derive(Debug, Clone)]

@@ -1,43 +1,12 @@
 //! Input mid-task: parking for input, holding a question open, and its answer.
 
 use super::Lease;
+use crate::store::outcomes::{HeldAnswer, Hold, Parked};
 use crate::store::scripts::withdraw_question::{self, Withdrawn};
 use crate::store::scripts::{held_answer, hold_for_input, request_input};
 use crate::store::transitions::emit;
 use crate::store::{Store, StoreError};
 use crate::task::{Actor, TaskStatus, Transition};
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Parked {
-    Parked,
-    /// A cancel was requested meanwhile; the task ended cancelled.
-    CancelledInstead,
-    LeaseLost,
-    /// The tool asked for a key that was issued before (keys are lifetime-unique).
-    KeyReused(String),
-}
-
-/// What [`Store::hold_for_input`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Hold {
-    /// The task shows `input_required`; this worker keeps the lease.
-    Held,
-    /// A cancel is pending: nothing was written.
-    CancelPending,
-    LeaseLost,
-    KeyReused(String),
-}
-
-/// What [`Store::held_answer`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HeldAnswer {
-    /// The answer (JSON text); the task is working again.
-    Answered(String),
-    Waiting,
-    /// The task ended meanwhile (cancelled, or expired).
-    Ended,
-    LeaseLost,
-}
 
 impl Store {
     /// Shows the task as `input_required` with one request (key, request JSON) while this

@@ -11,11 +11,9 @@ mod held;
 mod queue;
 mod reaper;
 
-pub use claims::{Claim, MAX_REDIRECTS};
-pub use fenced::{Finish, Renewal, Started};
-pub use held::{HeldAnswer, Hold, Parked};
+pub use claims::MAX_REDIRECTS;
+pub use fenced::Finish;
 pub use queue::{Backlog, Delivery, entry_ms};
-pub use reaper::{Reclaimed, Released};
 
 /// The identity every fenced write carries.
 #[derive(Debug, Clone, Copy)]

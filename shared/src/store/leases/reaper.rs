@@ -2,6 +2,7 @@
 //! expired ones.
 
 use super::Lease;
+use crate::store::outcomes::{Reclaimed, Released};
 use crate::store::scripts::{reclaim_task, release_task};
 use crate::store::transitions::emit;
 use crate::store::{Store, StoreError};
@@ -12,36 +13,6 @@ use crate::task::{Actor, TaskId, TaskStatus, Transition};
 const HELD_LOST: &str = "The worker holding the upstream server's session for this question stopped, so the question can no longer be answered; call the tool again.";
 static HELD_LOST_ERROR: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| serde_json::json!({ "code": -32603, "message": HELD_LOST }).to_string());
-
-/// What [`Store::release`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Released {
-    Requeued,
-    /// A cancel was pending: the task ended cancelled.
-    Cancelled,
-    /// It held a question for its creator: the task failed.
-    Failed,
-    LeaseLost,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reclaimed {
-    Nothing,
-    Requeued,
-    /// Failed past the maximum; the owner's tenant if the task counted against its cap.
-    Failed {
-        tenant: Option<String>,
-    },
-    /// A cancel was pending; the owner's tenant.
-    Cancelled {
-        tenant: Option<String>,
-    },
-    /// The task had already ended (a replay of a reclaim that ran, or a stale index entry);
-    /// the owner's tenant, so that its active-task slot is released.
-    AlreadyEnded {
-        tenant: Option<String>,
-    },
-}
 
 impl Store {
     /// Hands a held task back to its pool's queue (draining), or ends it: cancelled when a

@@ -1,0 +1,12 @@
+//! The values the store's methods give back that their scripts build from a reply. They sit
+//! below both, so a script module and the method that calls it do not import each other.
+
+mod console;
+mod leases;
+mod limits;
+mod tasks;
+
+pub use console::OperatorFail;
+pub use leases::{Claim, HeldAnswer, Hold, Parked, Reclaimed, Released, Renewal, Started};
+pub use limits::{Admission, Limit, Polled};
+pub use tasks::{Answered, CancelOutcome, Created, NewTask};
