@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use taskgate_shared::protocol::sse::{self, SseDecoder, SseEvent, SseItem};
 
 /// What `call_light` reads of a reply.
 #[derive(Debug, serde::Deserialize)]
@@ -145,8 +146,9 @@ impl Client {
         let response = self.request(method, params, tasks).send().await.map_err(classify)?;
         let status = response.status().as_u16();
         let text = response.text().await.map_err(classify)?;
-        // The last data line carries the response when the reply is SSE.
-        let message = text.lines().rev().find_map(|l| l.strip_prefix("data:")).unwrap_or(&text);
+        // The last event carries the response when the reply is SSE; a JSON reply has none.
+        let last = sse::data_of(text.as_bytes()).pop();
+        let message = last.as_deref().unwrap_or(&text);
         let reply: Value = serde_json::from_str(message.trim()).map_err(|_| LoadError::Http(status))?;
         if let Some(code) = reply["error"]["code"].as_i64() {
             return Err(LoadError::Rpc(code));
@@ -189,70 +191,42 @@ fn classify(err: reqwest::Error) -> LoadError {
     if err.is_timeout() { LoadError::Timeout } else { LoadError::Transport }
 }
 
-/// Reads SSE `data:` messages from a response, one JSON message per line.
+/// Reads the JSON messages of an SSE response, one per event (events whose data is not JSON
+/// are skipped).
 pub struct SseReader {
     response: reqwest::Response,
-    lines: SseLines,
+    decoder: SseDecoder,
+    ended: bool,
 }
 
 impl SseReader {
     pub fn new(response: reqwest::Response) -> Self {
-        Self { response, lines: SseLines::default() }
+        Self { response, decoder: SseDecoder::default(), ended: false }
     }
 
     /// The next message; `None` when the stream ends.
     pub async fn next(&mut self) -> Option<Value> {
         loop {
-            if let Some(message) = self.lines.next_message() {
-                return Some(message);
+            while let Some(item) = self.decoder.next_item() {
+                if let SseItem::Event(SseEvent { data: Some(data), .. }) = item
+                    && let Ok(message) = serde_json::from_str(&data)
+                {
+                    return Some(message);
+                }
             }
-            let chunk = self.response.chunk().await.ok()??;
-            self.lines.push(&chunk);
-        }
-    }
-}
-
-/// The bytes of an SSE stream, cut into `data:` messages. Lines are split on the byte: a chunk
-/// may end inside a UTF-8 character, and `\n` never occurs inside one.
-#[derive(Default)]
-struct SseLines {
-    buffer: Vec<u8>,
-}
-
-impl SseLines {
-    fn push(&mut self, chunk: &[u8]) {
-        self.buffer.extend_from_slice(chunk);
-    }
-
-    /// The next complete `data:` line's message, if one has arrived.
-    fn next_message(&mut self) -> Option<Value> {
-        while let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.buffer.drain(..=end).collect();
-            let Ok(line) = std::str::from_utf8(&line) else { continue };
-            if let Some(data) = line.trim_end().strip_prefix("data:")
-                && let Ok(message) = serde_json::from_str(data.trim())
-            {
-                return Some(message);
+            if self.ended {
+                return None;
             }
-        }
-        None
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::SseLines;
-
-    #[test]
-    fn a_character_split_across_chunks_arrives_whole() {
-        let event = "data: {\"text\":\"caf\u{e9} \u{1f600}\"}\n\n".as_bytes();
-        for cut in 1..event.len() {
-            let mut lines = SseLines::default();
-            lines.push(&event[..cut]);
-            let early = lines.next_message();
-            lines.push(&event[cut..]);
-            let message = early.or_else(|| lines.next_message()).expect("one message");
-            assert_eq!(message["text"], "caf\u{e9} \u{1f600}", "cut at {cut}");
+            match self.response.chunk().await {
+                Ok(Some(chunk)) => self.decoder.push(&chunk),
+                // The end: a last event without its blank line is still read.
+                Ok(None) => {
+                    self.ended = true;
+                    self.decoder.finish();
+                }
+                // A broken stream: an event it cut off may be partial, so it is dropped.
+                Err(_) => return None,
+            }
         }
     }
 }

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use taskgate_shared::protocol::sse;
 use taskgate_tests::{Stack, eventually, meta_without_tasks, standard_headers};
 
 fn conformance_stack() -> taskgate_tests::StackBuilder {
@@ -130,7 +131,9 @@ async fn progress_streams_over_sse_only_when_asked_for() {
     assert_eq!(r.header("content-type"), Some("text/event-stream"));
     assert_eq!(r.header("x-accel-buffering"), Some("no"));
     let messages = sse_messages(&r.text);
-    assert!(!r.text.lines().any(|l| l.starts_with("id:")), "no SSE ids: nothing is replayed");
+    let ids =
+        sse::decode(r.text.as_bytes()).into_iter().filter(|i| matches!(i, sse::SseItem::Event(e) if e.id.is_some()));
+    assert_eq!(ids.count(), 0, "no SSE ids: nothing is replayed");
     let progress: Vec<f64> = messages
         .iter()
         .filter(|m| m["method"] == "notifications/progress")
@@ -224,10 +227,7 @@ async fn an_error_after_the_stream_began_is_its_last_message() {
     assert!(last.get("result").is_none(), "{last}");
 }
 
-/// The JSON-RPC messages of a whole SSE body, one per `data:` line.
+/// The JSON-RPC messages of a whole SSE body, one per event.
 fn sse_messages(text: &str) -> Vec<Value> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .map(|d| serde_json::from_str(d.trim()).expect("one JSON message per data line"))
-        .collect()
+    sse::data_of(text.as_bytes()).iter().map(|d| serde_json::from_str(d).expect("one JSON message per event")).collect()
 }

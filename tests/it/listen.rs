@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use taskgate_shared::protocol::sse;
 use taskgate_shared::task::{Owner, TaskId};
 use taskgate_tests::{McpClient, SseItem, SseStream, Topology, meta_without_tasks};
 
@@ -111,7 +112,7 @@ async fn a_listener_on_another_replica_sees_every_transition(topology: Topology)
     let last = stream.next_message(PATIENCE).await.unwrap();
     assert_closing_result(&last, &subscription);
     assert_eq!(stream.next_message(PATIENCE).await, None, "the stream ends after the result");
-    assert!(stream.raw_lines.iter().all(|l| !l.starts_with("id:") && !l.starts_with("event:")), "no ids, no replay");
+    assert!(stream.events.iter().all(|e| e.id.is_none() && e.event.is_none()), "no ids, no replay");
 }
 
 async fn unknown_and_foreign_ids_are_dropped_from_the_acknowledgement(topology: Topology) {
@@ -157,8 +158,7 @@ async fn a_late_subscriber_still_gets_the_terminal_snapshot(topology: Topology) 
         request = request.header(name, value);
     }
     let text = request.send().await.unwrap().text().await.unwrap();
-    let messages: Vec<Value> =
-        text.lines().filter_map(|l| l.strip_prefix("data:")).map(|d| serde_json::from_str(d.trim()).unwrap()).collect();
+    let messages: Vec<Value> = sse::data_of(text.as_bytes()).iter().map(|d| serde_json::from_str(d).unwrap()).collect();
     assert_eq!(messages.len(), 3, "{text}");
     assert_eq!(messages[0]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 4242);
     let terminal = snapshot(&messages[1], &json!(4242));

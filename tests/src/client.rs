@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
+use taskgate_shared::protocol::sse::{self, SseDecoder, SseEvent};
 
 /// `_meta` declaring the Tasks extension.
 pub fn meta() -> Value {
@@ -190,10 +191,11 @@ pub struct SseStream {
     pub status: u16,
     pub headers: reqwest::header::HeaderMap,
     body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
-    buffer: Vec<u8>,
-    pending: std::collections::VecDeque<SseItem>,
-    /// Every raw line seen, for framing assertions.
-    pub raw_lines: Vec<String>,
+    decoder: SseDecoder,
+    /// The body has ended (whatever the decoder still holds is read first).
+    ended: bool,
+    /// Every event seen, with its `id:` and `event:` fields, for framing assertions.
+    pub events: Vec<SseEvent>,
 }
 
 impl SseStream {
@@ -202,30 +204,31 @@ impl SseStream {
         use futures::StreamExt as _;
         let deadline = tokio::time::Instant::now() + patience;
         loop {
-            if let Some(item) = self.pending.pop_front() {
-                return Some(item);
-            }
-            let chunk = tokio::time::timeout_at(deadline, self.body.next()).await.expect("an SSE item in time");
-            match chunk {
-                None => return None,
-                Some(Err(_)) => return None,
-                Some(Ok(bytes)) => {
-                    // Split on the byte: a chunk may end inside a UTF-8 character, and `\n`
-                    // never occurs inside one, so only whole lines are decoded.
-                    self.buffer.extend_from_slice(&bytes);
-                    while let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
-                        let raw: Vec<u8> = self.buffer.drain(..=end).collect();
-                        let line = String::from_utf8(raw).expect("an SSE line is UTF-8");
-                        let line = line.trim_end_matches(['\r', '\n']).to_owned();
-                        self.raw_lines.push(line.clone());
-                        if let Some(comment) = line.strip_prefix(':') {
-                            self.pending.push_back(SseItem::Comment(comment.to_owned()));
-                        } else if let Some(data) = line.strip_prefix("data:") {
-                            let message = serde_json::from_str(data.trim()).expect("one JSON message per data line");
-                            self.pending.push_back(SseItem::Message(message));
+            if let Some(item) = self.decoder.next_item() {
+                match item {
+                    sse::SseItem::Comment(comment) => return Some(SseItem::Comment(comment)),
+                    sse::SseItem::Event(event) => {
+                        self.events.push(event.clone());
+                        // An event without data carries no message (`events` still shows it).
+                        if let Some(data) = event.data {
+                            let message = serde_json::from_str(&data).expect("one JSON message per event");
+                            return Some(SseItem::Message(message));
                         }
                     }
                 }
+            }
+            if self.ended {
+                return None;
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.body.next()).await.expect("an SSE item in time");
+            match chunk {
+                Some(Ok(bytes)) => self.decoder.push(&bytes),
+                // The end: a last event without its blank line is still read.
+                None => {
+                    self.ended = true;
+                    self.decoder.finish();
+                }
+                Some(Err(_)) => return None,
             }
         }
     }
@@ -262,9 +265,9 @@ impl McpClient {
             status,
             headers,
             body: Box::pin(response.bytes_stream()),
-            buffer: Vec::new(),
-            pending: Default::default(),
-            raw_lines: Vec::new(),
+            decoder: SseDecoder::default(),
+            ended: false,
+            events: Vec::new(),
         };
         (body, stream)
     }

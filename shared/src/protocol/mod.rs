@@ -9,6 +9,7 @@ pub mod meta;
 pub mod method;
 pub mod params;
 pub mod result;
+pub mod sse;
 
 pub use envelope::{Incoming, RequestId};
 pub use error::{ErrorKind, RpcError};

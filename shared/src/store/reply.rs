@@ -6,7 +6,9 @@ use redis::Value;
 
 use super::StoreError;
 
-/// The reply codes several scripts share (each script's header lists the ones it returns).
+/// The reply codes several scripts share (each script's header lists the ones it returns). The
+/// scripts write them through the prelude's `REPLY` table, which a test holds equal to these;
+/// a code only one script returns is named in that script's module.
 pub(super) mod code {
     /// Nothing to do, or nothing written.
     pub(crate) const NOTHING: i64 = 0;
@@ -19,6 +21,14 @@ pub(super) mod code {
     pub(crate) const KEY_REUSED: i64 = -5;
     /// `{-10, pool}`: the task belongs to another pool's queue (the prelude's `other_pool`).
     pub(crate) const OTHER_POOL: i64 = -10;
+    /// `{3, version, …}`: this script ended the task cancelled, as a cancel was pending
+    /// (`release_task`, `reclaim_task`, `request_input`).
+    pub(crate) const CANCELLED: i64 = 3;
+    /// `{4, version, …}`: this script ended the task failed (`release_task`, `reclaim_task`).
+    pub(crate) const FAILED: i64 = 4;
+    /// The task had ended before this script ran: nothing of it written (`reclaim_task`,
+    /// `held_answer`).
+    pub(crate) const ALREADY_ENDED: i64 = 5;
 }
 
 /// A script's reply array.

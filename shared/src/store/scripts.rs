@@ -202,4 +202,57 @@ mod tests {
     fn the_header_check_reads_key_indexes() {
         assert_eq!(key_indexes("-- KEYS[1] a   KEYS[12] b  KEYS[x] #KEYS"), BTreeSet::from([1, 12]));
     }
+
+    /// The prelude's `REPLY` table, as (name, code) pairs.
+    fn lua_codes() -> Vec<(String, i64)> {
+        let prelude = include_str!("scripts/prelude.lua");
+        let table = prelude.split("local REPLY = {").nth(1).and_then(|t| t.split('}').next()).expect("a REPLY table");
+        table
+            .split(',')
+            .filter(|entry| !entry.trim().is_empty())
+            .map(|entry| {
+                let (name, value) = entry.split_once('=').expect("NAME = code");
+                (name.trim().to_owned(), value.trim().parse().expect("an integer code"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_lua_prelude_and_rust_agree_on_every_shared_code() {
+        let rust = [
+            ("NOTHING", super::super::reply::code::NOTHING),
+            ("OK", super::super::reply::code::OK),
+            ("NOT_FOUND", super::super::reply::code::NOT_FOUND),
+            ("LEASE_LOST", super::super::reply::code::LEASE_LOST),
+            ("KEY_REUSED", super::super::reply::code::KEY_REUSED),
+            ("OTHER_POOL", super::super::reply::code::OTHER_POOL),
+            ("CANCELLED", super::super::reply::code::CANCELLED),
+            ("FAILED", super::super::reply::code::FAILED),
+            ("ALREADY_ENDED", super::super::reply::code::ALREADY_ENDED),
+        ];
+        let mut lua = lua_codes();
+        lua.sort();
+        let mut rust: Vec<(String, i64)> = rust.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect();
+        rust.sort();
+        assert_eq!(lua, rust);
+        let mut values: Vec<i64> = rust.iter().map(|(_, c)| *c).collect();
+        values.dedup();
+        assert_eq!(values.len(), rust.len(), "no two shared codes have one value");
+    }
+
+    #[test]
+    fn every_script_names_only_codes_the_prelude_defines() {
+        let names: Vec<String> = lua_codes().into_iter().map(|(n, _)| n).collect();
+        for file in super::all() {
+            for used in file.source.split("REPLY.").skip(1) {
+                let name: String = used.chars().take_while(|c| c.is_ascii_uppercase() || *c == '_').collect();
+                assert!(names.contains(&name), "{}: REPLY.{name} is not in the prelude", file.label);
+            }
+        }
+        let prelude = include_str!("scripts/prelude.lua");
+        for used in prelude.split("REPLY.").skip(1) {
+            let name: String = used.chars().take_while(|c| c.is_ascii_uppercase() || *c == '_').collect();
+            assert!(names.contains(&name), "prelude: REPLY.{name} is not in the table");
+        }
+    }
 }

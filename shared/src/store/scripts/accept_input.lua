@@ -23,12 +23,12 @@ local rcall = redis.call
 local record, inputs, answers, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'created', 'ttl', 'parked', 'held', 'holder',
   'lease', 'pool')
-if not f[1] or f[1] ~= ARGV[2] or f[2] ~= ARGV[3] then return {-1} end
-if f[3] ~= 'input_required' then return {0} end
+if not f[1] or f[1] ~= ARGV[2] or f[2] ~= ARGV[3] then return {REPLY.NOT_FOUND} end
+if f[3] ~= 'input_required' then return {REPLY.NOTHING} end
 local now = now_ms()
 -- A held question whose holder's lease lapsed cannot be answered any more (its session is
 -- gone): nothing is taken, and the reaper fails the task.
-if f[7] and (not f[8] or tonumber(f[9] or '0') <= now) then return {0} end
+if f[7] and (not f[8] or tonumber(f[9] or '0') <= now) then return {REPLY.NOTHING} end
 -- A held task's answer goes to its holder, not to a queue; a parked one may be requeued.
 if not f[7] then
   local wrong = other_pool(f[10], ARGV[7])
@@ -41,7 +41,7 @@ for i = 9, #ARGV, 2 do
     applied = applied + 1
   end
 end
-if applied == 0 then return {0} end
+if applied == 0 then return {REPLY.NOTHING} end
 rcall('PEXPIREAT', answers, tonumber(f[4]) + tonumber(f[5]))
 local status, resumed, waited = 'input_required', 0, -1
 if rcall('EXISTS', inputs) == 0 then
@@ -60,4 +60,4 @@ rcall('HSET', record, 'updated', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
 timeline(KEYS[5], now, {ev = 'answered', to = status, answers = applied})
 publish_event(ARGV[4], ARGV[1] .. ' ' .. ver .. ' ' .. status)
-return {1, ver, resumed, waited}
+return {REPLY.OK, ver, resumed, waited}

@@ -30,18 +30,18 @@ local function commit(key, new_tat)
 end
 
 local req_tat, wait = gcra(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]))
-if req_tat == nil then return {0, wait, 'requests'} end
+if req_tat == nil then return {REPLY.NOTHING, wait, 'requests'} end
 if #KEYS == 1 then
   commit(KEYS[1], req_tat)
-  return {1}
+  return {REPLY.OK}
 end
 local create_tat
 create_tat, wait = gcra(KEYS[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
-if create_tat == nil then return {0, wait, 'creations'} end
+if create_tat == nil then return {REPLY.NOTHING, wait, 'creations'} end
 local cap = tonumber(ARGV[5])
 if cap > 0 then
   rcall('ZREMRANGEBYSCORE', KEYS[3], '-inf', math.floor(now))
-  if rcall('ZCARD', KEYS[3]) >= cap then return {0, 1000, 'active_tasks'} end
+  if rcall('ZCARD', KEYS[3]) >= cap then return {REPLY.NOTHING, 1000, 'active_tasks'} end
 end
 commit(KEYS[1], req_tat)
 commit(KEYS[2], create_tat)
@@ -52,4 +52,4 @@ if cap > 0 then
   local ttl = rcall('PTTL', KEYS[3])
   if ttl < 0 or ttl < tonumber(ARGV[7]) then rcall('PEXPIREAT', KEYS[3], expires) end
 end
-return {1}
+return {REPLY.OK}

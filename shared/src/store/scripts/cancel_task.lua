@@ -16,9 +16,9 @@ local rcall = redis.call
 local record, inputs = KEYS[1], KEYS[2]
 local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'holder', 'parked', 'held', 'cancel')
 local operator = ARGV[7] ~= '' and ARGV[7] or nil
-if not f[1] or (not operator and (f[1] ~= ARGV[2] or f[2] ~= ARGV[3])) then return {-1} end
+if not f[1] or (not operator and (f[1] ~= ARGV[2] or f[2] ~= ARGV[3])) then return {REPLY.NOT_FOUND} end
 local status = f[3]
-if status ~= 'working' and status ~= 'input_required' then return {0} end
+if status ~= 'working' and status ~= 'input_required' then return {REPLY.NOTHING} end
 local now = now_ms()
 if status == 'working' and f[4] then
   if not f[7] then
@@ -41,4 +41,4 @@ timeline(KEYS[4], now, {ev = 'cancelled', to = 'cancelled', by = operator, why =
 publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' cancelled')
 local waited = -1
 if status == 'input_required' and f[5] then waited = now - tonumber(f[5]) end
-return {1, ver, status, waited}
+return {REPLY.OK, ver, status, waited}

@@ -33,7 +33,7 @@ local record, stream, leases, answers, ready = KEYS[1], KEYS[2], KEYS[3], KEYS[4
 local f = rcall('HMGET', record, 'status', 'holder', 'tool', 'args', 'tp', 'cancel', 'caps', 'tenant', 'counted',
   'entry', 'fence', 'tstate', 'capx', 'queued')
 local function granted(fence)
-  return {1, fence, f[3], from_aside(f[4], KEYS[9]), f[5] or '', f[6] and 1 or 0, rcall('HGETALL', answers), f[7] or '{}',
+  return {REPLY.OK, fence, f[3], from_aside(f[4], KEYS[9]), f[5] or '', f[6] and 1 or 0, rcall('HGETALL', answers), f[7] or '{}',
     (f[9] == '1' and f[8]) or '', f[12] or '', f[13] or '0', rcall('HGETALL', KEYS[6]), f[14] or '', f[8] or ''}
 end
 -- drop_spent_tags: moves the floor of `fair` to `floor` (the tag just taken) and forgets
@@ -81,7 +81,7 @@ elseif head[1] and not (unheld and not mine) then
 end
 rcall('XACK', stream, ARGV[5], ARGV[1])
 rcall('XDEL', stream, ARGV[1])
-if not unheld then return {0} end
+if not unheld then return {REPLY.NOTHING} end
 local now = now_ms()
 local lease_until = now + tonumber(ARGV[4])
 -- The token is the claim's time (ms), or one more than the last token if that is later: it

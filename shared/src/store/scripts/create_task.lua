@@ -102,4 +102,4 @@ if ARGV[15] == '1' then
 end
 enqueue(stream, KEYS[7], KEYS[8], ARGV[1], ARGV[2], tonumber(ARGV[18]))
 publish_event(ARGV[10], ARGV[1] .. ' 1 working')
-return {1, now}
+return {REPLY.OK, now}

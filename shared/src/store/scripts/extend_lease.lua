@@ -8,9 +8,9 @@
 local rcall = redis.call
 local record, leases = KEYS[1], KEYS[2]
 local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'cancel', 'held')
-if (f[1] ~= 'working' and not (f[1] == 'input_required' and f[5])) or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
+if (f[1] ~= 'working' and not (f[1] == 'input_required' and f[5])) or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {REPLY.LEASE_LOST} end
 local now = now_ms()
 local lease_until = now + tonumber(ARGV[4])
 rcall('HSET', record, 'lease', lease_until)
 rcall('ZADD', leases, lease_until, ARGV[1])
-return {1, f[4] and 1 or 0}
+return {REPLY.OK, f[4] and 1 or 0}

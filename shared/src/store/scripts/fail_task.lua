@@ -11,8 +11,8 @@
 local rcall = redis.call
 local record = KEYS[1]
 local f = rcall('HMGET', record, 'status', 'holder', 'tenant', 'counted')
-if not f[1] then return {-1} end
-if f[1] ~= 'working' and f[1] ~= 'input_required' then return {0} end
+if not f[1] then return {REPLY.NOT_FOUND} end
+if f[1] ~= 'working' and f[1] ~= 'input_required' then return {REPLY.NOTHING} end
 local now = now_ms()
 rcall('DEL', KEYS[2])
 rcall('ZREM', KEYS[3], ARGV[1])
@@ -23,4 +23,4 @@ local ver = rcall('HINCRBY', record, 'ver', 1)
 timeline(KEYS[4], now, {ev = 'failed by an operator', to = 'failed', holder = f[2] or nil, by = ARGV[6], why = ARGV[7]})
 if f[2] then rcall('PUBLISH', ARGV[5] .. f[2], ARGV[1]) end
 publish_event(ARGV[4], ARGV[1] .. ' ' .. ver .. ' failed')
-return {1, ver, (f[4] == '1' and f[3]) or '', f[1]}
+return {REPLY.OK, ver, (f[4] == '1' and f[3]) or '', f[1]}

@@ -16,9 +16,9 @@
 local rcall = redis.call
 local record, leases, inputs = KEYS[1], KEYS[2], KEYS[3]
 local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'ver', 'finisher', 'held', 'created', 'ttl')
-if f[1] == ARGV[4] and f[5] == ARGV[2] and f[3] == ARGV[3] then return {1, tonumber(f[4])} end
+if f[1] == ARGV[4] and f[5] == ARGV[2] and f[3] == ARGV[3] then return {REPLY.OK, tonumber(f[4])} end
 if (f[1] ~= 'working' and not (f[1] == 'input_required' and f[6])) or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then
-  return {-2}
+  return {REPLY.LEASE_LOST}
 end
 local now = now_ms()
 -- What only a queued or running task needs goes with its end (a smaller record for its TTL).
@@ -34,4 +34,4 @@ if ARGV[7] ~= '' then rcall('HSET', record, 'msg', ARGV[7]) end
 local ver = rcall('HINCRBY', record, 'ver', 1)
 timeline(KEYS[4], now, {ev = 'finished', to = ARGV[4], fence = tonumber(ARGV[3]), holder = ARGV[2]})
 publish_event(ARGV[8], ARGV[1] .. ' ' .. ver .. ' ' .. ARGV[4])
-return {1, ver}
+return {REPLY.OK, ver}

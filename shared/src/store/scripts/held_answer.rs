@@ -14,9 +14,6 @@ pub(in crate::store) struct Args<'a> {
     pub(in crate::store) key: &'a str,
 }
 
-/// `{3}`: the task ended meanwhile.
-const ENDED: i64 = 3;
-
 pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<HeldAnswer, StoreError> {
     let mut call = super::HELD_ANSWER.keys([keys.record, keys.answers]);
     call.arg(args.lease.worker).arg(args.lease.fence).arg(args.key);
@@ -27,7 +24,8 @@ fn decode(reply: Reply) -> Result<HeldAnswer, StoreError> {
     match reply.code()? {
         code::OK => Ok(HeldAnswer::Answered(reply.string(1)?)),
         code::NOTHING => Ok(HeldAnswer::Waiting),
-        ENDED => Ok(HeldAnswer::Ended),
+        // The task ended meanwhile (cancelled, or expired).
+        code::ALREADY_ENDED => Ok(HeldAnswer::Ended),
         code::LEASE_LOST => Ok(HeldAnswer::LeaseLost),
         _ => Err(reply.unexpected_code()),
     }
@@ -44,6 +42,6 @@ mod tests {
         let answered = decode(Reply::new(vec![Value::Int(1), Value::BulkString(b"{}".to_vec())]));
         assert_eq!(answered.unwrap(), HeldAnswer::Answered("{}".into()));
         assert_eq!(decode(Reply::new(vec![Value::Int(0)])).unwrap(), HeldAnswer::Waiting);
-        assert_eq!(decode(Reply::new(vec![Value::Int(3)])).unwrap(), HeldAnswer::Ended);
+        assert_eq!(decode(Reply::new(vec![Value::Int(5)])).unwrap(), HeldAnswer::Ended);
     }
 }

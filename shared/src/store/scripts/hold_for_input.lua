@@ -12,9 +12,9 @@
 local rcall = redis.call
 local record, inputs, issued = KEYS[1], KEYS[2], KEYS[3]
 local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'cancel', 'created', 'ttl')
-if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
+if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {REPLY.LEASE_LOST} end
 if f[4] then return {2} end
-if rcall('SISMEMBER', issued, ARGV[6]) == 1 then return {-5, ARGV[6]} end
+if rcall('SISMEMBER', issued, ARGV[6]) == 1 then return {REPLY.KEY_REUSED, ARGV[6]} end
 local now = now_ms()
 local expires = tonumber(f[5]) + tonumber(f[6])
 rcall('SADD', issued, ARGV[6])
@@ -25,4 +25,4 @@ rcall('HSET', record, 'status', 'input_required', 'held', 1, 'msg', ARGV[4], 'up
 local ver = rcall('HINCRBY', record, 'ver', 1)
 timeline(KEYS[4], now, {ev = 'asked, held', to = 'input_required', fence = tonumber(ARGV[3]), holder = ARGV[2]})
 publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' input_required')
-return {1, ver}
+return {REPLY.OK, ver}

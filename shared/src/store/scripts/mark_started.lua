@@ -7,8 +7,8 @@
 local rcall = redis.call
 local record = KEYS[1]
 local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'started')
-if f[1] ~= 'working' or f[2] ~= ARGV[1] or f[3] ~= ARGV[2] then return {-2} end
+if f[1] ~= 'working' or f[2] ~= ARGV[1] or f[3] ~= ARGV[2] then return {REPLY.LEASE_LOST} end
 local before = tonumber(f[4] or '0')
 if before == tonumber(ARGV[2]) then before = 0 end
 rcall('HSET', record, 'started', ARGV[2])
-return {1, before}
+return {REPLY.OK, before}

@@ -10,7 +10,7 @@
 local rcall = redis.call
 local record, inputs, marker = KEYS[1], KEYS[2], KEYS[3]
 local who = rcall('HMGET', record, 'tenant', 'principal')
-if not who[1] or who[1] ~= ARGV[1] or who[2] ~= ARGV[2] then return {-1} end
+if not who[1] or who[1] ~= ARGV[1] or who[2] ~= ARGV[2] then return {REPLY.NOT_FOUND} end
 local FIELDS = {'tenant', 'principal', 'status', 'msg', 'created', 'updated', 'ttl', 'poll', 'result', 'error', 'ver'}
 local f = rcall('HMGET', record, unpack(FIELDS))
 local tolerance = tonumber(ARGV[3])
@@ -22,4 +22,4 @@ if interval > 0 then
   end
   rcall('SET', marker, f[11], 'PX', interval)
 end
-return {1, read_outcomes(f, FIELDS, KEYS[4]), rcall('HGETALL', inputs)}
+return {REPLY.OK, read_outcomes(f, FIELDS, KEYS[4]), rcall('HGETALL', inputs)}

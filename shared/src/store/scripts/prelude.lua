@@ -1,4 +1,11 @@
 -- prelude: put before every script.
+-- REPLY: the reply codes several scripts share (a reply's first element); the same values as
+-- `code` in shared/src/store/reply.rs, which a unit test holds equal. A script's own codes are
+-- literals, listed in its header.
+local REPLY = {
+  NOTHING = 0, OK = 1, NOT_FOUND = -1, LEASE_LOST = -2, KEY_REUSED = -5, OTHER_POOL = -10,
+  CANCELLED = 3, FAILED = 4, ALREADY_ENDED = 5,
+}
 -- now_ms: Redis's clock in milliseconds, whole as every record stores it, or with the
 -- microseconds as a fraction when `exact` (the rate limiter's arithmetic wants them).
 local function now_ms(exact)
@@ -20,7 +27,7 @@ end
 -- so the caller sends it again with that pool's queue declared. Returns nil when they agree.
 local function other_pool(recorded, declared)
   local pool = recorded or 'default'
-  if pool ~= declared then return {-10, pool} end
+  if pool ~= declared then return {REPLY.OTHER_POOL, pool} end
   return nil
 end
 -- timeline: appends one transition to a task's timeline, a list made with the record by

@@ -60,4 +60,4 @@ rcall('ZREMRANGEBYSCORE', digests, '-inf', now)
 local dead = rcall('ZRANGEBYSCORE', KEYS[5], '-inf', now)
 for _, worker in ipairs(dead) do rcall('HDEL', KEYS[4], worker) end
 if #dead > 0 then rcall('ZREMRANGEBYSCORE', KEYS[5], '-inf', now) end
-return {1, rcall('ZRANGE', digests, 0, -1)}
+return {REPLY.OK, rcall('ZRANGE', digests, 0, -1)}

@@ -9,7 +9,7 @@
 -- Returns {1, fields (in ARGV order), inputs (flat k,v)} | {-1} not found (or not the owner).
 local rcall = redis.call
 local who = rcall('HMGET', KEYS[1], 'tenant', 'principal')
-if not who[1] then return {-1} end
-if ARGV[1] ~= '' and (who[1] ~= ARGV[1] or who[2] ~= ARGV[2]) then return {-1} end
+if not who[1] then return {REPLY.NOT_FOUND} end
+if ARGV[1] ~= '' and (who[1] ~= ARGV[1] or who[2] ~= ARGV[2]) then return {REPLY.NOT_FOUND} end
 local names = {unpack(ARGV, 3)}
-return {1, read_outcomes(rcall('HMGET', KEYS[1], unpack(names)), names, KEYS[3]), rcall('HGETALL', KEYS[2])}
+return {REPLY.OK, read_outcomes(rcall('HMGET', KEYS[1], unpack(names)), names, KEYS[3]), rcall('HGETALL', KEYS[2])}

@@ -19,4 +19,4 @@ if #names > 0 then
     end
   end
 end
-return {1, out, routed}
+return {REPLY.OK, out, routed}

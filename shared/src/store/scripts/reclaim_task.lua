@@ -9,10 +9,10 @@
 -- ARGV[1] task id   ARGV[2] max reclaims   ARGV[3] failure error JSON   ARGV[4] failure message
 -- ARGV[5] cancelled message   ARGV[6] events channel   ARGV[7] held-lost error JSON
 -- ARGV[8] held-lost message   ARGV[9] the pool whose queue KEYS[3] is
--- Returns {1} requeued | {2, ver, tenant} failed | {3, ver, tenant} cancelled | {0} nothing to do
+-- Returns {1} requeued | {4, ver, tenant} failed | {3, ver, tenant} cancelled | {0} nothing to do
 --       | {-10, pool} it would be requeued but belongs to this other pool: nothing written, ask
 --         again with that pool's queue
---       | {4, tenant} the task had already ended (a replay of a reclaim that failed or cancelled
+--       | {5, tenant} the task had already ended (a replay of a reclaim that failed or cancelled
 --         it, whose reply was lost: the caller still releases the active-task slot)
 -- (tenant is '' when the task was not counted as active).
 local rcall = redis.call
@@ -23,14 +23,14 @@ local held = f[1] == 'input_required' and f[8]
 if (f[1] ~= 'working' and not held) or not f[2] then
   rcall('ZREM', leases, ARGV[1])
   if f[1] == 'completed' or f[1] == 'failed' or f[1] == 'cancelled' then
-    return {4, (f[7] == '1' and f[6]) or ''}
+    return {REPLY.ALREADY_ENDED, (f[7] == '1' and f[6]) or ''}
   end
-  return {0}
+  return {REPLY.NOTHING}
 end
 local now = now_ms()
 if tonumber(f[3]) > now then
   rcall('ZADD', leases, f[3], ARGV[1])
-  return {0}
+  return {REPLY.NOTHING}
 end
 -- Only a requeue needs the task's own queue; failing or cancelling it writes no stream.
 if not held and not f[5] and tonumber(f[4] or '0') + 1 <= tonumber(ARGV[2]) then
@@ -56,11 +56,11 @@ else
   rcall('HSET', record, 'queued', now)
   enqueue(stream, KEYS[6], KEYS[7], ARGV[1])
   timeline(KEYS[5], now, {ev = 'lease expired, requeued', to = 'working', fence = tonumber(f[9]), holder = f[2]})
-  return {1}
+  return {REPLY.OK}
 end
 local ver = rcall('HINCRBY', record, 'ver', 1)
 timeline(KEYS[5], now, {ev = 'lease expired', to = status, fence = tonumber(f[9]), holder = f[2]})
 publish_event(ARGV[6], ARGV[1] .. ' ' .. ver .. ' ' .. status)
 local tenant = (f[7] == '1' and f[6]) or ''
-if status == 'failed' then return {2, ver, tenant} end
-return {3, ver, tenant}
+if status == 'failed' then return {REPLY.FAILED, ver, tenant} end
+return {REPLY.CANCELLED, ver, tenant}

@@ -21,13 +21,6 @@ pub(in crate::store) struct Args<'a> {
     pub(in crate::store) pool: &'a str,
 }
 
-/// `{2, version, tenant}`: failed past the maximum.
-const FAILED: i64 = 2;
-/// `{3, version, tenant}`: a cancel was pending.
-const CANCELLED: i64 = 3;
-/// `{4, tenant}`: the task had already ended (a replay, or a stale index entry).
-const ALREADY_ENDED: i64 = 4;
-
 pub(in crate::store) async fn call(store: &Store, task: &TaskKeys, args: Args<'_>) -> Result<Reclaimed, StoreError> {
     let build = |queue: &QueueKeys, pool: &str| {
         let mut call = super::RECLAIM_TASK.keys(Keys::new(task, queue).list());
@@ -49,9 +42,12 @@ fn decode(reply: Reply) -> Result<Reclaimed, StoreError> {
     match reply.code()? {
         code::NOTHING => Ok(Reclaimed::Nothing),
         code::OK => Ok(Reclaimed::Requeued),
-        FAILED => Ok(Reclaimed::Failed { tenant: reply.counted_tenant(2)? }),
-        CANCELLED => Ok(Reclaimed::Cancelled { tenant: reply.counted_tenant(2)? }),
-        ALREADY_ENDED => Ok(Reclaimed::AlreadyEnded { tenant: reply.counted_tenant(1)? }),
+        // `{4, version, tenant}`: past the maximum, or its held question lost.
+        code::FAILED => Ok(Reclaimed::Failed { tenant: reply.counted_tenant(2)? }),
+        // `{3, version, tenant}`: a cancel was pending.
+        code::CANCELLED => Ok(Reclaimed::Cancelled { tenant: reply.counted_tenant(2)? }),
+        // `{5, tenant}`: a replay of a reclaim that ended it, or a stale index entry.
+        code::ALREADY_ENDED => Ok(Reclaimed::AlreadyEnded { tenant: reply.counted_tenant(1)? }),
         _ => Err(reply.unexpected_code()),
     }
 }
@@ -64,9 +60,11 @@ mod tests {
 
     #[test]
     fn an_uncounted_tenant_is_none() {
-        let failed = decode(Reply::new(vec![Value::Int(2), Value::Int(3), Value::BulkString(vec![])])).unwrap();
+        let failed = decode(Reply::new(vec![Value::Int(4), Value::Int(3), Value::BulkString(vec![])])).unwrap();
         assert_eq!(failed, Reclaimed::Failed { tenant: None });
-        let ended = decode(Reply::new(vec![Value::Int(4), Value::BulkString(b"acme".to_vec())])).unwrap();
+        let cancelled = decode(Reply::new(vec![Value::Int(3), Value::Int(3), Value::BulkString(b"acme".to_vec())]));
+        assert_eq!(cancelled.unwrap(), Reclaimed::Cancelled { tenant: Some("acme".into()) });
+        let ended = decode(Reply::new(vec![Value::Int(5), Value::BulkString(b"acme".to_vec())])).unwrap();
         assert_eq!(ended, Reclaimed::AlreadyEnded { tenant: Some("acme".into()) });
     }
 }

@@ -20,7 +20,7 @@ for _, text in ipairs(rcall('LRANGE', key, 0, -1)) do
 end
 local now = now_ms()
 n = n + 1
-if timeline(key, now, {ev = 'revealed', by = ARGV[1], n = n}) == 0 then return {0} end
+if timeline(key, now, {ev = 'revealed', by = ARGV[1], n = n}) == 0 then return {REPLY.NOTHING} end
 -- After the write, so that a list that exists is never emptied (and so never loses its expiry).
 if reveals >= tonumber(ARGV[2]) then rcall('LREM', key, 1, oldest) end
-return {1, now, n}
+return {REPLY.OK, now, n}

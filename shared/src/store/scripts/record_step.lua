@@ -11,8 +11,8 @@
 local rcall = redis.call
 local record, steps = KEYS[1], KEYS[2]
 local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'created', 'ttl')
-if f[1] ~= 'working' or f[2] ~= ARGV[1] or f[3] ~= ARGV[2] then return {-2} end
+if f[1] ~= 'working' or f[2] ~= ARGV[1] or f[3] ~= ARGV[2] then return {REPLY.LEASE_LOST} end
 if rcall('HSETNX', steps, ARGV[3], ARGV[4]) == 1 then
   rcall('PEXPIREAT', steps, tonumber(f[4]) + tonumber(f[5]))
 end
-return {1}
+return {REPLY.OK}

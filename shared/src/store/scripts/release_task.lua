@@ -14,7 +14,7 @@ local rcall = redis.call
 local record, leases, stream = KEYS[1], KEYS[2], KEYS[3]
 local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'cancel', 'held', 'pool')
 local held = f[1] == 'input_required' and f[5]
-if (f[1] ~= 'working' and not held) or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
+if (f[1] ~= 'working' and not held) or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {REPLY.LEASE_LOST} end
 if not held and not f[4] then
   local wrong = other_pool(f[6], ARGV[8])
   if wrong then return wrong end
@@ -28,17 +28,17 @@ if held then
   local ver = rcall('HINCRBY', record, 'ver', 1)
   timeline(KEYS[5], now, {ev = 'released, question lost', to = 'failed', fence = tonumber(ARGV[3]), holder = ARGV[2]})
   publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' failed')
-  return {4, ver}
+  return {REPLY.FAILED, ver}
 end
 local now = now_ms()
 if not f[4] then
   rcall('HSET', record, 'queued', now)
   enqueue(stream, KEYS[6], KEYS[7], ARGV[1])
   timeline(KEYS[5], now, {ev = 'released, requeued', to = 'working', fence = tonumber(ARGV[3]), holder = ARGV[2]})
-  return {1}
+  return {REPLY.OK}
 end
 rcall('HSET', record, 'status', 'cancelled', 'msg', ARGV[4], 'updated', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
 timeline(KEYS[5], now, {ev = 'released, cancelled', to = 'cancelled', fence = tonumber(ARGV[3]), holder = ARGV[2]})
 publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' cancelled')
-return {3, ver}
+return {REPLY.CANCELLED, ver}

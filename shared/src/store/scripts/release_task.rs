@@ -44,11 +44,6 @@ pub(in crate::store) struct Args<'a> {
     pub(in crate::store) pool: &'a str,
 }
 
-/// `{3, version}`: a cancel was pending; the task ended cancelled.
-const CANCELLED: i64 = 3;
-/// `{4, version}`: it held a question; the task failed.
-const FAILED: i64 = 4;
-
 pub(in crate::store) async fn call(store: &Store, task: &TaskKeys, args: Args<'_>) -> Result<Released, StoreError> {
     let build = |queue: &QueueKeys, pool: &str| {
         let mut call = super::RELEASE_TASK.keys(Keys::new(task, queue).list());
@@ -68,8 +63,10 @@ pub(in crate::store) async fn call(store: &Store, task: &TaskKeys, args: Args<'_
 fn decode(reply: Reply) -> Result<Released, StoreError> {
     match reply.code()? {
         code::OK => Ok(Released::Requeued),
-        CANCELLED => Ok(Released::Cancelled),
-        FAILED => Ok(Released::Failed),
+        // A cancel was pending.
+        code::CANCELLED => Ok(Released::Cancelled),
+        // It held a question, which cannot outlive this worker.
+        code::FAILED => Ok(Released::Failed),
         code::LEASE_LOST => Ok(Released::LeaseLost),
         _ => Err(reply.unexpected_code()),
     }

@@ -10,15 +10,15 @@
 -- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] status message ('' = keep)
 -- ARGV[5] events channel   ARGV[6] cancelled status message   ARGV[7] tool state ('' = none)
 -- ARGV[8..] key, request JSON pairs
--- Returns {1, version} parked | {2, version} cancelled instead | {-2} lease lost
+-- Returns {1, version} parked | {3, version} cancelled instead | {-2} lease lost
 --       | {-5, key} key already issued.
 -- Publishes "<id> <version> input_required" (or cancelled).
 local rcall = redis.call
 local record, leases, inputs, issued = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'cancel', 'created', 'ttl')
-if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
+if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {REPLY.LEASE_LOST} end
 for i = 8, #ARGV, 2 do
-  if rcall('SISMEMBER', issued, ARGV[i]) == 1 then return {-5, ARGV[i]} end
+  if rcall('SISMEMBER', issued, ARGV[i]) == 1 then return {REPLY.KEY_REUSED, ARGV[i]} end
 end
 local now = now_ms()
 local expires = tonumber(f[5]) + tonumber(f[6])
@@ -44,5 +44,5 @@ local ver = rcall('HINCRBY', record, 'ver', 1)
 timeline(KEYS[5], now, {ev = status == 'cancelled' and 'cancelled' or 'asked, parked', to = status,
   fence = tonumber(ARGV[3]), holder = ARGV[2]})
 publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' ' .. status)
-if status == 'cancelled' then return {2, ver} end
-return {1, ver}
+if status == 'cancelled' then return {REPLY.CANCELLED, ver} end
+return {REPLY.OK, ver}

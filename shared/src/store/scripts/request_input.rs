@@ -36,9 +36,6 @@ pub(in crate::store) struct Args<'a> {
     pub(in crate::store) requests: &'a [(String, String)],
 }
 
-/// `{2, version}`: a cancel was requested meanwhile; the task ended cancelled.
-const CANCELLED_INSTEAD: i64 = 2;
-
 pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<Parked, StoreError> {
     let mut call = super::REQUEST_INPUT.keys([keys.record, keys.leases, keys.inputs, keys.issued, keys.timeline]);
     call.arg(args.lease.task_id.as_str())
@@ -57,7 +54,8 @@ pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'
 fn decode(reply: Reply) -> Result<Parked, StoreError> {
     match reply.code()? {
         code::OK => Ok(Parked::Parked),
-        CANCELLED_INSTEAD => Ok(Parked::CancelledInstead),
+        // `{3, version}`: a cancel was requested meanwhile; the task ended cancelled.
+        code::CANCELLED => Ok(Parked::CancelledInstead),
         code::LEASE_LOST => Ok(Parked::LeaseLost),
         code::KEY_REUSED => Ok(Parked::KeyReused(reply.string(1)?)),
         _ => Err(reply.unexpected_code()),
@@ -73,7 +71,7 @@ mod tests {
     #[test]
     fn parked_or_cancelled_instead() {
         assert_eq!(decode(Reply::new(vec![Value::Int(1), Value::Int(2)])).unwrap(), Parked::Parked);
-        assert_eq!(decode(Reply::new(vec![Value::Int(2), Value::Int(2)])).unwrap(), Parked::CancelledInstead);
+        assert_eq!(decode(Reply::new(vec![Value::Int(3), Value::Int(2)])).unwrap(), Parked::CancelledInstead);
         assert_eq!(decode(Reply::new(vec![Value::Int(-2)])).unwrap(), Parked::LeaseLost);
     }
 }

@@ -7,6 +7,6 @@
 local rcall = redis.call
 local record = KEYS[1]
 local f = rcall('HMGET', record, 'status', 'holder', 'fence')
-if f[1] ~= 'working' or f[2] ~= ARGV[1] or f[3] ~= ARGV[2] then return {-2} end
+if f[1] ~= 'working' or f[2] ~= ARGV[1] or f[3] ~= ARGV[2] then return {REPLY.LEASE_LOST} end
 rcall('HSET', record, 'tstate', ARGV[3])
-return {1}
+return {REPLY.OK}

@@ -7,9 +7,9 @@
 local rcall = redis.call
 local record = KEYS[1]
 local f = rcall('HMGET', record, 'status', 'holder', 'fence')
-if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
+if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {REPLY.LEASE_LOST} end
 local now = now_ms()
 rcall('HSET', record, 'msg', ARGV[4], 'updated', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
 publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' working')
-return {1, ver}
+return {REPLY.OK, ver}

@@ -9,10 +9,10 @@
 local rcall = redis.call
 local record, inputs = KEYS[1], KEYS[2]
 local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'held')
-if f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {-2} end
+if f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {REPLY.LEASE_LOST} end
 if f[1] ~= 'input_required' or not f[4] then
-  if f[1] == 'working' then return {0} end
-  return {-2}
+  if f[1] == 'working' then return {REPLY.NOTHING} end
+  return {REPLY.LEASE_LOST}
 end
 local now = now_ms()
 rcall('DEL', inputs)
@@ -21,4 +21,4 @@ rcall('HSET', record, 'status', 'working', 'msg', ARGV[4], 'updated', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
 timeline(KEYS[3], now, {ev = 'question withdrawn', to = 'working', fence = tonumber(ARGV[3]), holder = ARGV[2]})
 publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' working')
-return {1, ver}
+return {REPLY.OK, ver}
