@@ -780,7 +780,12 @@ async fn at_the_defaults_every_acknowledged_task_ends_across_a_kill_9_failover()
             reclaimed.push(id.clone());
         }
     }
-    assert!(reclaimed.is_empty(), "tasks that waited for their lease to run out: {reclaimed:?}");
+    // A failover that itself outlasted the lease (sentinels starved of CPU on a loaded machine)
+    // leaves the runs at the kill with expired leases before any primary could be reached:
+    // reclaiming them is then right. Otherwise none may have waited for its lease.
+    if failed_over - killed < Duration::from_secs(20) {
+        assert!(reclaimed.is_empty(), "tasks that waited for their lease to run out: {reclaimed:?}");
+    }
 }
 
 /// A gateway (with `gateway_args`) and a worker that know only the sentinels' URL, every other

@@ -159,7 +159,32 @@ impl SentinelSet {
         // After a while the harness points the stragglers itself, as Sentinel's own
         // failover-timeout would: the test is about taskgate, not Sentinel's pace.
         let promoted = self.await_replicas(Duration::from_secs(15)).await;
+        self.await_seen_up(self.nodes[promoted].port()).await;
         Failover { promoted, killed: old, killed_at: killed }
+    }
+
+    /// Waits until a sentinel reports the primary on `port` up (`SENTINEL MASTER`: flags
+    /// `master`, none of `s_down`, `o_down`, `disconnected`), which is what taskgate requires
+    /// before it follows a primary. A sentinel starved of CPU (TILT mode) can name the new
+    /// primary and still flag it down for a while; that pace is Sentinel's, not taskgate's.
+    pub async fn await_seen_up(&self, port: u16) {
+        let set = self;
+        eventually(Duration::from_secs(60), "a sentinel to see the new primary up", || async {
+            for sentinel in &set.sentinels {
+                let Ok(mut conn) = sentinel.connection().await else { continue };
+                let info: Result<std::collections::HashMap<String, String>, _> =
+                    redis::cmd("SENTINEL").arg("MASTER").arg(MASTER).query_async(&mut conn).await;
+                let Ok(info) = info else { continue };
+                let flags = info.get("flags").map(String::as_str).unwrap_or_default();
+                let up = flags.split(',').any(|f| f == "master")
+                    && !flags.split(',').any(|f| matches!(f, "s_down" | "o_down" | "disconnected"));
+                if up && info.get("port").and_then(|p| p.parse::<u16>().ok()) == Some(port) {
+                    return Some(());
+                }
+            }
+            None
+        })
+        .await;
     }
 
     /// Starts node `index` again (same port, empty: the tests' nodes keep no data) as a replica
