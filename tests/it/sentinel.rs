@@ -762,7 +762,21 @@ async fn at_the_defaults_every_acknowledged_task_ends_across_a_kill_9_failover()
         unfinished.len(),
         failed_over.elapsed()
     );
-    assert!(unfinished.is_empty(), "not ended within {wait:?} of the failover: {unfinished:?}");
+    if !unfinished.is_empty() {
+        // What each process saw of the failover: the last lines of its log.
+        let tail = |log: String| {
+            log.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+        };
+        let last = client.get_task(&unfinished[0]).await;
+        panic!(
+            "not ended within {wait:?} of the failover: {unfinished:?}\nlast read of the first: {} {}\n\
+             gateway:\n{}\nworker:\n{}",
+            last.status,
+            last.text,
+            tail(stack.gateways[0].log()),
+            tail(stack.workers[0].log())
+        );
+    }
 
     let store = Store::connect_lazy(&Endpoint::new(set.url()), &stack.namespace, Duration::from_secs(2)).unwrap();
     let mut reclaimed = Vec::new();
