@@ -79,9 +79,12 @@ async fn fair_and_ready(store: &Store) -> (usize, usize) {
     (fields, queued)
 }
 
-/// Tenant A queues hours of work in miniature (120 tasks of 150 ms on a worker of 4 slots:
-/// 4.5 s), at the default 16 shards and default limits; tenant B's one task then starts ahead
-/// of most of A's backlog. On first-come-first-served dispatch it waited for all of it.
+/// Tenant A queues hours of work in miniature (120 tasks of 600 ms on a worker of 4 slots:
+/// 18 s), at the default 16 shards and default limits; tenant B's one task then starts ahead
+/// of most of A's backlog. On first-come-first-served dispatch it waited for all of it. (The
+/// tasks are long enough that a loaded machine's slow look at the first claim, before the
+/// worker is stopped again, leaves most of the backlog queued: at 150 ms a clean-clone CI run
+/// saw 89 of 120 worked off by then.)
 async fn a_tenants_backlog_does_not_hold_back_another_tenants_first_task(topology: Topology) {
     let mut stack = tenants_stack(topology, &["noisy", "quiet"], &[]).await;
     let (noisy, quiet, store) = (stack.client_as(0, "key-noisy"), stack.client_as(0, "key-quiet"), stack.store());
@@ -91,7 +94,7 @@ async fn a_tenants_backlog_does_not_hold_back_another_tenants_first_task(topolog
     // delivery the stopped worker's read timed out on is taken over within seconds.)
     stack.add_worker(&["--concurrency", "4", "--lease-ms", "3000"]).await;
     stack.workers[0].signal("STOP");
-    let backlog = create_many(&noisy, "sleep", 120, 20, json!({"ms": 150})).await;
+    let backlog = create_many(&noisy, "sleep", 120, 20, json!({"ms": 600})).await;
     stack.workers[0].signal("CONT");
     // A's tasks are being worked through when B arrives; the worker is stopped again while B
     // creates, so what is measured is the order of the claims after B's create, however long
