@@ -99,8 +99,63 @@ pub(crate) enum Command {
     /// action. Reads the gateway's operator console (`--console`), with an operator or
     /// tenant-admin token.
     Inspect { task: String },
+    /// Manage per-tenant upstream credentials through the gateway's admin API
+    /// (`/admin/credentials`), with an operator or tenant-admin token. Values are sealed by
+    /// the gateway and never shown back.
+    Credentials {
+        #[command(subcommand)]
+        action: CredentialsCommand,
+    },
     /// Print a shell completion script.
     Completions { shell: clap_complete::Shell },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum CredentialsCommand {
+    /// Store a credential for a tenant (or one of its principals) and an upstream, replacing
+    /// any: its values are given by name, from the environment or a file (preferred), or on
+    /// the command line.
+    Set(SetCredentialArgs),
+    /// List who has a credential for which upstream: value names, key id, who set it when.
+    List {
+        /// One tenant; without it, every tenant this token reaches.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Delete a credential.
+    Delete(HolderArgs),
+    /// Seal every credential again under the gateway's current key (after a key rotation).
+    Rewrap,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct HolderArgs {
+    #[arg(long)]
+    pub(crate) tenant: String,
+    /// One principal's credential; without it, the tenant's own (used by every principal
+    /// that has none of its own).
+    #[arg(long)]
+    pub(crate) principal: Option<String>,
+    /// The upstream server's name, as the workers' upstream entries name it.
+    #[arg(long)]
+    pub(crate) upstream: String,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("values").required(true).multiple(true).args(["value", "value_env", "value_file"])))]
+pub(crate) struct SetCredentialArgs {
+    #[command(flatten)]
+    pub(crate) holder: HolderArgs,
+    /// One value, `NAME=VALUE`. Visible to anyone who can list this machine's processes
+    /// (`ps`): prefer --value-env or --value-file. Repeatable.
+    #[arg(long = "value", value_name = "NAME=VALUE", value_parser = parse_named)]
+    pub(crate) value: Vec<(String, String)>,
+    /// One value from an environment variable, `NAME=VAR`. Repeatable.
+    #[arg(long = "value-env", value_name = "NAME=VAR", value_parser = parse_named)]
+    pub(crate) value_env: Vec<(String, String)>,
+    /// One value from a file, `NAME=PATH` (one trailing newline is dropped). Repeatable.
+    #[arg(long = "value-file", value_name = "NAME=PATH", value_parser = parse_named)]
+    pub(crate) value_file: Vec<(String, String)>,
 }
 
 #[derive(Debug, Args)]
@@ -147,6 +202,15 @@ fn parse_pair(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
         _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}
+
+/// `NAME=…` of a credential's value. The error never repeats what was given: it may be a
+/// secret typed without its name.
+fn parse_named(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, rest)) if !name.is_empty() => Ok((name.to_owned(), rest.to_owned())),
+        _ => Err("expected NAME=… (the value's name, an equals sign, then the value, variable or path)".into()),
     }
 }
 

@@ -26,6 +26,9 @@ pub(crate) async fn run(cli: Cli) -> Result<Exit, CliError> {
     if let Command::Inspect { task } = &cli.command {
         return crate::inspect::run(global, task).await;
     }
+    if let Command::Credentials { action } = &cli.command {
+        return crate::credentials::run(global, action).await;
+    }
     let mut conn = Connection::open(global).await?;
     let exit = match &cli.command {
         Command::Tools { schema } => tools(&conn, global, schema.as_deref()).await,
@@ -35,7 +38,9 @@ pub(crate) async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Cancel { task } => cancel(&conn, global, task).await,
         Command::Answer(args) => answer(&conn, global, args).await,
         Command::Discover => discover(&conn, global),
-        Command::Completions { .. } | Command::Inspect { .. } => unreachable!("answered before connecting"),
+        Command::Completions { .. } | Command::Inspect { .. } | Command::Credentials { .. } => {
+            unreachable!("answered before connecting")
+        }
     };
     conn.close().await;
     exit

@@ -7,6 +7,7 @@ mod args;
 mod arguments;
 mod commands;
 mod connect;
+mod credentials;
 mod exit;
 mod follow;
 mod form;

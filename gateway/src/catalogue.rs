@@ -295,3 +295,25 @@ impl CatalogueCache {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_internal_marker_of_a_tool_is_read_from_the_catalogue_but_never_listed() {
+        let mut spec =
+            ToolSpec::new("fx__a", "A", serde_json::json!({ "type": "object" }), Execution::TaskOptional, 1, 1);
+        spec.subject_token = true;
+        let published = serde_json::to_string(&spec).unwrap();
+        assert!(published.contains("\"subjectToken\":true"), "{published}");
+        let read: ToolSpec = serde_json::from_str(&published).unwrap();
+        assert!(read.subject_token);
+        let listed = listed(&read).to_string();
+        assert!(!listed.contains("subjectToken") && !listed.contains("subject"), "{listed}");
+        // An entry without it (any other tool, or an older worker's) is unmarked.
+        let plain = serde_json::to_string(&ToolSpec { subject_token: false, ..read }).unwrap();
+        assert!(!plain.contains("subjectToken"), "{plain}");
+        assert!(!serde_json::from_str::<ToolSpec>(&plain).unwrap().subject_token);
+    }
+}

@@ -244,7 +244,7 @@ fn status_of(kind: ErrorKind, stage: Stage) -> StatusCode {
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         // Only a tool's stored error gets here with these codes (the gateway's own refusals
         // are `GatewayError::Auth`): in-band, so a client never mistakes it for its credentials.
-        ErrorKind::Unauthorized | ErrorKind::Forbidden => StatusCode::OK,
+        ErrorKind::Unauthorized | ErrorKind::Forbidden | ErrorKind::CredentialRequired => StatusCode::OK,
         ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
         // A tool's own error, carried in-band.
         ErrorKind::Application(_) => StatusCode::OK,

@@ -37,6 +37,10 @@ pub(crate) struct EventHub {
     /// Told of every change (and of every resubscription), watched or not: early polls are
     /// held only while their task has not changed.
     polls: Option<Arc<crate::polls::PollPacer>>,
+    /// Told of every change too, and of the subscription's state; hears its own beacons back.
+    snapshots: Option<Arc<crate::snapshots::SnapshotCache>>,
+    /// This process's beacon channel name suffix (random).
+    replica: String,
 }
 
 /// A registration; dropping it unregisters.
@@ -50,9 +54,10 @@ pub(crate) struct Watch {
 }
 
 impl EventHub {
-    /// A hub that also tells `polls` of every change.
-    pub(crate) fn new(polls: Arc<crate::polls::PollPacer>) -> Self {
-        Self { polls: Some(polls), ..Self::default() }
+    /// A hub that also tells `polls` and `snapshots` of every change.
+    pub(crate) fn new(polls: Arc<crate::polls::PollPacer>, snapshots: Arc<crate::snapshots::SnapshotCache>) -> Self {
+        let replica = format!("{:016x}", rand::random::<u64>());
+        Self { polls: Some(polls), snapshots: Some(snapshots), replica, ..Self::default() }
     }
 
     /// Watches these tasks. Register before acting, so that no change is missed.
@@ -92,6 +97,9 @@ impl EventHub {
             if let Some(polls) = &self.polls {
                 polls.changed(task);
             }
+            if let Some(snapshots) = &self.snapshots {
+                snapshots.changed(task);
+            }
             self.dispatch(task, &Wake::Changed(task.to_owned()));
         }
     }
@@ -105,21 +113,54 @@ impl EventHub {
         self.resync_all();
     }
 
+    /// The classic subscription that carries task events (and the beacons) is established.
+    fn events_subscribed(&self) {
+        if let Some(snapshots) = &self.snapshots {
+            snapshots.resubscribed();
+        }
+    }
+
+    /// ... or lost: the snapshot cache is bypassed until it is back.
+    fn events_lost(&self) {
+        if let Some(snapshots) = &self.snapshots {
+            snapshots.unsubscribed();
+        }
+    }
+
     /// Subscribes and dispatches until the process ends, reconnecting with backoff. On a
     /// Cluster, task events come over sharded pub/sub (one `SSUBSCRIBE` per shard, on the node
     /// that owns it) and only the tools' notices over the classic channel.
     pub(crate) async fn run(self: Arc<Self>, store: Store, shards: u16) {
         if store.sharded_events() {
+            // No single ordered stream to put a beacon in: the snapshot cache stays bypassed.
             tokio::join!(self.clone().run_classic(store.clone(), false), self.run_sharded(store, shards));
         } else {
-            self.run_classic(store, true).await;
+            tokio::join!(self.clone().run_classic(store.clone(), true), self.send_beacons(store));
         }
+    }
+
+    /// Publishes the snapshot cache's beacons on this process's channel, as it asks for them.
+    async fn send_beacons(self: Arc<Self>, store: Store) {
+        let Some(snapshots) = self.snapshots.clone().filter(|s| s.enabled()) else { return };
+        let channel = store.keys().beacon_channel(&self.replica);
+        snapshots
+            .send_beacons(|payload| {
+                let (store, channel) = (&store, &channel);
+                async move {
+                    // Not heard back: the waiting requests read Redis instead.
+                    if let Err(err) = store.publish(channel, &payload).await {
+                        tracing::debug!(error = %err, "snapshot cache beacon not sent");
+                    }
+                }
+            })
+            .await;
     }
 
     async fn run_classic(self: Arc<Self>, store: Store, with_events: bool) {
         let events = store.keys().events_channel();
         let notices = store.keys().notify_channel();
-        let channels: Vec<&str> = if with_events { vec![&events, &notices] } else { vec![&notices] };
+        let beacons = store.keys().beacon_channel(&self.replica);
+        let channels: Vec<&str> = if with_events { vec![&events, &notices, &beacons] } else { vec![&notices] };
         let mut backoff = Backoff::redis();
         loop {
             // Taken before the connection is made: a primary left meanwhile ends it at once.
@@ -129,6 +170,9 @@ impl EventHub {
                     Ok(()) => {
                         backoff.reset();
                         self.resubscribed();
+                        if with_events {
+                            self.events_subscribed();
+                        }
                         let mut messages = pubsub.on_message();
                         loop {
                             let msg = tokio::select! {
@@ -140,6 +184,12 @@ impl EventHub {
                             let Ok(payload) = msg.get_payload::<String>() else { continue };
                             if msg.get_channel_name() == events {
                                 self.on_event(&payload);
+                            } else if msg.get_channel_name() == beacons {
+                                // In order with the events: every change written before this
+                                // beacon was sent has been handled above.
+                                if let Some(snapshots) = &self.snapshots {
+                                    snapshots.beacon_heard(&payload);
+                                }
                             } else if let Ok(notice) = serde_json::from_str::<Value>(&payload)
                                 && let Some(task) = notice.get("taskId").and_then(Value::as_str)
                             {
@@ -147,6 +197,9 @@ impl EventHub {
                             }
                         }
                         drop(messages);
+                        if with_events {
+                            self.events_lost();
+                        }
                         pubsub.discard();
                         tracing::warn!("event subscription closed; resubscribing");
                     }

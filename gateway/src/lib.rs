@@ -1,6 +1,7 @@
 //! The taskgate gateway: a stateless MCP 2026-07-28 + Tasks front end. It validates the wire,
 //! writes and reads task records in Redis, and never runs tool code.
 
+mod admin;
 pub mod auth;
 mod catalogue;
 pub mod config;
@@ -18,6 +19,7 @@ mod origin;
 mod polls;
 pub mod runtime;
 mod secrets;
+mod snapshots;
 mod state;
 mod stream_slots;
 

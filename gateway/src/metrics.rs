@@ -21,6 +21,11 @@ pub(crate) struct GatewayMetrics {
     pub(crate) sse_coalesced: IntCounter,
     pub(crate) ready: IntGauge,
     pub(crate) shed: IntCounterVec,
+    pub(crate) snapshot_cache_hits: IntCounter,
+    pub(crate) snapshot_cache_misses: IntCounter,
+    pub(crate) snapshot_cache_evictions: IntCounter,
+    pub(crate) snapshot_cache_bytes: IntGauge,
+    pub(crate) snapshot_cache_beacon_lag: Histogram,
 }
 
 pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMetrics {
@@ -58,6 +63,30 @@ pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMe
     ),
     tasks_created: metrics::counter_vec("taskgate_tasks_created_total", "Tasks created, by tool.", &["tool"]),
     sse_streams: metrics::gauge("taskgate_gateway_sse_streams", "Open subscriptions/listen streams."),
+    snapshot_cache_hits: metrics::counter(
+        "taskgate_snapshot_cache_hits_total",
+        "tasks/get answered from this replica's snapshot cache, with no Redis read.",
+    ),
+    snapshot_cache_misses: metrics::counter(
+        "taskgate_snapshot_cache_misses_total",
+        "tasks/get reads that went to Redis while the snapshot cache was on (nothing kept for the \
+         caller, or its beacon not heard back in time).",
+    ),
+    snapshot_cache_evictions: metrics::counter(
+        "taskgate_snapshot_cache_evictions_total",
+        "Snapshot cache entries evicted to stay within --snapshot-cache-bytes.",
+    ),
+    snapshot_cache_bytes: metrics::gauge(
+        "taskgate_snapshot_cache_bytes",
+        "Bytes held by the snapshot cache (replies, keys, owners and a fixed overhead per entry).",
+    ),
+    snapshot_cache_beacon_lag: prometheus::register_histogram!(
+        "taskgate_snapshot_cache_beacon_lag_seconds",
+        "From a snapshot cache beacon being published to this replica hearing it back through its \
+         event subscription: the pub/sub delivery lag, which invalidations share.",
+        LATENCY_BUCKETS.to_vec()
+    )
+    .expect("a valid histogram definition"),
     sse_lag: prometheus::register_histogram!(
         "taskgate_gateway_sse_notification_lag_seconds",
         "From a task change in Redis to its notification being handed to the SSE stream.",

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::origin::OriginPolicy;
-use crate::{auth, catalogue, events, metrics, mrtr, polls, secrets, stream_slots};
+use crate::{auth, catalogue, events, metrics, mrtr, polls, secrets, snapshots, stream_slots};
 
 /// A gateway that cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -52,11 +52,16 @@ pub struct Shared {
     pub(crate) listen_streams: Arc<stream_slots::StreamCounts>,
     /// Pacing of early `tasks/get` polls (`--poll-limit hold`).
     pub(crate) polls: Arc<polls::PollPacer>,
+    /// `tasks/get` answers kept for their owners (`--snapshot-cache-bytes`).
+    pub(crate) snapshots: Arc<snapshots::SnapshotCache>,
     /// Set once Redis has proved usable (login, scripts, a read in the namespace): readiness
     /// waits for it, so a replica with a wrong password or ACL never takes traffic.
     pub(crate) redis_usable: Arc<std::sync::atomic::AtomicBool>,
     /// The keys every replica shares (idempotency, console CSRF), one set for every runtime.
     pub(crate) secrets: Arc<secrets::Secrets>,
+    /// `--credentials-key`: what seals and opens upstream credentials (`None`: they cannot be
+    /// set here).
+    pub(crate) credential_keys: Option<Arc<taskgate_shared::credentials::KeyRing>>,
 }
 
 impl AppState {
@@ -78,19 +83,26 @@ impl AppState {
         );
         let secrets = secrets::Secrets::new(&config);
         let polls = Arc::new(polls::PollPacer::new(config.polls.max_held, config.polls.max_held_per_principal));
+        let snapshots = Arc::new(snapshots::SnapshotCache::new(config.polls.snapshot_cache_bytes));
+        let credential_keys = config.credentials.clone();
+        if let Some(keys) = &credential_keys {
+            tracing::info!(keys = ?keys.ids(), sealing = keys.current(), "credentials keys loaded");
+        }
         Ok(Self(Arc::new(Shared {
+            credential_keys,
             config: Arc::new(config),
             store,
             catalogue,
             auth: Arc::new(authenticator),
             challenge: challenge.map(Arc::new),
-            events: Arc::new(events::EventHub::new(polls.clone())),
+            events: Arc::new(events::EventHub::new(polls.clone(), snapshots.clone())),
             request_state_keys,
             origin_policy: Arc::new(origin_policy),
             draining: CancellationToken::new(),
             shutdown: CancellationToken::new(),
             listen_streams: Arc::default(),
             polls,
+            snapshots,
             redis_usable: Arc::default(),
             secrets,
         })))

@@ -107,7 +107,7 @@ pub struct Config {
     #[arg(long, default_value_t = 256)]
     pub tasks: usize,
 
-    /// Bearer tokens, one per line, instead of `--token`: each `create` or `lifecycle` operation
+    /// Bearer tokens, one per line, instead of `--token`: each `create`, `sync` or `lifecycle` operation
     /// takes the next, so the load comes from as many tenants as the file names.
     #[arg(long)]
     pub tokens_file: Option<PathBuf>,

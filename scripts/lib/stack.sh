@@ -240,14 +240,8 @@ stack_up() {
     export TASKGATE_REDIS_URL="redis://127.0.0.1:$STACK_REDIS_PORT"
   fi
 
-  STACK_WORKER_METRICS=()
+  # Gateways first, as a deployment rolls them out: a worker is never the only process up.
   local i port
-  for i in $(seq "${STACK_WORKERS:-1}"); do
-    port=$(stack_free_port)
-    STACK_WORKER_METRICS+=("$port")
-    stack_start "worker-$i" "$bin/taskgate-worker" --metrics-listen "127.0.0.1:$port" \
-      "${STACK_WORKER_ARGS[@]}"
-  done
   if [ "${#STACK_GATEWAY_PORTS[@]}" -eq 0 ]; then
     for _ in $(seq "${STACK_GATEWAYS:-1}"); do STACK_GATEWAY_PORTS+=("$(stack_free_port)"); done
   fi
@@ -256,6 +250,13 @@ stack_up() {
     stack_port_free "$port" || stack_die "something already listens on 127.0.0.1:$port"
     stack_start "gateway-$((i + 1))" "$bin/taskgate-gateway" --auth "${STACK_AUTH:-none}" --listen "127.0.0.1:$port" \
       "${STACK_GATEWAY_ARGS[@]}"
+  done
+  STACK_WORKER_METRICS=()
+  for i in $(seq "${STACK_WORKERS:-1}"); do
+    port=$(stack_free_port)
+    STACK_WORKER_METRICS+=("$port")
+    stack_start "worker-$i" "$bin/taskgate-worker" --metrics-listen "127.0.0.1:$port" \
+      "${STACK_WORKER_ARGS[@]}"
   done
 
   # Ready: every gateway and worker says so, and the workers have published their tools.

@@ -6,10 +6,12 @@
 //!   the gateway that lists and validates it.
 //! - [`task`]: the task domain (statuses, ids, wire snapshots).
 //! - [`store`]: the Redis layer: keys, Lua scripts and their typed wrappers.
+//! - [`credentials`]: per-tenant upstream credentials, sealed at rest.
 //! - [`telemetry`]: logging setup.
 
 pub mod backoff;
 pub mod config;
+pub mod credentials;
 pub mod protocol;
 pub mod shutdown;
 pub mod store;

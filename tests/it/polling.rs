@@ -95,16 +95,28 @@ async fn held_polls_are_bounded_per_principal() {
     let stack = at_defaults().gateway_args(&["--max-held-polls-per-principal", "1"]).spawn().await;
     let client = stack.client(0);
     let task_id = parked_report(&client).await;
-    let first = {
+    let poll = || {
         let client = stack.client(0);
         let task_id = task_id.clone();
         tokio::spawn(async move { client.get_task(&task_id).await })
     };
-    // Once the first is held, the second finds the principal's one place taken.
-    taskgate_tests::eventually(PATIENCE, "the first poll to be held", || async {
-        (metric(&client, "taskgate_gateway_held_polls_total{outcome=\"held\"}").await >= 1.0).then_some(())
+    // A poll is held only when it comes within the tolerance of the one answered before it; on
+    // a loaded machine the first may come later and be answered at once, and then the next one,
+    // sent right after it, is early.
+    let first = std::sync::Mutex::new(poll());
+    taskgate_tests::eventually(PATIENCE, "a poll to be held", || async {
+        if metric(&client, "taskgate_gateway_held_polls_total{outcome=\"held\"}").await >= 1.0 {
+            return Some(());
+        }
+        let mut first = first.lock().unwrap();
+        if first.is_finished() {
+            *first = poll();
+        }
+        None
     })
     .await;
+    let first = first.into_inner().unwrap();
+    // Once one is held, the next finds the principal's one place taken.
     let r = client.get_task(&task_id).await;
     assert_eq!(r.status, 429, "{}", r.text);
     assert_eq!(r.body["error"]["code"], -31429);
@@ -129,13 +141,18 @@ async fn poll_limit_off_reads_every_poll() {
     let client = stack.client(0);
     let task_id = parked_report(&client).await;
     let before = task_reads(&client).await;
+    let hits_before = metric(&client, "taskgate_snapshot_cache_hits_total").await;
     for _ in 0..20 {
         let started = Instant::now();
         let r = client.get_task(&task_id).await;
         assert_eq!(r.status, 200, "{}", r.text);
         assert!(started.elapsed() < Duration::from_millis(500), "not held");
     }
-    assert!(task_reads(&client).await - before >= 20.0, "every poll read Redis");
+    // Every poll is answered at once: read from Redis, or (the task unchanged) from the
+    // replica's snapshot cache.
+    let hits = "taskgate_snapshot_cache_hits_total";
+    let answered = task_reads(&client).await - before + metric(&client, hits).await - hits_before;
+    assert!(answered >= 20.0, "every poll was read: {answered}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -32,6 +32,7 @@ taskgate_tests::on_topologies!(
     a_worker_that_reclaims_its_own_task_stops_the_old_run,
     script_replays_answer_what_the_first_run_did,
     gateway_side_cancels_release_the_active_count,
+    the_store_frees_the_slot_of_a_task_a_worker_or_the_reaper_ends,
     a_listen_stream_survives_a_version_rollback,
     task_reads_are_atomic,
     a_suspend_that_asks_nothing_fails_the_task,
@@ -207,9 +208,10 @@ async fn script_replays_answer_what_the_first_run_did(topology: Topology) {
     assert!(!store.finish(stale, Finish::Cancelled { message: "x" }).await.unwrap(), "other tokens stay refused");
     assert_eq!(field(&store, &id, "status").await.as_deref(), Some("completed"));
 
-    // reclaim: a replay that finds the task already ended says so, with the tenant to release.
+    // reclaim: a replay that finds the task already ended says so (and the store frees the
+    // slot again: its script reads the tenant, as the decoding test shows).
     let reclaimed = store.reclaim(&id, DEFAULT_POOL, 3, "{}", "failed", "cancelled").await.unwrap();
-    assert_eq!(reclaimed, Reclaimed::AlreadyEnded { tenant: Some("acme".into()) });
+    assert_eq!(reclaimed, Reclaimed::AlreadyEnded);
 }
 
 /// Finding: every way the gateway itself ends a counted task releases its active-task slot: an
@@ -248,6 +250,45 @@ async fn gateway_side_cancels_release_the_active_count(topology: Topology) {
         let r = client.call("tools/call", json!({"name": "noop", "arguments": {}})).await;
         // The gateway frees the slot before it answers, so the next attempt is admitted.
         assert_eq!(r.error_code(), Some(-32603), "attempt {attempt}: {}", r.text);
+    }
+}
+
+/// Finding: a task a worker's finish or the reaper ends gives back its tenant's active-task
+/// slot inside the store call that ended it, not in a caller that may die before freeing it.
+async fn the_store_frees_the_slot_of_a_task_a_worker_or_the_reaper_ends(topology: Topology) {
+    let stack = builder(topology).workers(0).spawn().await;
+    let store = stack.store();
+    let owner = Owner { tenant: "acme".into(), principal: "alice".into() };
+    let active = store.keys().tenant("acme").active;
+    let mut reader = store.blocking_connection().await.unwrap();
+    for ended_by in ["a finish", "the reaper"] {
+        // Admitted as the gateway admits it: the id in the tenant's active set, the task counted.
+        let id = TaskId::generate(16);
+        let expiry = taskgate_shared::task::now_ms() + 600_000;
+        let _: i64 = cmd(&store, redis::cmd("ZADD").arg(&active).arg(expiry).arg(id.as_str())).await;
+        store.create_task(NewTask { counted: true, ..taskgate_tests::sleep_task(&id, &owner) }).await.unwrap();
+        ensure_group(&store, &store.keys().task(&id).stream).await;
+        let deliveries = store
+            .read_deliveries(&mut reader, &[id.shard()], DEFAULT_POOL, "w-slot", 10, Duration::from_millis(100))
+            .await
+            .unwrap();
+        let delivery: Delivery = deliveries.into_iter().find(|d| d.task_id == id).expect("delivered");
+        let lease = if ended_by == "a finish" { PATIENCE } else { Duration::from_millis(50) };
+        let claim = store.claim(&mut delivery.clone(), DEFAULT_POOL, "w-slot", lease).await.unwrap().expect("claimed");
+        if ended_by == "a finish" {
+            let held = Lease { task_id: &id, worker: "w-slot", fence: claim.fence };
+            let outcome = Finish::Completed { result: "{\"content\":[]}", message: None };
+            assert!(store.finish(held, outcome).await.unwrap());
+        } else {
+            // No reclaim allowed: the first expiry fails the task.
+            eventually(PATIENCE, "the lease to expire and the reaper to fail the task", || async {
+                let reclaimed = store.reclaim(&id, DEFAULT_POOL, 0, "{}", "failed", "cancelled").await.unwrap();
+                matches!(reclaimed, Reclaimed::Failed).then_some(())
+            })
+            .await;
+        }
+        let held: Option<f64> = cmd(&store, redis::cmd("ZSCORE").arg(&active).arg(id.as_str())).await;
+        assert_eq!(held, None, "the task {ended_by} ended still holds its slot");
     }
 }
 

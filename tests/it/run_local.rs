@@ -123,7 +123,12 @@ async fn run_local_starts_its_own_redis_serves_the_first_task_and_stops_on_ctrl_
     let run = RunLocal::start(None, redis_port).await;
     let started = run.started();
     let names: Vec<&str> = started.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, ["redis", "worker-1", "gateway-1", "gateway-2"], "{}", run.output());
+    assert_eq!(
+        names,
+        ["redis", "gateway-1", "gateway-2", "worker-1"],
+        "gateways first, as a deployment: {}",
+        run.output()
+    );
     assert!(listening(redis_port), "its Redis listens on TASKGATE_LOCAL_REDIS_PORT");
     assert!(run.output().contains(&format!("http://127.0.0.1:{}/mcp", run.ports[0])), "{}", run.output());
 
@@ -154,7 +159,7 @@ async fn run_local_uses_the_redis_of_taskgate_redis_url() {
     let unused = free_port();
     let run = RunLocal::start(Some(&redis.url()), unused).await;
     let names: Vec<String> = run.started().into_iter().map(|(n, _)| n).collect();
-    assert_eq!(names, ["worker-1", "gateway-1", "gateway-2"], "no Redis of its own:\n{}", run.output());
+    assert_eq!(names, ["gateway-1", "gateway-2", "worker-1"], "no Redis of its own:\n{}", run.output());
     assert!(!listening(unused));
 
     let call = run.cli(0).run(&["--output", "json", "call", "sleep", "--detach", "--arg", "ms=10"]).await;

@@ -61,8 +61,7 @@ async fn the_stack_finds_the_primary_through_the_sentinels_and_follows_a_failove
         eventually(PATIENCE, "the task to be claimed", || async { fence(&store, &running).await.filter(|f| *f > 0) })
             .await;
     // The claim reaches the replica before the primary dies.
-    let mut primary = set.nodes[set.primary_index().await].connection().await;
-    let acked: u32 = redis::cmd("WAIT").arg(1).arg(5_000).query_async(&mut primary).await.unwrap();
+    let acked = taskgate_tests::replicated(&set.nodes[set.primary_index().await], 1, Duration::from_secs(5)).await;
     assert_eq!(acked, 1);
     let (_, mut stream) =
         client.open_stream("subscriptions/listen", json!({"notifications": {"taskIds": [&running]}})).await;
@@ -141,8 +140,7 @@ async fn a_claim_lost_in_a_failover_never_repeats_its_token() {
     store.ensure_groups(16, DEFAULT_POOL).await.unwrap();
     let owner = Owner { tenant: "acme".into(), principal: "alice".into() };
     let id = taskgate_tests::write_task(&store, &owner).await;
-    let mut conn = primary.connection().await;
-    let acked: u32 = redis::cmd("WAIT").arg(1).arg(5_000).query_async(&mut conn).await.unwrap();
+    let acked = taskgate_tests::replicated(&primary, 1, Duration::from_secs(5)).await;
     assert_eq!(acked, 1, "the task reached the replica");
 
     // The replica stops following (as one cut off from the primary is, the moment before a

@@ -1,9 +1,9 @@
 //! Real third-party MCP servers behind the workers, installed pinned from their registries by
 //! `scripts/interop-servers` (run by the test when they are missing): the reference
 //! `@modelcontextprotocol/server-everything` (npm; a 2025-11-25 server with sessions) over stdio
-//! and over Streamable HTTP, and `mcp-server-time` (PyPI). The calls are driven by the suite's
-//! interop clients, the official Rust and Python SDKs, against the gateway, and followed with
-//! `subscriptions/listen` on another replica.
+//! and over Streamable HTTP, `@modelcontextprotocol/server-filesystem` (npm) and `mcp-server-time`
+//! (PyPI). The calls are driven by the suite's interop clients, the official Rust and Python
+//! SDKs, against the gateway, and followed with `subscriptions/listen` on another replica.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -289,4 +289,36 @@ async fn server_everything_prompts_and_resources_pass_through() {
 
     let missing = client.call("resources/read", json!({"uri": "demo://resource/nope"})).await;
     assert_eq!(missing.error_code(), Some(-32602), "{}", missing.text);
+}
+
+/// server-filesystem (npm), started with one directory as its argument: the worker declares no
+/// roots, so that directory is all it serves. A relative path resolves inside it; another
+/// directory's file is refused as a tool error.
+#[tokio::test]
+async fn server_filesystem_serves_only_the_directory_it_was_given() {
+    let (node, filesystem) = taskgate_tests::upstream::filesystem_server();
+    let mut stack = Stack::builder().workers(0).spawn().await;
+    let served = stack.scratch_dir().join("served");
+    let other = stack.scratch_dir().join("other");
+    for (dir, text) in [(&served, "served text"), (&other, "other text")] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("hello.txt"), text).unwrap();
+    }
+    let body = format!(
+        "[[upstream]]\nname = \"fs\"\ncommand = {:?}\nargs = [{:?}, {:?}]\n",
+        node.to_str().unwrap(),
+        filesystem.to_str().unwrap(),
+        served.to_str().unwrap()
+    );
+    let file = upstreams_file(stack.scratch_dir(), "upstreams.toml", &body);
+    stack.add_worker(&["--tools", "", "--upstreams", file.to_str().unwrap()]).await;
+    let client = stack.client(0);
+    wait_for_tool(&client, "fs__read_text_file", PATIENCE).await;
+    let done = crate::upstream::run(&client, "fs__read_text_file", json!({ "path": "hello.txt" })).await;
+    assert_eq!(done["result"]["content"][0]["text"], "served text", "{done}");
+    let elsewhere = other.join("hello.txt");
+    let done = crate::upstream::run(&client, "fs__read_text_file", json!({ "path": elsewhere })).await;
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    let refusal = done["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(refusal.starts_with("Access denied"), "{done}");
 }

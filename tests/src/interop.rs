@@ -45,6 +45,8 @@ pub struct Servers {
     pub node: PathBuf,
     /// server-everything's entry point.
     pub everything: PathBuf,
+    /// server-filesystem's entry point: it takes its allowed directories as arguments.
+    pub filesystem: PathBuf,
     /// mcp-server-time's executable.
     pub time: PathBuf,
 }
@@ -55,9 +57,12 @@ pub fn servers() -> Servers {
     let servers = Servers {
         node: cache.join(format!("node/node_modules/{node_pkg}/bin/node")),
         everything: cache.join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
+        filesystem: cache.join("node/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"),
         time: cache.join("venv/bin/mcp-server-time"),
     };
-    install("interop-servers", || servers.node.exists() && servers.everything.exists() && servers.time.exists());
+    install("interop-servers", || {
+        servers.node.exists() && servers.everything.exists() && servers.filesystem.exists() && servers.time.exists()
+    });
     servers
 }
 

@@ -7,6 +7,7 @@
 
 pub mod cli;
 mod client;
+pub mod credentials;
 mod fault_proxy;
 pub mod interop;
 mod process;
@@ -20,7 +21,7 @@ pub mod upstream;
 pub use client::{McpClient, Reply, SseItem, SseStream, ack, meta, meta_without_tasks, standard_headers};
 pub use fault_proxy::{Fault, FaultProxy};
 pub use process::{Binary, Service};
-pub use redis_server::{RedisCluster, RedisServer};
+pub use redis_server::{RedisCluster, RedisServer, replicated};
 pub use scrape::Scrape;
 pub use stack::{Stack, StackBuilder, Topology};
 

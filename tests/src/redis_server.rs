@@ -194,6 +194,31 @@ impl RedisServer {
     }
 }
 
+/// How many replicas have every write `server` took before the call, waiting up to `patience`.
+/// `WAIT` alone counts only the writes of its own connection (a fresh connection has none, and
+/// it answers at once), so this writes a marker first: replication is in order, so a replica that
+/// acknowledged the marker holds everything written before it on any connection. The connection
+/// has no response timeout of its own, since `WAIT` blocks for as long as it is told.
+pub async fn replicated(server: &RedisServer, replicas: usize, patience: Duration) -> usize {
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut conn = redis::Client::open(server.url())
+        .expect("the server's url")
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("a connection for WAIT");
+    let (acked,): (usize,) = redis::pipe()
+        .cmd("INCR")
+        .arg("taskgate-tests:replication-marker")
+        .ignore()
+        .cmd("WAIT")
+        .arg(replicas)
+        .arg(patience.as_millis() as u64)
+        .query_async(&mut conn)
+        .await
+        .expect("the marker and WAIT");
+    acked
+}
+
 /// The server arguments of a TLS port with `pki`'s certificate, also used on the cluster bus
 /// and to replicas.
 fn tls_args(pki: &crate::tls::Pki, tls_port: u16, client_certs: bool) -> Vec<String> {

@@ -22,13 +22,29 @@ pub struct HttpFixture {
 impl HttpFixture {
     /// Starts `bin http [--legacy]` and reads its URL.
     pub async fn start(bin: &str, legacy: bool) -> Self {
+        let args: &[&str] = if legacy { &["--legacy"] } else { &[] };
+        Self::spawn(bin, args, &[]).await
+    }
+
+    /// Starts `bin http --oauth` with `envs` (`FIXTURE_STATIC_TOKENS`, `FIXTURE_REFRESH_TOKENS`,
+    /// `FIXTURE_TOKEN_TTL_S`, `FIXTURE_CLIENT_ID`, `FIXTURE_EXCHANGE_REFRESH=1` for a refresh
+    /// token with each exchanged one): `/mcp` then demands a bearer token, and
+    /// [`HttpFixture::token_url`] issues them.
+    pub async fn start_oauth(bin: &str, envs: &[(&str, &str)]) -> Self {
+        Self::spawn(bin, &["--oauth"], envs).await
+    }
+
+    /// The fixture's token endpoint (served with `--oauth` only).
+    pub fn token_url(&self) -> String {
+        format!("{}/token", self.url.strip_suffix("/mcp").expect("the URL ends in /mcp"))
+    }
+
+    async fn spawn(bin: &str, args: &[&str], envs: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().expect("a directory for the fixture's log");
         let log = dir.path().join("fixture.log");
         let mut command = tokio::process::Command::new(bin);
-        command.arg("http").env("FIXTURE_LOG", &log).stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true);
-        if legacy {
-            command.arg("--legacy");
-        }
+        command.arg("http").args(args).envs(envs.iter().copied()).env("FIXTURE_LOG", &log);
+        command.stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true);
         let mut child = command.spawn().expect("the fixture starts");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut lines = tokio::io::BufReader::new(stdout).lines();
@@ -39,6 +55,15 @@ impl HttpFixture {
             .expect("a URL line");
         Self { _child: child, _dir: dir, url, log }
     }
+}
+
+/// The pinned reference filesystem server (`@modelcontextprotocol/server-filesystem`): the Node
+/// binary and the server's entry point, installed by `scripts/interop-servers` when missing (the
+/// call panics naming the script if that fails). Run it as `node <entry> <dir>...`: the
+/// directories it may touch come from its arguments, since the worker declares no roots.
+pub fn filesystem_server() -> (PathBuf, PathBuf) {
+    let crate::interop::Servers { node, filesystem, .. } = crate::interop::servers();
+    (node, filesystem)
 }
 
 /// Writes an upstreams file into `dir` and returns its path.

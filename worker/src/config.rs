@@ -35,6 +35,19 @@ pub struct Cli {
     #[arg(long, env = "TASKGATE_UPSTREAMS")]
     pub upstreams: Option<std::path::PathBuf>,
 
+    #[command(flatten)]
+    pub credentials: taskgate_shared::credentials::KeyArgs,
+
+    /// Per-identity upstream instances (a stdio child or HTTP session per tenant or principal,
+    /// for `per = "tenant"|"principal"` servers) this worker runs at once, every server together.
+    /// Past it, the least recently used idle instance is stopped.
+    #[arg(long, env = "TASKGATE_MAX_INSTANCES", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_instances: u32,
+
+    /// A per-identity upstream instance with no call for this long (ms) is stopped.
+    #[arg(long, env = "TASKGATE_INSTANCE_IDLE_MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub instance_idle_ms: u64,
+
     /// How long this worker's tools stay listed after its last heartbeat into the catalogue, in
     /// milliseconds; it heartbeats every third of this. A dead worker's tools leave tools/list
     /// within about this long.
@@ -106,6 +119,8 @@ pub enum ConfigError {
     Override(#[from] BadOverride),
     #[error("invalid --pool {0:?}: a pool name is 1 to 32 characters of a-z, 0-9 and -")]
     BadPool(String),
+    #[error(transparent)]
+    Credentials(taskgate_shared::credentials::CredentialError),
 }
 
 /// A `name=ms` override that does not parse or names no served tool.
@@ -140,6 +155,10 @@ pub struct Config {
     /// The worker pool (validated: [`taskgate_shared::store::is_pool_name`]).
     pub pool: String,
     pub upstreams: Option<PathBuf>,
+    /// Where per-tenant upstream credentials are opened with (none: they are off).
+    pub credentials_keys: Option<std::sync::Arc<taskgate_shared::credentials::KeyRing>>,
+    pub max_instances: u32,
+    pub instance_idle: Duration,
     pub catalogue_ttl: Duration,
     pub tool_ttl: Vec<ToolOverride>,
     pub tool_poll: Vec<ToolOverride>,
@@ -186,6 +205,7 @@ impl Config {
         if !taskgate_shared::store::is_pool_name(&cli.pool) {
             errors.push(ConfigError::BadPool(cli.pool.clone()));
         }
+        let credentials_keys = cli.credentials.load().map_err(|err| errors.push(ConfigError::Credentials(err))).ok();
         let (Some(redis), true) = (redis, errors.is_empty()) else {
             return Err(errors);
         };
@@ -198,6 +218,9 @@ impl Config {
             tools: cli.tools,
             pool: cli.pool,
             upstreams: cli.upstreams,
+            credentials_keys: credentials_keys.flatten().map(std::sync::Arc::new),
+            max_instances: cli.max_instances,
+            instance_idle: Duration::from_millis(cli.instance_idle_ms),
             catalogue_ttl: Duration::from_millis(cli.catalogue_ttl_ms),
             tool_ttl,
             tool_poll,

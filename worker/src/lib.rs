@@ -92,11 +92,18 @@ async fn start(
     }
     let specs = config.specs(&tools)?;
     let upstreams_stop = CancellationToken::new();
+    let store = Store::connect_lazy(&config.redis.endpoint, &config.redis.namespace, config.redis.timeout)?;
     let upstreams = match &config.upstreams {
         Some(path) => {
             let configs = upstream::config::load(path)?;
             tracing::info!(file = %path.display(), servers = configs.len(), "starting upstream servers");
-            let upstreams = upstream::Upstreams::start(configs, config.cancel_grace, upstreams_stop.clone());
+            let identity = upstream::IdentitySettings {
+                store: store.clone(),
+                keys: config.credentials_keys.clone(),
+                max_instances: config.max_instances as usize,
+                instance_idle: config.instance_idle,
+            };
+            let upstreams = upstream::Upstreams::start(configs, config.cancel_grace, identity, upstreams_stop.clone());
             upstreams.first_listings().await;
             Some(upstreams)
         }
@@ -116,7 +123,6 @@ async fn start(
         upstreams_stop.cancel();
         return Err(StartError::Collision(collisions));
     }
-    let store = Store::connect_lazy(&config.redis.endpoint, &config.redis.namespace, config.redis.timeout)?;
     let metrics_listener = match config.metrics_listen {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::MetricsListen { addr, source })?,

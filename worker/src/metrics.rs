@@ -30,6 +30,11 @@ pub(crate) struct WorkerMetrics {
     pub(crate) upstream_in_flight: IntGaugeVec,
     pub(crate) upstream_restarts: IntCounterVec,
     pub(crate) upstream_list_refreshes: IntCounterVec,
+    pub(crate) upstream_instances: IntGaugeVec,
+    pub(crate) upstream_instances_started: IntCounterVec,
+    pub(crate) upstream_instances_evicted: IntCounterVec,
+    pub(crate) upstream_credential_misses: IntCounterVec,
+    pub(crate) upstream_credential_refreshes: IntCounterVec,
 }
 
 pub(crate) static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetrics {
@@ -127,6 +132,40 @@ pub(crate) static METRICS: LazyLock<WorkerMetrics> = LazyLock::new(|| WorkerMetr
         "taskgate_upstream_list_refreshes_total",
         "Tool listings taken again because an upstream server said its list changed.",
         &["upstream"],
+    ),
+    // Per-identity instances: labelled by server only (configured, so bounded), never by
+    // tenant, whose number has no bound.
+    upstream_instances: {
+        let gauge = IntGaugeVec::new(
+            prometheus::Opts::new(
+                "taskgate_upstream_instances",
+                "Per-identity upstream instances (a child or session per tenant or principal) alive in this worker.",
+            ),
+            &["upstream"],
+        )
+        .expect("a valid gauge definition");
+        prometheus::register(Box::new(gauge.clone())).expect("each family registers once");
+        gauge
+    },
+    upstream_instances_started: metrics::counter_vec(
+        "taskgate_upstream_instances_started_total",
+        "Per-identity upstream instances started, by server.",
+        &["upstream"],
+    ),
+    upstream_instances_evicted: metrics::counter_vec(
+        "taskgate_upstream_instances_stopped_total",
+        "Per-identity upstream instances stopped, by server and why (lru, idle, changed).",
+        &["upstream", "why"],
+    ),
+    upstream_credential_misses: metrics::counter_vec(
+        "taskgate_upstream_credential_misses_total",
+        "Calls refused because no credential was stored for the caller at a per-identity server.",
+        &["upstream"],
+    ),
+    upstream_credential_refreshes: metrics::counter_vec(
+        "taskgate_upstream_credential_refreshes_total",
+        "OAuth refreshes and token exchanges of callers' upstream tokens, by server and outcome (refreshed, failed, exchanged, exchange_failed).",
+        &["upstream", "outcome"],
     ),
 });
 

@@ -133,7 +133,7 @@ impl JwtVerifier {
             return Err(AuthError::InsufficientScope);
         }
         let scopes = scopes.into_iter().map(str::to_owned).collect();
-        let principal = Principal::new(tenant, claims.sub, scopes);
+        let principal = Principal::new(tenant, claims.sub, scopes).with_jwt_expiry(claims.exp);
         self.cache.insert(cache_key, principal.clone(), claims.exp.saturating_add(self.config.leeway_s), now);
         Ok(principal)
     }

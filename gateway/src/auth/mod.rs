@@ -58,7 +58,7 @@ impl Authenticator {
 }
 
 /// The credentials of `Authorization: Bearer …` (tokens are never taken from the URL).
-fn bearer(headers: &HeaderMap) -> Result<&str, AuthError> {
+pub(crate) fn bearer(headers: &HeaderMap) -> Result<&str, AuthError> {
     let mut values = headers.get_all(header::AUTHORIZATION).iter();
     let value = values.next().ok_or(AuthError::Missing)?;
     if values.next().is_some() {

@@ -10,6 +10,11 @@ pub struct Principal {
     /// The scopes its credential grants (a JWT's `scope`/`scp`, an API key's listed scopes).
     /// Shared, so the per-request clone of a cached principal allocates nothing for them.
     pub scopes: Arc<[String]>,
+    /// When the bearer JWT this caller was authenticated with expires (unix seconds); `None`
+    /// for any other kind of credential. The token itself is not kept here: it is read again
+    /// from the request's own `Authorization` header, and only for a tool whose server
+    /// exchanges it, so no other request pays for it.
+    pub jwt_expires_at_s: Option<u64>,
 }
 
 /// No scopes.
@@ -18,7 +23,12 @@ static NONE: LazyLock<Arc<[String]>> = LazyLock::new(|| Arc::from(Vec::new()));
 impl Principal {
     pub fn new(tenant: impl Into<String>, subject: impl Into<String>, scopes: Vec<String>) -> Self {
         let scopes = if scopes.is_empty() { NONE.clone() } else { Arc::from(scopes) };
-        Self { tenant: tenant.into(), subject: subject.into(), scopes }
+        Self { tenant: tenant.into(), subject: subject.into(), scopes, jwt_expires_at_s: None }
+    }
+
+    /// This caller, authenticated by a JWT that expires at `exp` (unix seconds).
+    pub fn with_jwt_expiry(self, exp: u64) -> Self {
+        Self { jwt_expires_at_s: Some(exp), ..self }
     }
 
     /// The caller under `--auth none`.

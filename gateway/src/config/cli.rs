@@ -168,13 +168,19 @@ pub struct Cli {
     #[arg(long, env = "TASKGATE_CONSOLE")]
     pub console: bool,
 
-    /// The scope that makes a token a console operator: every tenant, and the actions.
+    /// The scope that makes a token a console operator: every tenant, and the actions. It also
+    /// lets the admin API (`/admin/credentials`) act on every tenant's upstream credentials.
     #[arg(long, env = "TASKGATE_CONSOLE_SCOPE", default_value = "taskgate:operator")]
     pub console_scope: String,
 
-    /// The scope that lets a token see its own tenant's tasks in the console, read-only.
+    /// The scope that lets a token see its own tenant's tasks in the console, read-only, and
+    /// manage its own tenant's upstream credentials through the admin API.
     #[arg(long, env = "TASKGATE_CONSOLE_TENANT_SCOPE", default_value = "taskgate:tenant-admin")]
     pub console_tenant_scope: String,
+
+    /// Without a key, the admin API cannot set credentials (503).
+    #[command(flatten)]
+    pub credentials: taskgate_shared::credentials::KeyArgs,
 
     /// A trace viewer's URL with `{trace_id}` in it (Jaeger, Tempo, …): the console links each
     /// task to its trace.
@@ -300,6 +306,11 @@ pub struct Cli {
     /// principal's previous one is early (0 also turns the limit off).
     #[arg(long, env = "TASKGATE_POLL_TOLERANCE", default_value_t = 0.5)]
     pub poll_tolerance: f64,
+
+    /// Bytes of `tasks/get` answers this replica keeps for their owners, least recently used
+    /// evicted first (0 turns the snapshot cache off).
+    #[arg(long, env = "TASKGATE_SNAPSHOT_CACHE_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub snapshot_cache_bytes: usize,
 
     /// Early polls held at once on this replica; beyond, they are refused with 429.
     #[arg(long, env = "TASKGATE_MAX_HELD_POLLS", default_value_t = 10_000)]

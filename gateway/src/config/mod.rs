@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use taskgate_shared::config::{RedisConfigError, RedisSettings};
+use taskgate_shared::credentials::KeyRing;
 use taskgate_shared::store::Rate;
 use taskgate_shared::telemetry::LogFormat;
 
@@ -48,6 +49,8 @@ pub enum ConfigError {
     DurabilityTimeout { durability_ms: u128, redis_ms: u128 },
     #[error("--poll-tolerance must be a number from 0 to 1")]
     PollTolerance,
+    #[error(transparent)]
+    CredentialsKey(#[from] taskgate_shared::credentials::CredentialError),
     #[error(
         "invalid request-state key {0:?}: expected ID:BASE64 with an id of [A-Za-z0-9_-] and at least 32 secret bytes"
     )]
@@ -177,6 +180,16 @@ pub struct ConsoleSettings {
     pub max_in_flight: NonZeroUsize,
 }
 
+/// Who may manage upstream credentials through the admin API (`/admin/`), always served: the
+/// same scopes as the console's, whether or not the console is on.
+#[derive(Debug, Clone)]
+pub struct AdminSettings {
+    /// Every tenant.
+    pub operator_scope: String,
+    /// The token's own tenant.
+    pub tenant_scope: String,
+}
+
 /// The gateway's configuration: checked, with its secrets read, once at start-up. Settings
 /// that go together are grouped; a setting that can be off is an `Option`.
 #[derive(Debug, Clone)]
@@ -192,6 +205,9 @@ pub struct Config {
     pub test_routes: bool,
     /// `--console`: `None` when off.
     pub console: Option<ConsoleSettings>,
+    pub admin: AdminSettings,
+    /// `--credentials-key`, read: `None` when none is given (credentials cannot be sealed).
+    pub credentials: Option<std::sync::Arc<KeyRing>>,
     /// `--durability-replicas`: `None` when 0 (a create is acknowledged by the primary alone).
     pub durability: Option<DurabilitySettings>,
     pub catalogue_refresh: Duration,
@@ -286,6 +302,8 @@ pub struct PollSettings {
     pub tolerance: f64,
     pub max_held: usize,
     pub max_held_per_principal: usize,
+    /// `--snapshot-cache-bytes` (0: off).
+    pub snapshot_cache_bytes: usize,
 }
 
 /// The default per-principal listen-stream cap is this fraction (1/N) of the replica's.
@@ -337,6 +355,12 @@ impl Config {
         };
         let request_state_keys = request_state_keys(&cli).map_err(|err| errors.push(err)).ok();
         let master_secret = master_secret(&cli).map_err(|err| errors.push(err)).ok();
+        let credentials = cli
+            .credentials
+            .load()
+            .map(|ring| ring.map(std::sync::Arc::new))
+            .map_err(|err| errors.push(err.into()))
+            .ok();
         if let Some(redis) = &redis
             && cli.durability_replicas > 0
             && ms(cli.durability_timeout_ms) >= redis.timeout
@@ -349,8 +373,8 @@ impl Config {
         if !(0.0..=1.0).contains(&cli.poll_tolerance) {
             errors.push(ConfigError::PollTolerance);
         }
-        let (Some(redis), Some(auth), Some(request_state_keys), Some(master_secret), true) =
-            (redis, auth, request_state_keys, master_secret, errors.is_empty())
+        let (Some(redis), Some(auth), Some(request_state_keys), Some(master_secret), Some(credentials), true) =
+            (redis, auth, request_state_keys, master_secret, credentials, errors.is_empty())
         else {
             return Err(errors);
         };
@@ -394,6 +418,11 @@ impl Config {
                 global_queue_interval: cli.runtime_global_queue_interval,
             },
             test_routes: cli.test_routes,
+            admin: AdminSettings {
+                operator_scope: cli.console_scope.clone(),
+                tenant_scope: cli.console_tenant_scope.clone(),
+            },
+            credentials,
             console: cli.console.then_some(ConsoleSettings {
                 scope: cli.console_scope,
                 tenant_scope: cli.console_tenant_scope,
@@ -427,6 +456,7 @@ impl Config {
                 tolerance: cli.poll_tolerance,
                 max_held: cli.max_held_polls,
                 max_held_per_principal: cli.max_held_polls_per_principal,
+                snapshot_cache_bytes: cli.snapshot_cache_bytes,
             },
             log_format: cli.log_format,
         })

@@ -4,7 +4,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
-use taskgate_shared::store::{CancelOutcome, Inspection, OperatorFail};
+use taskgate_shared::store::{CancelOutcome, OperatorFail};
 use taskgate_shared::task::TaskId;
 
 use super::model::Viewer;
@@ -36,7 +36,6 @@ pub(super) fn check_action(viewer: &Viewer, headers: &HeaderMap, form: &ActionFo
 /// An action that passed its checks: on which task, by whom, why.
 struct Action {
     id: TaskId,
-    inspection: Inspection,
     by: String,
     reason: String,
 }
@@ -48,18 +47,17 @@ async fn begin(state: &AppState, viewer: &Viewer, id: &str, request: Request) ->
     let headers = parts.headers.clone();
     let form: ActionForm = edge::read_form(state, parts, body).await?;
     let reason = check_action(viewer, &headers, &form)?;
-    let (id, inspection) = inspect(state, viewer, id).await?;
-    Ok(Action { id, inspection, by: viewer.name(), reason })
+    // Only a task this viewer may see is acted on.
+    let (id, _) = inspect(state, viewer, id).await?;
+    Ok(Action { id, by: viewer.name(), reason })
 }
 
-/// What every action does last: when it ended the task, free the tenant's active-task slot
-/// (`counted_tenant`: the tenant whose slot it held) and answer held polls at once; then back
-/// to the task's page.
-async fn finish(state: &AppState, id: &TaskId, ended: bool, counted_tenant: Option<&str>) -> Response {
+/// What every action does last: when it ended the task, answer held polls at once (the store
+/// method that ended it freed its active-task slot); then back to the task's page.
+fn finish(state: &AppState, id: &TaskId, ended: bool) -> Response {
+    // Whatever the outcome: a write acknowledged here is read back at once on this replica.
+    state.snapshots.changed(id.as_str());
     if ended {
-        if let Some(tenant) = counted_tenant {
-            crate::mcp::release_active(state, id, tenant).await;
-        }
         state.polls.changed(id.as_str());
     }
     Redirect::to(&format!("/console/tasks/{}", id.as_str())).into_response()
@@ -71,12 +69,12 @@ pub(super) async fn cancel(
     Path(id): Path<String>,
     request: Request,
 ) -> Result<Response, ConsoleError> {
-    let Action { id, inspection, by, reason } = begin(&state, &viewer, &id, request).await?;
+    let Action { id, by, reason } = begin(&state, &viewer, &id, request).await?;
     let message = format!("Cancelled by an operator: {reason}");
     let outcome = state.store.cancel_task_as_operator(&id, &message, &by, &reason).await?;
     tracing::info!(target: "taskgate::audit", action = "cancel", task_id = %id, by = %by, reason = %reason, outcome = ?outcome, "console: task cancelled");
     let ended = matches!(outcome, CancelOutcome::Cancelled { .. });
-    Ok(finish(&state, &id, ended, inspection.record.get("tenant").map(String::as_str)).await)
+    Ok(finish(&state, &id, ended))
 }
 
 pub(super) async fn fail(
@@ -85,13 +83,13 @@ pub(super) async fn fail(
     Path(id): Path<String>,
     request: Request,
 ) -> Result<Response, ConsoleError> {
-    let Action { id, by, reason, .. } = begin(&state, &viewer, &id, request).await?;
+    let Action { id, by, reason } = begin(&state, &viewer, &id, request).await?;
     let message = format!("Failed by an operator: {reason}");
     let error = serde_json::json!({ "code": -32603, "message": message }).to_string();
     let outcome = state.store.fail_task_as_operator(&id, &error, &message, &by, &reason).await?;
     tracing::info!(target: "taskgate::audit", action = "fail", task_id = %id, by = %by, reason = %reason, outcome = ?outcome, "console: task failed");
     Ok(match outcome {
-        OperatorFail::Failed { counted_tenant, .. } => finish(&state, &id, true, counted_tenant.as_deref()).await,
-        OperatorFail::AlreadyTerminal | OperatorFail::NotFound => finish(&state, &id, false, None).await,
+        OperatorFail::Failed { .. } => finish(&state, &id, true),
+        OperatorFail::AlreadyTerminal | OperatorFail::NotFound => finish(&state, &id, false),
     })
 }

@@ -8,6 +8,7 @@ mod access;
 mod actions;
 mod assets;
 mod cache;
+mod credentials;
 mod edge;
 mod error;
 mod login;
@@ -45,6 +46,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/console/", get(overview))
         .route("/console/overview", get(overview_fragment))
         .route("/console/tasks", get(task_list))
+        .route("/console/credentials", get(credentials::page))
         .route("/console/tasks/{id}", get(task))
         .route("/console/tasks/{id}/live", get(task_fragment))
         .route("/console/tasks/{id}/cancel", post(cancel))

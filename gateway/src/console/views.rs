@@ -36,6 +36,7 @@ pub(super) fn page(title: &str, viewer: Option<&Viewer>, body: Markup) -> Markup
                         @if viewer.is_some() {
                             a href="/console/" { "Overview" }
                             a href="/console/tasks" { "Tasks" }
+                            a href="/console/credentials" { "Credentials" }
                         }
                         @if let Some(viewer) = viewer {
                             span.who { "Signed in as " strong { (viewer.name()) } @if !viewer.may_act { " (read-only)" } }
@@ -57,6 +58,48 @@ pub(super) fn page(title: &str, viewer: Option<&Viewer>, body: Markup) -> Markup
             }
         }
     }
+}
+
+/// Which upstreams have a credential, per tenant: the names of its values, the key it is
+/// sealed under, who set it when. The values are never read for this page.
+pub(super) fn credentials(viewer: &Viewer, entries: &[crate::admin::CredentialEntry]) -> Markup {
+    let mut by_tenant: BTreeMap<&str, Vec<&crate::admin::CredentialEntry>> = BTreeMap::new();
+    for entry in entries {
+        by_tenant.entry(entry.tenant.as_str()).or_default().push(entry);
+    }
+    page(
+        "Credentials",
+        Some(viewer),
+        html! {
+            h1 { "Upstream credentials" }
+            p.note { "Values are sealed at rest and never shown; set, delete and re-seal them with "
+                code { "taskgate credentials" } " or the admin API." }
+            @if by_tenant.is_empty() { p #no-credentials { "No tenant has an upstream credential." } }
+            @for (tenant, rows) in &by_tenant {
+                h2 { "Tenant " code { (tenant) } }
+                div.scroll {
+                    table.credentials data-tenant=(tenant) {
+                        thead { tr {
+                            th scope="col" { "Upstream" } th scope="col" { "For" } th scope="col" { "Value names" }
+                            th scope="col" { "Key" } th scope="col" { "Set at" } th scope="col" { "Set by" }
+                        } }
+                        tbody {
+                            @for row in rows {
+                                tr {
+                                    td { code { (row.upstream) } }
+                                    td { @if let Some(p) = &row.principal { "principal " code { (p) } } @else { "the whole tenant" } }
+                                    td { @for (i, name) in row.names.iter().enumerate() { @if i > 0 { ", " } code { (name) } } }
+                                    td { code { (row.key_id) } }
+                                    td { (row.set_at) }
+                                    td { (row.set_by) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
 }
 
 pub(super) fn login(message: Option<&str>) -> Markup {

@@ -28,6 +28,7 @@ pub fn router(state: AppState) -> Router {
         mcp: post(transport::handle),
         probes,
         console: state.config.console.is_some().then(crate::console::routes),
+        admin: crate::admin::routes(),
         // Hidden flag, for the black-box tests of the pipeline: a handler that panics.
         test_panic: state.config.test_routes.then(|| post(probes::panic_for_tests)),
     };

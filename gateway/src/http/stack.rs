@@ -29,6 +29,8 @@ pub(crate) struct Routes {
     pub(crate) probes: Router<AppState>,
     /// `--console`'s pages and actions, when on.
     pub(crate) console: Option<Router<AppState>>,
+    /// The admin API, always (every request is authenticated).
+    pub(crate) admin: Router<AppState>,
     /// `POST /test/panic`, for the pipeline's own tests.
     pub(crate) test_panic: Option<MethodRouter<AppState>>,
 }
@@ -45,6 +47,7 @@ pub(crate) fn pipeline(routes: Routes, config: &Config) -> Router<AppState> {
     if let Some(console) = routes.console {
         router = router.merge(around_console(console, config));
     }
+    router = router.merge(around_admin(routes.admin, config));
     if let Some(panics) = routes.test_panic {
         router = router.route("/test/panic", around_mcp(panics, config));
     }
@@ -109,6 +112,17 @@ fn around_console(router: Router<AppState>, config: &Config) -> Router<AppState>
             .layer(HandleErrorLayer::new(crate::console::pipeline_error))
             .load_shed()
             .layer(tower::limit::GlobalConcurrencyLimitLayer::with_semaphore(permits))
+            .timeout(console_deadline(config)),
+    )
+}
+
+/// Layers around the admin API (JSON), outermost first: errors from the layers below as JSON
+/// (`admin::pipeline_error`), then the deadline of a request that is not `/mcp`. Its bodies
+/// are read by its handlers, within their own size and time bounds.
+fn around_admin(router: Router<AppState>, config: &Config) -> Router<AppState> {
+    router.layer(
+        ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(crate::admin::pipeline_error))
             .timeout(console_deadline(config)),
     )
 }

@@ -2,6 +2,7 @@
 //! replicas' acknowledgement when configured), its abandonment when the create failed, and the
 //! tenant's active-task slot.
 
+use taskgate_shared::credentials::{Credential, Holder, SUBJECT_TOKEN};
 use taskgate_shared::protocol::{ErrorKind, RpcError};
 use taskgate_shared::store::Created;
 use taskgate_shared::task::TaskId;
@@ -20,6 +21,8 @@ pub(crate) struct TaskShape<'a> {
     pub(crate) status_message: Option<&'a str>,
     /// A keyed create's fingerprint (`idempotency::fingerprint`); `None` without a key.
     pub(crate) fingerprint: Option<&'a str>,
+    /// The tool's server exchanges the caller's own token: hand it to the worker, sealed.
+    pub(crate) subject_token: bool,
 }
 
 /// How sure a new task must be before its handle leaves.
@@ -48,6 +51,10 @@ pub(crate) async fn write_task(
     durability: Durability,
 ) -> Result<Created, GatewayError> {
     let state = call.state;
+    if shape.subject_token {
+        // Before the create, so that a worker never claims the task before its token is there.
+        hand_over_subject_token(call, id, shape.ttl_ms).await?;
+    }
     let answers: Vec<(String, String)> = gathered.answers.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
     let steps: Vec<(String, String)> = gathered.carried.steps.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let (capabilities, declares_tasks) = taskgate_shared::store::stored_capabilities(&call.meta.capabilities);
@@ -116,32 +123,55 @@ pub(crate) async fn write_task(
     Ok(created)
 }
 
+/// Seals the caller's own bearer JWT, bound to the caller and the task, into the task's
+/// `subject` key, for the worker of a server that exchanges it (RFC 8693). It lives as long as
+/// the token or the task, whichever is shorter. Nothing is written for a caller not
+/// authenticated by a JWT, or without `--credentials-key`: the worker then refuses the call
+/// with the typed error that asks for a call signed in. The token is never logged.
+async fn hand_over_subject_token(call: &Call<'_>, id: &TaskId, task_ttl_ms: u64) -> Result<(), GatewayError> {
+    let Some(expires_at_s) = call.principal.jwt_expires_at_s else { return Ok(()) };
+    let Some(keys) = &call.state.credential_keys else {
+        // An operator's omission, which every such call would otherwise only show as the
+        // caller's error: said once.
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            tracing::warn!(
+                "a tool whose server exchanges the caller's token was called, and this gateway has no --credentials-key to hand the token over: such calls fail"
+            );
+        });
+        return Ok(());
+    };
+    let Ok(token) = crate::auth::bearer(call.headers) else { return Ok(()) };
+    let now = taskgate_shared::task::now_ms();
+    let ttl_ms = expires_at_s.saturating_mul(1_000).saturating_sub(now).min(task_ttl_ms);
+    if ttl_ms == 0 {
+        return Ok(());
+    }
+    let values = std::collections::BTreeMap::from([(SUBJECT_TOKEN.to_owned(), token.to_owned())]);
+    let Ok(value) = Credential::new(values) else {
+        tracing::warn!(task_id = %id, "the caller's token is too long to hand to the worker; not handed over");
+        return Ok(());
+    };
+    let holder = Holder::subject_token(&call.principal.tenant, &call.principal.subject, id.as_str());
+    let sealed = keys.seal(&holder, &value, now, "gateway").map_err(|err| {
+        tracing::error!(task_id = %id, error = %err, "could not seal the caller's token");
+        GatewayError::Method(RpcError::new(ErrorKind::Internal, "the call could not be prepared"))
+    })?;
+    call.state.store.put_subject_token(id, &sealed.to_json(), ttl_ms).await?;
+    Ok(())
+}
+
 /// Whether new tasks count against their tenant's active-task cap.
 fn counts_active(state: &AppState) -> bool {
     state.config.tenants.max_active_tasks.is_some()
 }
 
 /// Ends a task the gateway made and nobody follows (an inline call given up, a create that
-/// failed or was not made durable), and frees its active-task slot. A task a worker is running
-/// is only flagged here; that worker ends it and frees the slot. Best effort: what is left
-/// behind expires with the task.
+/// failed or was not made durable); the store frees its active-task slot. A task a worker is
+/// running is only flagged here; that worker ends it. Best effort: what is left behind expires
+/// with the task.
 pub(crate) async fn abandon_task(state: &AppState, id: &TaskId, owner: &taskgate_shared::task::Owner, message: &str) {
-    match state.store.cancel_task(id, owner, message).await {
-        Ok(outcome) => {
-            if outcome != taskgate_shared::store::CancelOutcome::Signalled {
-                release_active(state, id, &owner.tenant).await;
-            }
-        }
-        Err(err) => tracing::warn!(task_id = %id, error = %err, "could not abandon the task; it expires by its TTL"),
-    }
-}
-
-/// The task is over: it no longer counts against its tenant's cap. Idempotent.
-pub(crate) async fn release_active(state: &AppState, id: &TaskId, tenant: &str) {
-    if !counts_active(state) {
-        return;
-    }
-    if let Err(err) = state.store.release_active(tenant, id).await {
-        tracing::warn!(task_id = %id, error = %err, "active-task count not updated; it heals at the task's expiry");
+    if let Err(err) = state.store.abandon_task(id, owner, message, counts_active(state)).await {
+        tracing::warn!(task_id = %id, error = %err, "could not abandon the task; it expires by its TTL");
     }
 }

@@ -43,7 +43,9 @@ pub(crate) async fn run(
     };
     let id = TaskId::generate(call.state.config.redis.queue_shards);
     crate::limits::admit_task(call.state, &call.principal, &id, inline::hidden_ttl_ms(&call.state.config)).await?;
-    let run = InlineRun::start(call, id, method, pool, &arguments.to_string(), POLL_MS, &gathered).await?;
+    // Prompts and resources are never served by a server that exchanges the caller's token.
+    let shape = inline::hidden_shape(&call.state.config, pool, POLL_MS, false);
+    let run = InlineRun::start(call, id, method, &arguments.to_string(), shape, &gathered).await?;
     // These methods have no progress or log notices to forward.
     let forwarding = Forwarding::new(None, None, call.state.config.streams.keep_alive);
     Finisher::new(call, binding, gathered.answers, cache).drive(run, forwarding).await

@@ -37,6 +37,24 @@ pub(crate) fn hidden_ttl_ms(config: &Config) -> u64 {
     u64::try_from((config.inline_timeout + HIDDEN_TTL_MARGIN).as_millis()).unwrap_or(u64::MAX)
 }
 
+/// The shape of a hidden task: queued on `pool`, living [`hidden_ttl_ms`], with the caller's
+/// own token handed over when `subject_token` (the tool's server exchanges it).
+pub(crate) fn hidden_shape<'a>(
+    config: &Config,
+    pool: &'a str,
+    poll_interval_ms: u64,
+    subject_token: bool,
+) -> TaskShape<'a> {
+    TaskShape {
+        pool,
+        ttl_ms: hidden_ttl_ms(config),
+        poll_interval_ms,
+        status_message: None,
+        fingerprint: None,
+        subject_token,
+    }
+}
+
 /// How an inline run ended.
 pub(crate) enum Done {
     Result(Value),
@@ -68,26 +86,19 @@ pub(crate) struct InlineRun {
 
 impl InlineRun {
     /// Creates the hidden task (after registering for its events, so none is missed).
+    /// `shape` is [`hidden_shape`]'s.
     pub(crate) async fn start(
         call: &Call<'_>,
         id: TaskId,
         tool: &str,
-        pool: &str,
         arguments: &str,
-        poll_interval_ms: u64,
+        shape: TaskShape<'_>,
         gathered: &crate::mrtr::Gathered,
     ) -> Result<Self, GatewayError> {
         let state = call.state;
         let timeout = state.config.inline_timeout;
         let owner = call.principal.owner();
         let watch = state.events.watch(&[id.as_str()], 64);
-        let shape = TaskShape {
-            pool,
-            ttl_ms: hidden_ttl_ms(&state.config),
-            poll_interval_ms,
-            status_message: None,
-            fingerprint: None,
-        };
         write_task(call, &id, tool, arguments, shape, gathered, Durability::Primary).await?;
         Ok(Self {
             state: state.clone(),

@@ -28,7 +28,7 @@ use taskgate_shared::protocol::{Incoming, Method, Params, RpcError, ValidMeta, m
 use taskgate_shared::task::TaskId;
 use taskgate_shared::telemetry::trace;
 
-pub(crate) use create::{Durability, TaskShape, abandon_task, release_active, write_task};
+pub(crate) use create::{Durability, TaskShape, abandon_task, write_task};
 pub(crate) use reply::{Notice, NoticeParams, Reply, Stream, StreamItem};
 
 use crate::auth::Principal;

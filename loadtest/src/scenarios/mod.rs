@@ -25,6 +25,10 @@ pub async fn prepare(config: &Config, client: Client, recorder: Arc<Recorder>) -
             let arguments = config.arguments.clone();
             (round_robin(tenants, |client| call_op(client, tool.clone(), arguments.clone(), true, "task")), None)
         }
+        Scenario::Sync if tenants.len() > 1 => {
+            let arguments = config.arguments.clone();
+            (round_robin(tenants, |client| call_op(client, tool.clone(), arguments.clone(), false, "complete")), None)
+        }
         Scenario::Lifecycle if tenants.len() > 1 => {
             (round_robin(tenants, |client| lifecycle::op(config, client)), None)
         }

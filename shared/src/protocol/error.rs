@@ -24,6 +24,9 @@ pub enum ErrorKind {
     Forbidden,
     /// `-31429`: a tenant limit refused the request.
     RateLimited,
+    /// `-31428`: the tool's upstream server acts as the caller, and no credential is stored
+    /// for the caller there (`data` names the server and what to configure).
+    CredentialRequired,
     /// A code defined by a tool (outside the ranges the spec reserves), passed through.
     Application(i64),
 }
@@ -42,6 +45,7 @@ impl ErrorKind {
             -31401 => Self::Unauthorized,
             -31403 => Self::Forbidden,
             -31429 => Self::RateLimited,
+            -31428 => Self::CredentialRequired,
             // Reserved ranges a tool may not use become internal errors.
             -32768..=-32000 => Self::Internal,
             other => Self::Application(other),
@@ -61,6 +65,7 @@ impl ErrorKind {
             Self::Unauthorized => -31401,
             Self::Forbidden => -31403,
             Self::RateLimited => -31429,
+            Self::CredentialRequired => -31428,
             Self::Application(code) => code,
         }
     }

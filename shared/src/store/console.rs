@@ -273,9 +273,10 @@ impl Store {
             signal_prefix: &signal_prefix,
             operator: (by, why),
         };
-        let outcome = fail_task::call(&mut self.conn(), (&keys).into(), args).await?;
-        if let OperatorFail::Failed { from, .. } = &outcome {
-            super::transitions::emit(id, Transition::new(Some(*from), TaskStatus::Failed, Actor::Operator));
+        let (outcome, slot) = fail_task::call(&mut self.conn(), (&keys).into(), args).await?;
+        if let OperatorFail::Failed { from } = outcome {
+            let transition = Transition::new(Some(from), TaskStatus::Failed, Actor::Operator);
+            self.ended(id, transition, slot.as_deref()).await;
         }
         Ok(outcome)
     }
@@ -289,7 +290,8 @@ impl Store {
     /// the timeline nor pushes the task's transitions out of it.
     pub async fn record_reveal(&self, id: &TaskId, by: &str) -> Result<Option<serde_json::Value>, StoreError> {
         let keys = self.keys().task(id);
-        let args = record_reveal::Args { by, kept: REVEALS_KEPT };
+        // The script keeps at least one entry whatever it is told.
+        let args = record_reveal::Args { by, kept: REVEALS_KEPT.max(1) };
         let recorded =
             record_reveal::call(&mut self.conn(), record_reveal::Keys { timeline: &keys.timeline }, args).await?;
         Ok(match recorded {

@@ -67,6 +67,10 @@ pub struct TaskKeys {
     pub leases: String,
     /// LIST: the task's transitions, JSON each (`timeline` in the scripts' prelude).
     pub timeline: String,
+    /// STRING: the caller's own token, sealed for the worker of a server that exchanges it
+    /// (RFC 8693); written by the gateway before the create, expiring with the token or the
+    /// task, whichever is first.
+    pub subject: String,
 }
 
 /// A tenant's fleet-wide limit keys.
@@ -149,6 +153,7 @@ impl Keys {
             stream: format!("{ns}:{tag}:queue"),
             leases: format!("{ns}:{tag}:leases"),
             timeline: format!("{ns}:{tag}:task:{id}:timeline"),
+            subject: format!("{ns}:{tag}:task:{id}:subject"),
         }
     }
 
@@ -181,15 +186,25 @@ impl Keys {
     /// A tenant's limit keys. They share a hash tag derived from the tenant (hashed, so no
     /// tenant name can break the tag), so one script checks them all.
     pub fn tenant(&self, tenant: &str) -> TenantKeys {
-        use sha2::Digest as _;
-        let digest = sha2::Sha256::digest(tenant.as_bytes());
-        let tag: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let tag = tenant_tag(tenant);
         let ns = &self.ns;
         TenantKeys {
             requests: format!("{ns}:{{t{tag}}}:rate:requests"),
             creations: format!("{ns}:{{t{tag}}}:rate:creations"),
             active: format!("{ns}:{{t{tag}}}:active"),
         }
+    }
+
+    /// HASH: a tenant's upstream credentials, sealed (store/credentials.rs), in the tenant's
+    /// hash tag.
+    pub fn credentials(&self, tenant: &str) -> String {
+        let tag = tenant_tag(tenant);
+        format!("{}:{{t{tag}}}:credentials", self.ns)
+    }
+
+    /// SET: the tenants that have (or had) an upstream credential.
+    pub fn credential_tenants(&self) -> String {
+        format!("{}:credentials:tenants", self.ns)
     }
 
     /// The catalogue's keys, in one Cluster slot so one script keeps them consistent.
@@ -241,6 +256,13 @@ impl Keys {
         format!("{}:notify", self.ns)
     }
 
+    /// One gateway replica's beacon channel (`replica` is random per process): the replica
+    /// publishes there and hears itself back through its event subscription, which tells it
+    /// that every change written before the beacon has been heard.
+    pub fn beacon_channel(&self, replica: &str) -> String {
+        format!("{}:beacon:{replica}", self.ns)
+    }
+
     /// Prefix of the per-worker signal channels; a script appends the lease holder's id.
     pub fn signal_prefix(&self) -> String {
         format!("{}:signal:", self.ns)
@@ -256,6 +278,13 @@ fn shard_tag(shard: u8) -> String {
     format!("{{s{shard:02x}}}")
 }
 
+/// A tenant's hash tag: hashed, so no tenant name can break the tag.
+fn tenant_tag(tenant: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(tenant.as_bytes());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,9 +294,20 @@ mod tests {
         let keys = Keys::new("tg");
         let id = TaskId::parse(&format!("tsk_0a{}", "1".repeat(32))).unwrap();
         let k = keys.task(&id);
-        for key in
-            [&k.record, &k.inputs, &k.answers, &k.issued, &k.steps, &k.poll, &k.outcome, &k.args, &k.stream, &k.leases]
-        {
+        for key in [
+            &k.record,
+            &k.inputs,
+            &k.answers,
+            &k.issued,
+            &k.steps,
+            &k.poll,
+            &k.outcome,
+            &k.args,
+            &k.stream,
+            &k.leases,
+            &k.timeline,
+            &k.subject,
+        ] {
             assert!(key.starts_with("tg:{s0a}:"), "{key}");
         }
         assert_eq!(keys.shard(10).stream, k.stream);

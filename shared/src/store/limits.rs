@@ -44,7 +44,8 @@ impl Store {
     }
 
     /// One request that creates a task: request rate, creation rate and the active-task cap,
-    /// checked together; the task is then counted as active until it ends or expires.
+    /// checked together; the task is then counted as active until it ends (the store method
+    /// that ends it frees the slot: `transitions.rs`) or expires.
     pub async fn admit_task(
         &self,
         tenant: &str,
@@ -62,17 +63,6 @@ impl Store {
         };
         let args = admit::Args { requests: requests.gcra(), task: Some(created) };
         admit::call(&mut self.conn(), &self.keys().tenant(tenant), args).await
-    }
-
-    /// The task ended: it no longer counts against its tenant's active-task cap. Best effort:
-    /// an id left behind drops out when the task's expiry passes.
-    pub async fn release_active(&self, tenant: &str, task_id: &TaskId) -> Result<(), StoreError> {
-        redis::cmd("ZREM")
-            .arg(self.keys().tenant(tenant).active)
-            .arg(task_id.as_str())
-            .query_async::<()>(&mut self.conn())
-            .await?;
-        Ok(())
     }
 
     /// A client's read of its task, with ownership and the poll rate checked in the same

@@ -2,6 +2,8 @@
 //! codes several scripts share are named here; each script's module (`scripts/<name>.rs`)
 //! names its own and turns its reply into a typed value, so no caller matches raw codes.
 
+use std::time::Duration;
+
 use redis::Value;
 
 use super::StoreError;
@@ -21,10 +23,13 @@ pub(super) mod code {
     pub(crate) const KEY_REUSED: i64 = -5;
     /// `{-10, pool}`: the task belongs to another pool's queue (the prelude's `other_pool`).
     pub(crate) const OTHER_POOL: i64 = -10;
-    /// `{3, version, …}`: this script ended the task cancelled, as a cancel was pending
-    /// (`release_task`, `reclaim_task`, `request_input`).
+    /// `{3, version, tenant, …}`: this script ended the task cancelled, as a cancel was pending
+    /// (`release_task`, `reclaim_task`, `request_input`); `tenant` is the one whose active-task
+    /// slot the task held, `''` when it did not count (read with [`Reply::counted_tenant`]).
+    /// A worker's own run adds how long it worked (`release_task`, `request_input`).
     pub(crate) const CANCELLED: i64 = 3;
-    /// `{4, version, …}`: this script ended the task failed (`release_task`, `reclaim_task`).
+    /// `{4, version, tenant}`: this script ended the task failed (`release_task`,
+    /// `reclaim_task`); `tenant` as for [`CANCELLED`].
     pub(crate) const FAILED: i64 = 4;
     /// The task had ended before this script ran: nothing of it written (`reclaim_task`,
     /// `held_answer`).
@@ -83,6 +88,12 @@ impl Reply {
         }
     }
 
+    /// A time in milliseconds, `None` for `-1` (or any negative): the script could not tell (the
+    /// prelude's `since`).
+    pub(super) fn spent(&self, i: usize) -> Result<Option<Duration>, StoreError> {
+        Ok(u64::try_from(self.int(i)?).ok().map(Duration::from_millis))
+    }
+
     /// A nested array of strings.
     pub(super) fn strings(&self, i: usize) -> Result<Vec<String>, StoreError> {
         self.array(i)?.iter().map(as_string).collect::<Option<Vec<_>>>().ok_or_else(|| unexpected(i, None))
@@ -133,6 +144,15 @@ impl Reply {
     }
 }
 
+/// What a script that ended a worker's run tells beside its code: the tenant whose active-task
+/// slot the task held (`None` when the task did not end, or did not count), and how long the run
+/// worked, from its claim (`None` when the record did not say).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(in crate::store) struct RunEnd {
+    pub(in crate::store) slot: Option<String>,
+    pub(in crate::store) ran: Option<Duration>,
+}
+
 pub(super) fn as_string(v: &Value) -> Option<String> {
     match v {
         Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
@@ -144,6 +164,50 @@ pub(super) fn as_string(v: &Value) -> Option<String> {
 
 fn unexpected(i: usize, v: Option<&Value>) -> StoreError {
     StoreError::UnexpectedReply(format!("element {i}: {v:?}"))
+}
+
+/// A reply as a script sends it, for the decoding tests: `reply![1, 4, "acme"]`.
+#[cfg(test)]
+macro_rules! reply {
+    ($($item:expr),* $(,)?) => {
+        $crate::store::reply::Reply::new(vec![$($crate::store::reply::TestValue::value($item)),*])
+    };
+}
+#[cfg(test)]
+pub(super) use reply;
+
+/// What `reply!` takes: integers, text, or a value as it is.
+#[cfg(test)]
+pub(super) trait TestValue {
+    fn value(self) -> Value;
+}
+
+#[cfg(test)]
+impl TestValue for i32 {
+    fn value(self) -> Value {
+        Value::Int(self.into())
+    }
+}
+
+#[cfg(test)]
+impl TestValue for i64 {
+    fn value(self) -> Value {
+        Value::Int(self)
+    }
+}
+
+#[cfg(test)]
+impl TestValue for &str {
+    fn value(self) -> Value {
+        Value::BulkString(self.as_bytes().to_vec())
+    }
+}
+
+#[cfg(test)]
+impl TestValue for Value {
+    fn value(self) -> Value {
+        self
+    }
 }
 
 #[cfg(test)]

@@ -2,16 +2,18 @@
 //! EVAL (then caches) when a server does not know the script yet.
 //!
 //! Each script has one Rust module beside it (`scripts/<name>.rs` beside `<name>.lua`) holding
-//! its `Keys` (in the header's order), its `Args`, the meaning of its reply codes, and one
-//! `call`; nothing else in the store builds an invocation or reads a raw reply code.
+//! its `Args`, the meaning of its reply codes, and one `call`; nothing else in the store builds
+//! an invocation or reads a raw reply code. Its `Keys` are generated from the script's header
+//! (`KEYS[n] name: what it is`, by `shared/build.rs`), so a key is named once.
 //!
 //! The table below is the only list: it declares those modules and makes each script's
 //! handles, its metric label (`script:<file>`) and the list loaded at boot. Every script starts
 //! with `prelude.lua`, the helpers they share.
 //!
 //! A handle is typed by the number of keys its script takes ([`Lua::keys`] wants exactly
-//! that many), and a test holds each script's `KEYS[n]` header to the same count: a key added
-//! on one side and not the other fails the build or the tests, never a request in a Cluster.
+//! that many), which the generated `Keys::list` gives: a key added to the header and not to the
+//! table fails the build, and a test holds the script's body to the keys its header names, so
+//! a key read and not declared fails the tests, never a request in a Cluster.
 
 use std::sync::LazyLock;
 
@@ -50,6 +52,13 @@ async fn run<T>(
     decode(Reply::new(values))
 }
 
+/// An owner as the scripts take it: two arguments, tenant then principal.
+impl redis::ToRedisArgs for crate::task::Owner {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        (&self.tenant, &self.principal).write_redis_args(out);
+    }
+}
+
 /// One script file: its text, label and the key counts of its handles.
 pub(super) struct File {
     pub(super) script: &'static LazyLock<Script>,
@@ -59,6 +68,9 @@ pub(super) struct File {
     source: &'static str,
     #[cfg(test)]
     key_counts: &'static [usize],
+    /// The keys its header names, in order (generated).
+    #[cfg(test)]
+    key_names: &'static [&'static str],
 }
 
 macro_rules! scripts {
@@ -90,6 +102,8 @@ macro_rules! scripts {
                 source: include_str!(concat!("scripts/", stringify!($file), ".lua")),
                 #[cfg(test)]
                 key_counts: &[$($keys),+],
+                #[cfg(test)]
+                key_names: &$file::KEY_NAMES,
             },)*];
             ALL
         }
@@ -161,19 +175,34 @@ mod tests {
         assert_eq!(super::label_of(b"0000"), None);
     }
 
-    /// The header (the comment block the file opens with) names every key the Rust side
-    /// passes, `KEYS[1]` to `KEYS[n]` for the largest handle's `n`, and the body reads none
-    /// beyond it.
+    /// The `name` of every `KEYS[n] name:` entry in `text`, by `n`.
+    fn key_entries(text: &str) -> Vec<(usize, String)> {
+        text.match_indices("KEYS[")
+            .filter_map(|(at, _)| {
+                let rest = &text[at + "KEYS[".len()..];
+                let (index, rest) = rest.split_once("] ")?;
+                let (name, _) = rest.split_once(':')?;
+                let named = !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+                Some((index.parse().ok()?, name.to_owned())).filter(|_| named)
+            })
+            .collect()
+    }
+
+    /// The header (the comment block the file opens with) names every key, `KEYS[1] name:` to
+    /// `KEYS[n] name:`, and the Rust side passes those names in that order (its `Keys` are
+    /// generated from them); no handle passes more, and the body reads no key past them.
     #[test]
-    fn every_script_header_names_exactly_the_keys_its_handles_pass() {
+    fn every_script_header_names_the_keys_its_handles_pass() {
         for file in super::all() {
             let header: String =
                 file.source.lines().take_while(|line| line.starts_with("--")).collect::<Vec<_>>().join("\n");
+            let named: Vec<(usize, String)> =
+                file.key_names.iter().enumerate().map(|(i, name)| (i + 1, (*name).to_owned())).collect();
+            assert_eq!(key_entries(&header), named, "{}: its header's KEYS entries against its Keys", file.label);
             let most = *file.key_counts.iter().max().expect("every script has a handle");
-            let expected: BTreeSet<usize> = (1..=most).collect();
-            assert_eq!(key_indexes(&header), expected, "{}: its header's KEYS against its handles' {most}", file.label);
+            assert_eq!(most, named.len(), "{}: its largest handle passes every key the header names", file.label);
             let body_most = key_indexes(file.source).into_iter().max().unwrap_or(0);
-            assert!(body_most <= most, "{} reads KEYS[{body_most}], past the {most} its handles pass", file.label);
+            assert!(body_most <= most, "{} reads KEYS[{body_most}], past the {most} its header names", file.label);
         }
     }
 
@@ -199,8 +228,10 @@ mod tests {
     }
 
     #[test]
-    fn the_header_check_reads_key_indexes() {
+    fn the_header_check_reads_key_indexes_and_names() {
         assert_eq!(key_indexes("-- KEYS[1] a   KEYS[12] b  KEYS[x] #KEYS"), BTreeSet::from([1, 12]));
+        let entries = key_entries("-- KEYS[1] record: the record   [KEYS[2] tenant_index: x] KEYS[3] is named");
+        assert_eq!(entries, vec![(1, "record".to_owned()), (2, "tenant_index".to_owned())]);
     }
 
     /// The prelude's `REPLY` table, as (name, code) pairs.

@@ -25,8 +25,7 @@ impl Store {
     pub async fn create_task(&self, task: NewTask<'_>) -> Result<Created, StoreError> {
         let creating = Creating::new(self, &task);
         let created = create_task::call(&mut self.conn(), creating.keys(), creating.args(&task)).await?;
-        emit_created(task.id, created);
-        Ok(created)
+        Ok(self.created(&task, created).await)
     }
 
     /// The task an owner's idempotency key names, when it exists and is theirs: its owner
@@ -87,8 +86,7 @@ impl Store {
             }
         };
         let created = create_task::decode(Reply::new(created))?;
-        emit_created(task.id, created);
-        Ok((created, acked))
+        Ok((self.created(&task, created).await, acked))
     }
 
     /// What a parked run leaves for the next run of the same call: the state its tool saved
@@ -148,6 +146,8 @@ impl Store {
             events: &events,
             resume_message: resume_message.unwrap_or(""),
             signal_prefix: &signal_prefix,
+            // The record knows the task's pool; `default` is the first guess (store/pools.rs).
+            pool: super::DEFAULT_POOL,
             weight,
             answers,
         };
@@ -168,6 +168,12 @@ impl Store {
             .arg(payload.to_string())
             .query_async::<()>(&mut self.conn())
             .await?;
+        Ok(())
+    }
+
+    /// Publishes `payload` on `channel` (a gateway's beacon, `Keys::beacon_channel`).
+    pub async fn publish(&self, channel: &str, payload: &str) -> Result<(), StoreError> {
+        redis::cmd("PUBLISH").arg(channel).arg(payload).query_async::<()>(&mut self.conn()).await?;
         Ok(())
     }
 
@@ -206,10 +212,37 @@ impl Store {
             signal_prefix: &signal_prefix,
             operator: (by, why),
         };
-        let outcome = cancel_task::call(&mut self.conn(), (&keys).into(), args).await?;
-        if let CancelOutcome::Cancelled { from, waited } = outcome {
-            let by = if operator.is_some() { Actor::Operator } else { Actor::Client };
-            emit(id, Transition::new(Some(from), TaskStatus::Cancelled, by).after(waited));
+        let (outcome, slot) = cancel_task::call(&mut self.conn(), (&keys).into(), args).await?;
+        match outcome {
+            CancelOutcome::Cancelled { from, waited } => {
+                let by = if operator.is_some() { Actor::Operator } else { Actor::Client };
+                let transition = Transition::new(Some(from), TaskStatus::Cancelled, by).after(waited);
+                self.ended(id, transition, slot.as_deref()).await;
+            }
+            // Perhaps this same cancel, re-sent after its reply was lost: freeing again is
+            // harmless, and skipping it could leave the slot held.
+            CancelOutcome::AlreadyTerminal => self.free_slot(id, slot.as_deref()).await,
+            // A running task's worker ends it, and its store call frees the slot.
+            CancelOutcome::Signalled | CancelOutcome::NotFound => {}
+        }
+        Ok(outcome)
+    }
+
+    /// Ends a task this process created and nobody follows (an inline call given up, a create
+    /// that failed or was not made durable), as [`Store::cancel_task`] does. `counted`: whether
+    /// its create was admitted into the tenant's active-task count (`NewTask::counted`). The
+    /// create script may not have run, so a task not found still gives back the slot its
+    /// admission took; a running one is only flagged, and its worker ends it.
+    pub async fn abandon_task(
+        &self,
+        id: &TaskId,
+        owner: &Owner,
+        message: &str,
+        counted: bool,
+    ) -> Result<CancelOutcome, StoreError> {
+        let outcome = self.cancel(id, Some(owner), message, None).await?;
+        if outcome == CancelOutcome::NotFound && counted {
+            self.free_slot(id, Some(&owner.tenant)).await;
         }
         Ok(outcome)
     }
@@ -246,9 +279,19 @@ impl Creating {
     }
 }
 
-/// A new task is the client's transition into `working`; a replay is none.
-fn emit_created(id: &TaskId, created: Created) {
-    if let Created::New { .. } = created {
-        emit(id, Transition::new(None, TaskStatus::Working, Actor::Client));
+impl Store {
+    /// A new task is the client's transition into `working`; a replay is none. A replay that
+    /// found its task ended gives back the slot this create's admission took: a retry that
+    /// raced the first request past the look-up was admitted as a new task before the script
+    /// found this one. (Idempotent, so a retry that was never admitted costs one `ZREM`.)
+    async fn created(&self, task: &NewTask<'_>, (created, ended): (Created, bool)) -> Created {
+        match created {
+            Created::New { .. } => emit(task.id, Transition::new(None, TaskStatus::Working, Actor::Client)),
+            Created::Replayed { .. } if ended && task.counted => {
+                self.free_slot(task.id, Some(&task.owner.tenant)).await;
+            }
+            Created::Replayed { .. } => {}
+        }
+        created
     }
 }

@@ -87,6 +87,11 @@ pub struct ToolSpec {
     /// path a call takes follows from this declaration, never from timing.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pre_task_inputs: BTreeMap<String, Value>,
+    /// The tool's server exchanges the caller's own token (RFC 8693), so the gateway hands a
+    /// JWT-authenticated caller's token to the worker, sealed beside the task. Internal: the
+    /// gateway never lists it (`tools/list` shows the descriptor and the execution only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub subject_token: bool,
 }
 
 impl ToolSpec {
@@ -115,6 +120,7 @@ impl ToolSpec {
             poll_interval_ms,
             status_message: None,
             pre_task_inputs: BTreeMap::new(),
+            subject_token: false,
         }
     }
 }

@@ -1,10 +1,16 @@
 //! A hermetic upstream MCP server for the bridge tests, built on the official Rust SDK's server
 //! side. `upstream-fixture stdio [--legacy]` serves on stdin/stdout; `upstream-fixture http
-//! [--legacy]` serves Streamable HTTP on a free loopback port and prints its URL as the first
-//! line of stdout. `--legacy` speaks only 2025-11-25 and earlier (no `server/discover`).
+//! [--legacy] [--oauth]` serves Streamable HTTP on a free loopback port and prints its URL as the
+//! first line of stdout. `--legacy` speaks only 2025-11-25 and earlier (no `server/discover`);
+//! `--oauth` adds a token endpoint and demands its tokens (see `oauth.rs`).
 //!
 //! It appends what it sees to the file named by `FIXTURE_LOG` (one line per event), so a test
-//! can tell which handshake ran, which calls arrived, and whether a cancel reached it.
+//! can tell which handshake ran, which calls arrived, whether a cancel reached it, and (over
+//! HTTP) which bearer each request carried. `FIXTURE_LINGER_MS` keeps a stdio server alive that
+//! long after its input closes, as a server slow to exit.
+
+#[path = "upstream_fixture/oauth.rs"]
+mod oauth;
 
 use std::borrow::Cow;
 use std::io::Write as _;
@@ -24,6 +30,8 @@ use serde_json::{Value, json};
 /// The fixture's own tasks (`tasked`): working until `ready_at`, then asking `go`, then done.
 struct FixtureTask {
     ready_at: std::time::Instant,
+    /// Whether it asks `go` once ready; if not, it completes then.
+    ask: bool,
     state: TaskState,
 }
 
@@ -143,9 +151,15 @@ fn tools() -> Vec<Tool> {
         tool("sample", "Asks the client for an LLM sampling mid-call.", json!({}), None),
         tool(
             "tasked",
-            "Answers with a task of its own (the client must declare the Tasks extension), which asks `go` after `ms`, then completes; it can be cancelled.",
-            json!({ "ms": { "type": "integer" } }),
+            "Answers with a task of its own (the client must declare the Tasks extension), which asks `go` after `ms`, then completes; with `ask: false` it completes after `ms` without asking; it can be cancelled.",
+            json!({ "ms": { "type": "integer" }, "ask": { "type": "boolean" } }),
             None,
+        ),
+        tool(
+            "whoami_bearer",
+            "Answers with whom the HTTP request's bearer token names, as the fixture logs it.",
+            json!({}),
+            Some(json!({ "readOnlyHint": true })),
         ),
         tool(
             "whoami",
@@ -264,12 +278,19 @@ impl ServerHandler for Fixture {
     ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
         use rmcp::model::{DetailedTask, TaskPayload, TaskStatus};
         let tasks = tasks();
+        log(&format!("task get {}", request.task_id));
         let Some(task) = tasks.get(&request.task_id) else {
             return Err(ErrorData::invalid_params("unknown task", None));
         };
         let (status, payload, message) = match &task.state {
             TaskState::Working if std::time::Instant::now() < task.ready_at => {
                 (TaskStatus::Working, TaskPayload::Working, Some("warming up"))
+            }
+            TaskState::Working if !task.ask => {
+                let result =
+                    json!({ "content": [{ "type": "text", "text": "task done without asking" }], "isError": false });
+                let Value::Object(result) = result else { unreachable!() };
+                (TaskStatus::Completed, TaskPayload::Completed { result }, None)
             }
             TaskState::Working => {
                 let request = serde_json::from_value(json!({
@@ -437,7 +458,8 @@ impl ServerHandler for Fixture {
                 }
                 let id = format!("fx-task-{}", NEXT_TASK.fetch_add(1, Ordering::SeqCst));
                 let ready_at = std::time::Instant::now() + Duration::from_millis(int("ms", 300));
-                tasks().insert(id.clone(), FixtureTask { ready_at, state: TaskState::Working });
+                let ask = args.get("ask").and_then(Value::as_bool).unwrap_or(true);
+                tasks().insert(id.clone(), FixtureTask { ready_at, ask, state: TaskState::Working });
                 log(&format!("task created {id}"));
                 Ok(CallToolResponse::Task(rmcp::model::CreateTaskResult::new(task_view(
                     &id,
@@ -465,6 +487,14 @@ impl ServerHandler for Fixture {
                     .map(str::to_owned);
                 let who = json!({ "pid": std::process::id(), "cwd": cwd, "env": env, "authorization": authorization, "x-team": team });
                 Ok(text(who.to_string()))
+            }
+            "whoami_bearer" => {
+                let bearer = context
+                    .extensions
+                    .get::<axum::http::request::Parts>()
+                    .and_then(|parts| parts.extensions.get::<oauth::Bearer>())
+                    .map_or_else(|| "-".to_owned(), |bearer| bearer.0.clone());
+                Ok(text(bearer))
             }
             "hold" => {
                 let now = HELD.fetch_add(1, Ordering::SeqCst) + 1;
@@ -591,12 +621,16 @@ impl ServerHandler for Fixture {
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let legacy = args.iter().any(|a| a == "--legacy");
+    let with_oauth = args.iter().any(|a| a == "--oauth");
     let fixture = Fixture { legacy };
     match args.first().map(String::as_str) {
         Some("stdio") => {
             log("started stdio");
             let running = fixture.serve((FreezableStdin(tokio::io::stdin()), tokio::io::stdout())).await?;
             running.waiting().await?;
+            // FIXTURE_LINGER_MS: a server slow to exit once its input closes, as many are.
+            let linger = std::env::var("FIXTURE_LINGER_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+            tokio::time::sleep(std::time::Duration::from_millis(linger)).await;
         }
         Some("http") => {
             use rmcp::transport::streamable_http_server::{
@@ -605,13 +639,20 @@ async fn main() -> anyhow::Result<()> {
             let config = StreamableHttpServerConfig::default().with_legacy_session_mode(legacy);
             let service: StreamableHttpService<Fixture, LocalSessionManager> =
                 StreamableHttpService::new(move || Ok(fixture.clone()), Default::default(), config);
-            let router = axum::Router::new().nest_service("/mcp", service);
+            let issuer = std::sync::Arc::new(oauth::Issuer::from_env(with_oauth));
+            let mut router = axum::Router::new()
+                .nest_service("/mcp", service)
+                .layer(axum::middleware::from_fn_with_state(issuer.clone(), oauth::guard));
+            if with_oauth {
+                let token = axum::Router::new().route("/token", axum::routing::post(oauth::token)).with_state(issuer);
+                router = router.merge(token);
+            }
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
             println!("http://{}/mcp", listener.local_addr()?);
             log("started http");
             axum::serve(listener, router).await?;
         }
-        _ => anyhow::bail!("usage: upstream-fixture stdio|http [--legacy]"),
+        _ => anyhow::bail!("usage: upstream-fixture stdio [--legacy] | http [--legacy] [--oauth]"),
     }
     Ok(())
 }

@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 
 use taskgate_shared::backoff::Backoff;
 use taskgate_shared::store::{Delivery, MAX_BLOCK};
-use taskgate_shared::telemetry::metrics::TASKS;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::resend::Resend;
@@ -269,9 +268,9 @@ fn spawn_claim(shared: &Arc<Shared>, claiming: &Arc<Claiming>, delivery: Deliver
         drop(guard);
         if let Some(claim) = claimed {
             METRICS.leases_taken.inc();
-            if let Some(queued) = claim.queued_ms {
-                let waited = Duration::from_millis(taskgate_shared::task::now_ms().saturating_sub(queued));
-                TASKS.left_state("queued", waited);
+            // The store timed the wait as the task's time queued; this is the worker's own view of
+            // it, by pool and tenant.
+            if let Some(waited) = claim.queued_for {
                 METRICS.queued(&shared2.config.pool, &claim.owner_tenant, waited);
             }
             execution::run(shared2, claim, sent).await

@@ -7,7 +7,6 @@ use serde_json::Value;
 use taskgate_shared::protocol::RpcError;
 use taskgate_shared::store::{Claim, Finish, Lease, Parked, Released};
 use taskgate_shared::task::TaskId;
-use taskgate_shared::telemetry::metrics::TASKS;
 use taskgate_shared::telemetry::trace;
 use tracing::Instrument as _;
 
@@ -110,14 +109,7 @@ async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
             held.ending.cancel();
             METRICS.tool_run(&claim.tool, outcome.label(), started.elapsed());
             if let Outcome::Done(Err(ToolError::Suspend)) = outcome {
-                let parked = park(&shared, &held, &task_id, claim.fence, &ctx).await;
-                if parked.is_some() {
-                    // The store counts the transition; the time spent working is this run's.
-                    TASKS.left_state("working", started.elapsed());
-                }
-                if parked.is_some_and(|to| to != "input_required") {
-                    super::reaper::release_active(&shared, claim.tenant.as_deref(), &task_id).await;
-                }
+                park(&shared, &held, &task_id, claim.fence, &ctx).await;
                 shared.held.remove(&task_id, claim.fence);
                 return;
             }
@@ -125,11 +117,8 @@ async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
         }
     };
     held.ending.cancel();
-    if write(&shared, &held, &task_id, claim.fence, outcome).await.is_some() {
-        // The store counts the transition; the time spent working is this run's.
-        TASKS.left_state("working", started.elapsed());
-        super::reaper::release_active(&shared, claim.tenant.as_deref(), &task_id).await;
-    }
+    // The store counts the transition, times the run and frees the task's active-task slot.
+    write(&shared, &held, &task_id, claim.fence, outcome).await;
     shared.held.remove(&task_id, claim.fence);
 }
 
@@ -161,15 +150,8 @@ async fn unserved(shared: &Shared, tool: &str) -> Outcome {
     }
 }
 
-/// Parks the task; the status it left `working` for (`input_required`, or the terminal status
-/// it ended in instead), `None` when nothing was written.
-async fn park(
-    shared: &Shared,
-    held: &HeldTask,
-    task_id: &TaskId,
-    fence: u64,
-    ctx: &ToolContext,
-) -> Option<&'static str> {
+/// Parks the task, or ends it when it cannot be parked.
+async fn park(shared: &Shared, held: &HeldTask, task_id: &TaskId, fence: u64, ctx: &ToolContext) {
     let crate::tool::Pending { requests: pending, message, state } = ctx.take_pending();
     if pending.is_empty() {
         // Parking with nothing to answer would strand the task: nobody could resume it.
@@ -178,7 +160,8 @@ async fn park(
             taskgate_shared::protocol::ErrorKind::Internal,
             "the tool suspended without asking for any input, so nothing could resume it",
         );
-        return write(shared, held, task_id, fence, Outcome::Done(Err(ToolError::Rpc(err)))).await;
+        write(shared, held, task_id, fence, Outcome::Done(Err(ToolError::Rpc(err)))).await;
+        return;
     }
     // Never park for input the task's creator cannot give: the task fails with -32021 instead.
     let capabilities = ctx.client_capabilities().as_object().cloned().unwrap_or_default();
@@ -186,24 +169,18 @@ async fn park(
         taskgate_shared::protocol::capabilities::check_input_requests(&capabilities, pending.iter().map(|(_, r)| r))
     {
         tracing::info!(task_id = %task_id, "the client did not declare the capability this input needs");
-        return write(shared, held, task_id, fence, Outcome::Done(Err(ToolError::Rpc(err)))).await;
+        write(shared, held, task_id, fence, Outcome::Done(Err(ToolError::Rpc(err)))).await;
+        return;
     }
     let requests: Vec<(String, String)> = pending.into_iter().map(|(k, r)| (k, r.to_string())).collect();
     let lease = Lease { task_id, worker: &shared.worker_id, fence };
     let state = state.map(|s| s.to_string());
     match shared.store.request_input(lease, message.as_deref(), &requests, state.as_deref(), CANCELLED).await {
-        Ok(Parked::Parked) => {
-            tracing::info!(task_id = %task_id, keys = requests.len(), "parked for input");
-            Some("input_required")
-        }
-        Ok(Parked::CancelledInstead) => {
-            tracing::info!(task_id = %task_id, "cancelled while asking for input");
-            Some("cancelled")
-        }
+        Ok(Parked::Parked) => tracing::info!(task_id = %task_id, keys = requests.len(), "parked for input"),
+        Ok(Parked::CancelledInstead) => tracing::info!(task_id = %task_id, "cancelled while asking for input"),
         Ok(Parked::LeaseLost) => {
             tracing::warn!(task_id = %task_id, "lease lost before parking; nothing written");
             METRICS.fenced_refusals.inc();
-            None
         }
         Ok(Parked::KeyReused(key)) => {
             tracing::error!(task_id = %task_id, key = %key, "tool asked an input key that was issued before");
@@ -211,11 +188,10 @@ async fn park(
                 taskgate_shared::protocol::ErrorKind::Internal,
                 format!("tool reused input key {key:?}; keys are unique over a task's lifetime"),
             );
-            write(shared, held, task_id, fence, Outcome::Done(Err(ToolError::Rpc(err)))).await
+            write(shared, held, task_id, fence, Outcome::Done(Err(ToolError::Rpc(err)))).await;
         }
         Err(err) => {
             tracing::error!(task_id = %task_id, error = %err, "parking failed; the lease will expire and the task rerun");
-            None
         }
     }
 }
@@ -223,7 +199,7 @@ async fn park(
 /// Writes a terminal outcome. One whose reply was lost (a timeout, a dropped connection, a
 /// failover under way) may have been written, so it is sent again while the lease is known
 /// valid: the script answers a replay by the same worker and token with "written", and the
-/// caller then does what follows a write (freeing the active-task slot). A result made just
+/// store then does what follows a write (freeing the active-task slot). A result made just
 /// before a failover is thus written on the new primary, not dropped for a rerun after the
 /// lease.
 async fn finish(
@@ -244,21 +220,10 @@ async fn finish(
     }
 }
 
-/// Writes the outcome; the terminal status when the task is now terminal.
-async fn write(
-    shared: &Shared,
-    held: &HeldTask,
-    task_id: &TaskId,
-    fence: u64,
-    outcome: Outcome,
-) -> Option<&'static str> {
+/// Writes the outcome.
+async fn write(shared: &Shared, held: &HeldTask, task_id: &TaskId, fence: u64, outcome: Outcome) {
     let lease = Lease { task_id, worker: &shared.worker_id, fence };
     let store = &shared.store;
-    let mut status = match &outcome {
-        Outcome::Done(Ok(_)) => "completed",
-        Outcome::Done(Err(ToolError::Cancelled(_))) | Outcome::CancelIgnored => "cancelled",
-        _ => "failed",
-    };
     let written = match outcome {
         Outcome::Done(Ok(output)) => {
             let (result, message) = output.into_stored();
@@ -267,7 +232,6 @@ async fn write(
             if result.len() > cap {
                 // Never stored in part: the task fails with the reason instead.
                 tracing::warn!(task_id = %task_id, bytes = result.len(), cap, "result over the size cap");
-                status = "failed";
                 let error = RpcError::new(
                     taskgate_shared::protocol::ErrorKind::Internal,
                     format!("the tool's result was {} bytes, over the {cap}-byte limit", result.len()),
@@ -319,51 +283,37 @@ async fn write(
         }
         Outcome::CancelIgnored => finish(store, held, lease, Finish::Cancelled { message: CANCELLED }).await,
         Outcome::Release => {
-            return match store.release(lease, &shared.config.pool, CANCELLED).await {
-                Ok(Released::Requeued) => {
-                    tracing::info!(task_id = %task_id, fence, "lease released");
-                    None
-                }
-                Ok(Released::Cancelled) => Some("cancelled"),
+            match store.release(lease, &shared.config.pool, CANCELLED).await {
+                Ok(Released::Requeued) => tracing::info!(task_id = %task_id, fence, "lease released"),
+                Ok(Released::Cancelled) => {}
                 Ok(Released::Failed) => {
                     tracing::warn!(task_id = %task_id, fence, "stopping while holding a question: the task failed");
-                    Some("failed")
                 }
-                Ok(Released::LeaseLost) => {
-                    METRICS.fenced_refusals.inc();
-                    None
-                }
-                Err(err) => {
-                    tracing::error!(task_id = %task_id, error = %err, "release failed; the lease will expire");
-                    None
-                }
-            };
+                Ok(Released::LeaseLost) => METRICS.fenced_refusals.inc(),
+                Err(err) => tracing::error!(task_id = %task_id, error = %err, "release failed; the lease will expire"),
+            }
+            return;
         }
         Outcome::Done(Err(ToolError::LeaseLost)) | Outcome::LeaseLost => {
             tracing::warn!(task_id = %task_id, fence, "lease lost; result dropped");
-            return None;
+            return;
         }
         Outcome::LeaseUnknown => {
             // The tool was stopped; another worker takes the task once the lease has run out.
             tracing::warn!(task_id = %task_id, fence, "lease no longer known to be valid: tool stopped, nothing written");
             METRICS.leases_expired.inc();
-            return None;
+            return;
         }
-        Outcome::Done(Err(ToolError::Suspend)) => return None,
+        Outcome::Done(Err(ToolError::Suspend)) => return,
     };
     match written {
-        Ok(true) => {
-            tracing::info!(task_id = %task_id, fence, "outcome written");
-            Some(status)
-        }
+        Ok(true) => tracing::info!(task_id = %task_id, fence, "outcome written"),
         Ok(false) => {
             tracing::warn!(task_id = %task_id, fence, "write refused by fencing: lease lost");
             METRICS.fenced_refusals.inc();
-            None
         }
         Err(err) => {
             tracing::error!(task_id = %task_id, error = %err, "outcome not written; the lease will expire and the task rerun");
-            None
         }
     }
 }

@@ -62,32 +62,21 @@ async fn reclaim_shard(shared: &Shared, shard: u8, failure: &str) {
             )
             .await;
         match outcome {
-            Ok(Reclaimed::Nothing) => {}
-            Ok(Reclaimed::AlreadyEnded { tenant }) => release_active(shared, tenant.as_deref(), &id).await,
+            // The store freed the active-task slot of a task it ended (or found ended).
+            Ok(Reclaimed::Nothing | Reclaimed::AlreadyEnded) => {}
             Ok(Reclaimed::Requeued) => {
                 METRICS.leases_reclaimed.inc();
                 tracing::info!(task_id = %id, "lease expired; task requeued")
             }
-            Ok(Reclaimed::Failed { tenant }) => {
+            Ok(Reclaimed::Failed) => {
                 METRICS.leases_reclaimed.inc();
                 tracing::warn!(task_id = %id, "lease expired too often; task failed");
-                release_active(shared, tenant.as_deref(), &id).await;
             }
-            Ok(Reclaimed::Cancelled { tenant }) => {
+            Ok(Reclaimed::Cancelled) => {
                 METRICS.leases_reclaimed.inc();
                 tracing::info!(task_id = %id, "lease expired on a cancelled task; task cancelled");
-                release_active(shared, tenant.as_deref(), &id).await;
             }
             Err(err) => tracing::warn!(task_id = %id, error = %err, "reclaim failed"),
         }
-    }
-}
-
-/// The task ended: it no longer counts against its tenant's active-task cap. `None`: it never
-/// counted (the cap was off when it was created).
-pub(super) async fn release_active(shared: &Shared, tenant: Option<&str>, id: &taskgate_shared::task::TaskId) {
-    let Some(tenant) = tenant else { return };
-    if let Err(err) = shared.store.release_active(tenant, id).await {
-        tracing::warn!(task_id = %id, error = %err, "active-task count not updated; it heals at the task's expiry");
     }
 }

@@ -17,6 +17,9 @@ use super::ToolError;
 /// What a running tool may do with its task.
 pub struct ToolContext {
     pub(super) task_id: TaskId,
+    /// Who created the task: whose identity a per-identity upstream acts as.
+    pub(super) tenant: String,
+    pub(super) principal: String,
     pub(super) fence: u64,
     pub(super) worker: String,
     pub(super) store: Store,
@@ -60,6 +63,8 @@ impl ToolContext {
             claim.answers.iter().filter_map(|(k, v)| Some((k.clone(), serde_json::from_str(v).ok()?))).collect();
         Self {
             task_id: claim.task_id.clone(),
+            tenant: claim.owner_tenant.clone(),
+            principal: claim.owner_principal.clone(),
             fence: claim.fence,
             worker,
             store,
@@ -92,6 +97,16 @@ impl ToolContext {
     /// Whether the caller declared a top-level capability.
     pub fn client_declares(&self, capability: &str) -> bool {
         self.client_capabilities.get(capability).is_some_and(Value::is_object)
+    }
+
+    /// The tenant that created the task.
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// The principal that created the task.
+    pub fn principal(&self) -> &str {
+        &self.principal
     }
 
     pub fn task_id(&self) -> &str {

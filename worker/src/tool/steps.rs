@@ -140,11 +140,11 @@ mod tests {
             cancel_requested: false,
             answers: Vec::new(),
             client_capabilities: "{}".into(),
-            tenant: None,
             tool_state: None,
             steps,
-            queued_ms: None,
+            queued_for: None,
             owner_tenant: "t".into(),
+            owner_principal: "p".into(),
         };
         let store = Store::connect_lazy(&Endpoint::new("redis://127.0.0.1:1"), "t", Duration::from_millis(50))
             .expect("a lazy store");

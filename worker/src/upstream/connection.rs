@@ -18,11 +18,13 @@ use rmcp::transport::streamable_http_client::{StreamableHttpClientTransport, Str
 use taskgate_shared::backoff::Backoff;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::bounds::MAX_LIST_PAGES;
 use super::config::{Transport, UpstreamConfig};
 use super::handler::Bridge;
 use super::http::{HttpClient, error_chain, without_urls};
+use super::identity::Live;
 use crate::metrics::METRICS;
 
 /// The environment a stdio child gets from the worker besides what its entry configures: enough
@@ -51,6 +53,12 @@ pub(crate) struct Upstream {
     pub(super) tools: watch::Receiver<Option<Arc<Vec<Tool>>>>,
     /// The server's prompts, resources and templates as last listed (its own names and URIs).
     pub(super) offered: watch::Receiver<Arc<Offered>>,
+    /// The caller's identity this instance runs with (per-identity servers), or none: the
+    /// worker's own, or the listing connection of a per-identity server.
+    pub(super) identity: Option<Arc<Live>>,
+    /// The supervisors: done once every connection has ended after the stop (a child has
+    /// exited, or been killed, and been reaped).
+    supervisors: TaskTracker,
 }
 
 /// What a server lists besides tools, as its wire descriptors.
@@ -64,25 +72,45 @@ pub(super) struct Offered {
 impl Upstream {
     /// Starts the supervisors; `changed` is told whenever the tool list changes.
     pub(crate) fn start(config: UpstreamConfig, changed: Arc<Notify>, shutdown: CancellationToken) -> Arc<Self> {
-        let config = Arc::new(config);
+        Self::start_with(Arc::new(config), Some(changed), None, shutdown)
+    }
+
+    /// One per-identity instance: a single connection with `identity`'s values, which does not
+    /// list (the server's listing connection does).
+    pub(super) fn start_instance(
+        config: Arc<UpstreamConfig>,
+        identity: Arc<Live>,
+        stop: CancellationToken,
+    ) -> Arc<Self> {
+        Self::start_with(config, None, Some(identity), stop)
+    }
+
+    fn start_with(
+        config: Arc<UpstreamConfig>,
+        changed: Option<Arc<Notify>>,
+        identity: Option<Arc<Live>>,
+        shutdown: CancellationToken,
+    ) -> Arc<Self> {
         let (tools_tx, tools) = watch::channel(None);
         let tools_tx = Arc::new(tools_tx);
         let (offered_tx, offered) = watch::channel(Arc::new(Offered::default()));
         let offered_tx = Arc::new(offered_tx);
         let mut links = Vec::new();
         let mut kills = Vec::new();
+        let supervisors = TaskTracker::new();
         for index in 0..config.instances {
             let (tx, rx) = watch::channel(Link::Down { reason: "not connected yet".into() });
             let kill = Arc::new(Notify::new());
             // Every connection lists (they serve the same tools); only the first publishes,
             // so N children cost one catalogue update.
-            let lists = (index == 0).then(|| Listing {
+            let lists = changed.clone().filter(|_| index == 0).map(|changed| Listing {
                 tools: tools_tx.clone(),
                 offered: offered_tx.clone(),
-                changed: changed.clone(),
+                changed,
                 wants: (config.prompts, config.resources),
             });
-            tokio::spawn(supervise(config.clone(), index, tx, kill.clone(), lists, shutdown.clone()));
+            let link = Supervised { config: config.clone(), index, identity: identity.clone() };
+            supervisors.spawn(supervise(link, tx, kill.clone(), lists, shutdown.clone()));
             links.push(rx);
             kills.push(kill);
         }
@@ -94,7 +122,18 @@ impl Upstream {
             next: AtomicUsize::new(0),
             tools,
             offered,
+            identity,
+            supervisors: {
+                supervisors.close();
+                supervisors
+            },
         })
+    }
+
+    /// Once the stop token given at start has been cancelled: waits until every connection
+    /// has ended (a child has exited and been reaped).
+    pub(super) async fn stopped(&self) {
+        self.supervisors.wait().await;
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -172,14 +211,21 @@ struct Listing {
 
 type Lists = Option<Listing>;
 
-async fn supervise(
+/// What one supervised connection is: its server, its index, and whose identity it carries.
+struct Supervised {
     config: Arc<UpstreamConfig>,
     index: u16,
+    identity: Option<Arc<Live>>,
+}
+
+async fn supervise(
+    supervised: Supervised,
     link: watch::Sender<Link>,
     kill: Arc<Notify>,
     lists: Lists,
     shutdown: CancellationToken,
 ) {
+    let Supervised { config, index, identity } = supervised;
     let name: Arc<str> = config.name.as_str().into();
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
     let mut first = true;
@@ -189,7 +235,7 @@ async fn supervise(
         let bridge = Bridge::new(name.clone(), list_changed.clone(), config.elicitation);
         let started = Instant::now();
         let outcome = tokio::select! {
-            connected = connect(&config, index, bridge.clone(), &mut legacy) => connected,
+            connected = connect(&config, index, identity.as_ref(), bridge.clone(), &mut legacy) => connected,
             () = shutdown.cancelled() => return,
         };
         let reason = match outcome {
@@ -366,6 +412,7 @@ async fn list_offered(name: &str, peer: &Peer<RoleClient>, wants: (bool, bool), 
 async fn connect(
     config: &UpstreamConfig,
     index: u16,
+    identity: Option<&Arc<Live>>,
     bridge: Bridge,
     legacy: &mut bool,
 ) -> Result<RunningService<RoleClient, Bridge>, String> {
@@ -374,12 +421,12 @@ async fn connect(
         legacy_version: Some(ProtocolVersion::V_2025_11_25),
     };
     if !*legacy {
-        match open(config, index, bridge.clone(), modern).await {
+        match open(config, index, identity, bridge.clone(), modern).await {
             Err(Opened::OlderOnly) => *legacy = true,
             other => return other.map_err(Opened::into_message),
         }
     }
-    open(config, index, bridge, ClientLifecycleMode::Initialize).await.map_err(Opened::into_message)
+    open(config, index, identity, bridge, ClientLifecycleMode::Initialize).await.map_err(Opened::into_message)
 }
 
 enum Opened {
@@ -415,23 +462,41 @@ fn handshake_failed(err: ClientInitializeError) -> Opened {
 async fn open(
     config: &UpstreamConfig,
     index: u16,
+    identity: Option<&Arc<Live>>,
     bridge: Bridge,
     lifecycle: ClientLifecycleMode,
 ) -> Result<RunningService<RoleClient, Bridge>, Opened> {
     let connecting = async {
+        // The caller's values, for an instance of theirs; the listing connection's otherwise.
+        let credential = match identity {
+            Some(identity) => Some(identity.current().await.map_err(|e| Opened::Failed(e.to_string()))?),
+            None => None,
+        };
+        let render = |what: &str, value: &super::config::Secret| {
+            value.render(credential.as_ref()).map_err(|e| Opened::Failed(format!("{what}: {e}")))
+        };
         match &config.transport {
             Transport::Stdio { command, args, env, cwd } => {
                 let mut cmd = tokio::process::Command::new(command);
-                cmd.args(args).env_clear().kill_on_drop(true);
+                for (i, arg) in args.iter().enumerate() {
+                    if let Some(arg) = render(&format!("args[{i}]"), arg)? {
+                        cmd.arg(arg);
+                    }
+                }
+                cmd.env_clear().kill_on_drop(true);
                 for var in PASSED_ENV {
                     if let Ok(value) = std::env::var(var) {
                         cmd.env(var, value);
                     }
                 }
                 for (key, value) in env {
-                    cmd.env(key, value.resolve().map_err(|e| Opened::Failed(format!("env {key}: {e}")))?);
+                    if let Some(value) = render(&format!("env {key}"), value)? {
+                        cmd.env(key, value);
+                    }
                 }
-                if let Some(cwd) = cwd {
+                if let Some(cwd) = cwd
+                    && let Some(cwd) = render("cwd", cwd)?
+                {
                     cmd.current_dir(cwd);
                 }
                 let (child, stderr) = TokioChildProcess::builder(cmd)
@@ -446,18 +511,24 @@ async fn open(
             Transport::Http { url, headers, read_timeout } => {
                 // Neither the URL nor its resolution error is ever repeated: it may carry a
                 // credential.
-                let url = url.resolve().map_err(|e| Opened::Failed(format!("url: {e}")))?;
+                let url = render("url", url)?.ok_or_else(|| Opened::Failed("url: no catalogue value".into()))?;
                 super::config::check_url(&url).map_err(|e| Opened::Failed(format!("url: {e}")))?;
                 let mut custom = std::collections::HashMap::new();
                 for (name, value) in headers {
-                    let value = value.resolve().map_err(|e| Opened::Failed(format!("header {name}: {e}")))?;
-                    let name = reqwest::header::HeaderName::try_from(name.as_str())
-                        .map_err(|_| Opened::Failed(format!("header name {name:?} is not valid")))?;
-                    let value = reqwest::header::HeaderValue::try_from(value)
-                        .map_err(|_| Opened::Failed(format!("header {name} has a value that is not valid in HTTP")))?;
+                    // A caller's header is set on each request (its token may be refreshed
+                    // while the session lasts); the rest once.
+                    if identity.is_some() && value.is_credential() {
+                        continue;
+                    }
+                    let Some(value) = render(&format!("header {name}"), value)? else { continue };
+                    let (name, value) = super::http::header(name, value).map_err(Opened::Failed)?;
                     custom.insert(name, value);
                 }
-                let client = HttpClient::new(config.connect_timeout, *read_timeout)
+                let per_request = identity.map(|identity| {
+                    let templates = headers.iter().filter(|(_, v)| v.is_credential());
+                    (identity.clone(), templates.map(|(k, v)| (k.clone(), v.clone())).collect())
+                });
+                let client = HttpClient::new(config.connect_timeout, *read_timeout, per_request)
                     .map_err(|err| Opened::Failed(format!("cannot make its HTTP client: {}", error_chain(&err))))?;
                 let transport = StreamableHttpClientTransport::with_client(
                     client,

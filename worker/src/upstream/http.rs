@@ -13,6 +13,10 @@ use rmcp::transport::common::client_side_sse::BoxedSseResponse;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
 };
+use std::collections::BTreeMap;
+
+use super::config::Secret;
+use super::identity::Live;
 
 /// Redirects followed for one request, all within the origin and keeping the request.
 const MAX_REDIRECTS: usize = 3;
@@ -31,21 +35,62 @@ enum RedirectRefused {
     TooMany,
 }
 
+/// A per-identity instance's caller, and the headers taken from its credential on every
+/// request.
+pub(super) type PerRequest = (Arc<Live>, BTreeMap<String, Secret>);
+
 /// A reqwest client whose errors are stripped of their URL before the SDK sees them, so none
 /// of its texts (the task's error, the "down" reason, the SDK's own log lines) names it.
 #[derive(Clone)]
-pub(super) struct HttpClient(reqwest::Client);
+pub(super) struct HttpClient {
+    client: reqwest::Client,
+    /// Set for a per-identity instance: the caller's headers, rendered for each request from
+    /// the credential as it is then (an OAuth token refreshed while the session lasts).
+    identity: Option<Arc<PerRequest>>,
+}
 
 impl HttpClient {
-    pub(super) fn new(connect_timeout: Duration, read_timeout: Duration) -> Result<Self, reqwest::Error> {
+    pub(super) fn new(
+        connect_timeout: Duration,
+        read_timeout: Duration,
+        identity: Option<PerRequest>,
+    ) -> Result<Self, reqwest::Error> {
         reqwest::Client::builder()
             .redirect(redirect_policy())
             .connect_timeout(connect_timeout)
             .read_timeout(read_timeout)
             .build()
-            .map(Self)
+            .map(|client| Self { client, identity: identity.map(Arc::new) })
             .map_err(reqwest::Error::without_url)
     }
+
+    /// `custom` with the caller's headers added. The error names the header, never a value.
+    async fn headers(&self, mut custom: HashMap<HeaderName, HeaderValue>) -> Sent<HashMap<HeaderName, HeaderValue>> {
+        let Some(identity) = &self.identity else { return Ok(custom) };
+        let (live, templates) = &**identity;
+        let credential =
+            live.current().await.map_err(|e| StreamableHttpError::Io(std::io::Error::other(e.to_string())))?;
+        for (name, template) in templates {
+            let value = template
+                .render(Some(&credential))
+                .map_err(|e| StreamableHttpError::Io(std::io::Error::other(format!("header {name}: {e}"))))?;
+            if let Some(value) = value {
+                let (name, value) =
+                    header(name, value).map_err(|e| StreamableHttpError::Io(std::io::Error::other(e)))?;
+                custom.insert(name, value);
+            }
+        }
+        Ok(custom)
+    }
+}
+
+/// A configured header; the error names it, never its value.
+pub(super) fn header(name: &str, value: String) -> Result<(HeaderName, HeaderValue), String> {
+    let name = HeaderName::try_from(name).map_err(|_| format!("header name {name:?} is not valid"))?;
+    let mut value =
+        HeaderValue::try_from(value).map_err(|_| format!("header {name} has a value that is not valid in HTTP"))?;
+    value.set_sensitive(true);
+    Ok((name, value))
 }
 
 fn redirect_policy() -> reqwest::redirect::Policy {
@@ -86,7 +131,8 @@ impl StreamableHttpClient for HttpClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Sent<StreamableHttpPostResponse> {
-        scrubbed(self.0.post_message(uri, message, session_id, auth_header, custom_headers).await)
+        let custom_headers = self.headers(custom_headers).await?;
+        scrubbed(self.client.post_message(uri, message, session_id, auth_header, custom_headers).await)
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -98,7 +144,8 @@ impl StreamableHttpClient for HttpClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Sent<StreamableHttpPostResponse> {
-        let posted = self.0.post_message_with_max_sse_event_size(
+        let custom_headers = self.headers(custom_headers).await?;
+        let posted = self.client.post_message_with_max_sse_event_size(
             uri,
             message,
             session_id,
@@ -118,8 +165,15 @@ impl StreamableHttpClient for HttpClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Sent<StreamableHttpPostResponse> {
-        let posted =
-            self.0.post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits);
+        let custom_headers = self.headers(custom_headers).await?;
+        let posted = self.client.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            limits,
+        );
         scrubbed(posted.await)
     }
 
@@ -130,7 +184,8 @@ impl StreamableHttpClient for HttpClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Sent<()> {
-        scrubbed(self.0.delete_session(uri, session_id, auth_header, custom_headers).await)
+        let custom_headers = self.headers(custom_headers).await?;
+        scrubbed(self.client.delete_session(uri, session_id, auth_header, custom_headers).await)
     }
 
     async fn get_stream(
@@ -141,7 +196,8 @@ impl StreamableHttpClient for HttpClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Sent<BoxedSseResponse> {
-        scrubbed(self.0.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await)
+        let custom_headers = self.headers(custom_headers).await?;
+        scrubbed(self.client.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await)
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -153,7 +209,8 @@ impl StreamableHttpClient for HttpClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Sent<BoxedSseResponse> {
-        let stream = self.0.get_stream_with_max_sse_event_size(
+        let custom_headers = self.headers(custom_headers).await?;
+        let stream = self.client.get_stream_with_max_sse_event_size(
             uri,
             session_id,
             last_event_id,

@@ -8,6 +8,9 @@ mod errors;
 mod followed;
 mod handler;
 mod http;
+mod identity;
+mod instances;
+mod per_identity;
 mod provided;
 mod rounds;
 mod stderr;
@@ -24,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::{ConfigError, UpstreamConfig};
 use connection::Upstream;
+use per_identity::PerIdentity;
 
 use crate::tool::Tool;
 
@@ -34,16 +38,36 @@ pub(crate) struct Upstreams {
     /// Told when some server's tool list changed.
     pub(crate) changed: Arc<Notify>,
     cancel_grace: Duration,
+    /// Callers' credentials and instances, for the servers that act as their caller.
+    identities: Arc<PerIdentity>,
+}
+
+/// What per-identity servers need from the worker.
+pub(crate) struct IdentitySettings {
+    pub(crate) store: taskgate_shared::store::Store,
+    pub(crate) keys: Option<Arc<taskgate_shared::credentials::KeyRing>>,
+    pub(crate) max_instances: usize,
+    pub(crate) instance_idle: Duration,
 }
 
 impl Upstreams {
-    /// Starts a supervised connection to every server.
-    pub(crate) fn start(configs: Vec<UpstreamConfig>, cancel_grace: Duration, shutdown: CancellationToken) -> Self {
+    /// Starts a supervised connection to every server (for a per-identity server: the one
+    /// that lists its tools).
+    pub(crate) fn start(
+        configs: Vec<UpstreamConfig>,
+        cancel_grace: Duration,
+        identity: IdentitySettings,
+        shutdown: CancellationToken,
+    ) -> Self {
         let digest = config::digest(&configs);
         let changed = Arc::new(Notify::new());
+        let identities = Arc::new(PerIdentity {
+            credentials: Arc::new(identity::Credentials::new(identity.store, identity.keys)),
+            instances: instances::Instances::start(identity.max_instances, identity.instance_idle, shutdown.clone()),
+        });
         let servers =
             configs.into_iter().map(|config| Upstream::start(config, changed.clone(), shutdown.clone())).collect();
-        Self { servers, digest, changed, cancel_grace }
+        Self { servers, digest, changed, cancel_grace, identities }
     }
 
     /// Each server's name with its connections up and configured, for the operator console.
@@ -135,6 +159,8 @@ impl Upstreams {
             poll_interval_ms: settings.poll_interval_ms,
             status_message: None,
             pre_task_inputs: BTreeMap::new(),
+            // The gateway hands the caller's own token over only for these tools.
+            subject_token: config.oauth.as_ref().is_some_and(config::OAuthConfig::exchanges),
         };
         Ok(tool::UpstreamTool {
             upstream: server.clone(),
@@ -143,6 +169,7 @@ impl Upstreams {
             settings,
             retry_safe,
             cancel_grace: self.cancel_grace,
+            identities: (config.per != config::Per::Shared).then(|| self.identities.clone()),
         })
     }
 }

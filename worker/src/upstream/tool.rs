@@ -23,6 +23,7 @@ use super::connection::Upstream;
 use super::errors;
 use super::followed::{self, Caller, Follow};
 use super::handler::{Bridge, CallEvent, declined_status};
+use super::per_identity::PerIdentity;
 use super::rounds::{self, Saved};
 use crate::metrics::METRICS;
 use crate::tool::{BoxFuture, Tool, ToolContext, ToolError, ToolOutput};
@@ -48,6 +49,8 @@ pub(crate) struct UpstreamTool {
     /// Whether running the call again after a reclaim is allowed.
     pub(super) retry_safe: bool,
     pub(super) cancel_grace: Duration,
+    /// Set for a per-identity server: where its instances and the callers' credentials are.
+    pub(super) identities: Option<Arc<PerIdentity>>,
 }
 
 impl Tool for UpstreamTool {
@@ -59,7 +62,10 @@ impl Tool for UpstreamTool {
         Box::pin(async move {
             let upstream = self.upstream.name().to_owned();
             let started = Instant::now();
-            let outcome = self.run(arguments, ctx).await;
+            let outcome = match self.instance(ctx).await {
+                Ok(instance) => self.run(instance.upstream(), arguments, ctx).await,
+                Err(err) => Err(err),
+            };
             let label = match &outcome {
                 Ok(_) => "completed",
                 Err(ToolError::Cancelled(_)) => "cancelled",
@@ -75,10 +81,21 @@ impl Tool for UpstreamTool {
 }
 
 impl UpstreamTool {
+    /// The connections this call runs on: the server's own, or the caller's instance.
+    async fn instance(&self, ctx: &ToolContext) -> Result<super::per_identity::Chosen, ToolError> {
+        match &self.identities {
+            None => Ok(super::per_identity::Chosen::Shared(self.upstream.clone())),
+            Some(identities) => identities
+                .choose(&self.upstream.config, ctx.tenant(), ctx.principal(), ctx.task_id())
+                .await
+                .map_err(|refusal| super::per_identity::connect_or(&self.upstream.config, ctx, refusal)),
+        }
+    }
+
     /// What following a task the server created needs of this tool.
-    fn caller(&self) -> Caller<'_> {
+    fn caller<'a>(&'a self, up: &'a Arc<Upstream>) -> Caller<'a> {
         Caller {
-            upstream: &self.upstream,
+            upstream: up,
             remote: &self.remote,
             timeout: self.settings.timeout,
             max_timeout: self.settings.max_timeout,
@@ -86,16 +103,15 @@ impl UpstreamTool {
         }
     }
 
-    async fn run(&self, arguments: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let upstream = self.upstream.name();
+    async fn run(&self, up: &Arc<Upstream>, arguments: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let upstream = up.name();
         let saved = rounds::saved(ctx)?;
         // A task the server created for an earlier run is followed, not called again.
         if let Some(Saved::Task { server, task, round, keys, asked }) = saved {
             let follow = Follow::resume(ctx, upstream, server, task, round, &keys, asked)?;
-            let _permit =
-                self.upstream.in_flight.acquire().await.map_err(|_| errors::unavailable(upstream, "shutting down"))?;
-            let (_, peer, _) = self.upstream.connection().await.map_err(|m| errors::unavailable(upstream, &m))?;
-            return followed::follow(&self.caller(), &peer, ctx, follow).await;
+            let _permit = up.in_flight.acquire().await.map_err(|_| errors::unavailable(upstream, "shutting down"))?;
+            let (_, peer, _) = up.connection().await.map_err(|m| errors::unavailable(upstream, &m))?;
+            return followed::follow(&self.caller(up), &peer, ctx, follow).await;
         }
         if !self.retry_safe && !ctx.mark_started().await? {
             tracing::warn!(upstream, tool = %self.remote, task_id = %ctx.task_id(), "an earlier run was interrupted mid-call; not retried");
@@ -112,9 +128,8 @@ impl UpstreamTool {
             Value::Null => None,
             _ => return Err(ToolError::Rpc(RpcError::invalid_params("tool arguments must be an object"))),
         };
-        let _permit =
-            self.upstream.in_flight.acquire().await.map_err(|_| errors::unavailable(upstream, "shutting down"))?;
-        let (index, peer, bridge) = self.upstream.connection().await.map_err(|m| errors::unavailable(upstream, &m))?;
+        let _permit = up.in_flight.acquire().await.map_err(|_| errors::unavailable(upstream, "shutting down"))?;
+        let (index, peer, bridge) = up.connection().await.map_err(|m| errors::unavailable(upstream, &m))?;
         // A run after the task was parked continues the server's rounds where they stopped.
         let mut resume = match saved {
             Some(Saved::Rounds { round, request_state, keys }) => {
@@ -129,7 +144,7 @@ impl UpstreamTool {
                 params.input_responses = Some(resume.responses.clone());
                 params.request_state.clone_from(&resume.request_state);
             }
-            match self.send(params, index, &peer, &bridge, ctx).await? {
+            match self.send(up, params, index, &peer, &bridge, ctx).await? {
                 ServerResult::CallToolResult(result) => {
                     let result = serde_json::to_value(result)
                         .map_err(|_| errors::unavailable(upstream, "its result did not serialise"))?;
@@ -154,10 +169,10 @@ impl UpstreamTool {
                     if let Err(err) = ctx.save_state(&serde_json::to_value(saved).unwrap_or(Value::Null)).await {
                         // Without its id saved, a later run could not find the server's task:
                         // stop that task too.
-                        return Err(followed::abandon(&self.caller(), &peer, ctx, &task, err).await);
+                        return Err(followed::abandon(&self.caller(up), &peer, ctx, &task, err).await);
                     }
                     let follow = Follow { task, round: 0, asked: Vec::new(), answers: None };
-                    return followed::follow(&self.caller(), &peer, ctx, follow).await;
+                    return followed::follow(&self.caller(up), &peer, ctx, follow).await;
                 }
                 _ => return Err(errors::unavailable(upstream, "it answered the call with an unexpected result")),
             }
@@ -168,18 +183,19 @@ impl UpstreamTool {
     /// task's status and a cancel of the task into one of the call.
     async fn send(
         &self,
+        up: &Arc<Upstream>,
         params: CallToolRequestParams,
         index: usize,
         peer: &Peer<RoleClient>,
         bridge: &Bridge,
         ctx: &ToolContext,
     ) -> Result<ServerResult, ToolError> {
-        let upstream = self.upstream.name();
+        let upstream = up.name();
         // The call's timeouts are kept here rather than by the SDK, so that the time a question
         // is held for a human does not count against them.
         let mut options = PeerRequestOptions::no_options();
         // The server may ask only for input the task's creator can give.
-        options.meta = rounds::creator_capabilities(ctx, self.upstream.config.follow_tasks);
+        options.meta = rounds::creator_capabilities(ctx, up.config.follow_tasks);
         // The task's id as an idempotency key: the same on every run of the task (a retry after
         // a crash, a replay after an answer), so a server that honours keys runs the call once.
         // A task made with a client's key has an id derived from that key.
@@ -192,7 +208,7 @@ impl UpstreamTool {
         let handle = peer
             .send_request_with_option(ClientRequest::CallToolRequest(Request::new(params)), options)
             .await
-            .map_err(|err| errors::failure(&self.upstream, &self.remote, err))?;
+            .map_err(|err| errors::failure(up, &self.remote, err))?;
         let (events_tx, mut events) = mpsc::channel(32);
         let mut route = bridge.route(handle.progress_token.clone(), handle.id.clone(), events_tx);
         drop(starting);
@@ -208,7 +224,7 @@ impl UpstreamTool {
             tokio::select! {
                 answer = &mut response => {
                     route.answered();
-                    return answer.map_err(|err| errors::failure(&self.upstream, &self.remote, err));
+                    return answer.map_err(|err| errors::failure(up, &self.remote, err));
                 }
                 Some(event) = events.recv() => match event {
                     CallEvent::Progress(p) => {
@@ -242,7 +258,7 @@ impl UpstreamTool {
                             // ends it (a held task can be finished by its holder).
                             Held::CallEnded(answer) => {
                                 route.answered();
-                                return (*answer).map_err(|err| errors::failure(&self.upstream, &self.remote, err));
+                                return (*answer).map_err(|err| errors::failure(up, &self.remote, err));
                             }
                         }
                     }
@@ -261,7 +277,7 @@ impl UpstreamTool {
                     self.abandon_call(peer, request_id, "cancelled by the task's owner").await;
                     // A server that ignores the cancel still has to answer others; one that
                     // does not even answer a ping within the grace period is restarted.
-                    let (upstream_ref, grace, peer) = (self.upstream.clone(), self.cancel_grace, peer.clone());
+                    let (upstream_ref, grace, peer) = (up.clone(), self.cancel_grace, peer.clone());
                     tokio::spawn(async move {
                         let ping = peer.send_request_with_option(
                             ClientRequest::PingRequest(PingRequest::default()),

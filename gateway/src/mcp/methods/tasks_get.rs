@@ -6,6 +6,13 @@
 //! principal's previous one) is held by default and answered at the first change or once the
 //! interval has passed (see `crate::polls`); `--poll-limit refuse` answers it 429 instead, and
 //! `--poll-limit off` reads every poll.
+//!
+//! With `hold` and `off`, a poll whose answer this replica keeps for the caller (see
+//! `crate::snapshots`) is answered without reading Redis; the tenant's request rate is still
+//! admitted. Such an answer does not renew the fleet-wide "answered lately" marker that the
+//! `poll_task` script keeps, so a principal spreading its polls over replicas is paced by each
+//! replica it reaches, at no cost to Redis. `refuse` keeps its fleet-wide check on every poll
+//! and reads Redis each time.
 
 use std::time::Duration;
 
@@ -19,6 +26,7 @@ use crate::events::{Wake, Watch};
 use crate::limits;
 use crate::mcp::{Call, task_id, task_not_found};
 use crate::metrics::METRICS;
+use crate::snapshots::Hit;
 
 /// A held poll re-checks with Redis at most this many times before it answers what it reads
 /// (other replicas answering the same principal meanwhile could otherwise keep it waiting).
@@ -26,45 +34,110 @@ const MAX_HOLDS: usize = 3;
 
 /// The GetTaskResult, encoded: written straight from the snapshot, its stored result spliced in.
 pub(crate) async fn run(call: &Call<'_>) -> Result<Vec<u8>, GatewayError> {
+    // Writes acknowledged before this moment are seen by the answer, cached or not.
+    let started = tokio::time::Instant::now();
     let id = task_id(call.params);
     let owner = call.principal.owner();
     let config = &call.state.config;
-    let snapshot = match (config.polls.limit, id) {
+    let answer = match (config.polls.limit, id) {
         (_, Err(_)) => {
             limits::admit_request(call.state, &call.principal).await?;
             return Err(task_not_found().into());
         }
         (PollLimit::Off, Ok(id)) => {
             let (admitted, read) =
-                tokio::join!(limits::admit_request(call.state, &call.principal), read(call, &id, &owner));
+                tokio::join!(limits::admit_request(call.state, &call.principal), read(call, &id, &owner, started));
             admitted?;
             read?
         }
-        (PollLimit::Refuse, Ok(id)) => match poll(call, &id, &owner).await? {
-            Polled::Found(snapshot) => *snapshot,
-            Polled::NotFound => return Err(task_not_found().into()),
-            Polled::TooSoon { retry_after_ms, .. } => return Err(limits::refused(Limit::Poll, retry_after_ms)),
+        (PollLimit::Refuse, Ok(id)) => match poll(call, &id, &owner, None).await? {
+            Poll::Answer(answer) => answer,
+            Poll::NotFound => return Err(task_not_found().into()),
+            Poll::TooSoon { retry_after_ms, .. } => return Err(limits::refused(Limit::Poll, retry_after_ms)),
         },
-        (PollLimit::Hold, Ok(id)) => held(call, &id, &owner).await?,
+        (PollLimit::Hold, Ok(id)) => held(call, &id, &owner, started).await?,
     };
-    Ok(result::encode_complete(snapshot.encoded_len_hint(), |out| snapshot.write_detailed(out)))
+    Ok(answer.body)
 }
 
-/// The poll-rate-checked read, admitted against the tenant's request rate alongside.
-async fn poll(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Polled, GatewayError> {
+/// An encoded answer, and the interval the poll pacer remembers it with.
+struct Answer {
+    body: Vec<u8>,
+    poll_interval_ms: u64,
+}
+
+impl From<Hit> for Answer {
+    fn from(hit: Hit) -> Self {
+        Self { body: hit.body, poll_interval_ms: hit.poll_interval_ms }
+    }
+}
+
+/// What a poll-rate-checked read found.
+enum Poll {
+    Answer(Answer),
+    NotFound,
+    TooSoon { retry_after_ms: u64, interval_ms: u64 },
+}
+
+fn encode(snapshot: &Snapshot) -> Vec<u8> {
+    result::encode_complete(snapshot.encoded_len_hint(), |out| snapshot.write_detailed(out))
+}
+
+/// Encodes what a read found, and keeps it for its owner if no change raced the read.
+fn answer(call: &Call<'_>, ticket: Option<crate::snapshots::Ticket<'_>>, snapshot: &Snapshot) -> Answer {
+    let body = encode(snapshot);
+    if let Some(ticket) = ticket {
+        call.state.snapshots.keep(ticket, snapshot, &body);
+    }
+    Answer { body, poll_interval_ms: snapshot.poll_interval_ms }
+}
+
+/// The poll-rate-checked read, admitted against the tenant's request rate alongside. With
+/// `started`, the snapshot cache answers first when it can (the rate check is then this
+/// replica's pacer alone).
+async fn poll(
+    call: &Call<'_>,
+    id: &TaskId,
+    owner: &Owner,
+    started: Option<tokio::time::Instant>,
+) -> Result<Poll, GatewayError> {
     let tolerance = call.state.config.polls.tolerance;
-    let (admitted, polled) = tokio::join!(
-        limits::admit_request(call.state, &call.principal),
-        call.state.store.poll_task(id, owner, tolerance)
-    );
+    let snapshots = &call.state.snapshots;
+    let lookup = async {
+        if let Some(started) = started
+            && let Some(hit) = snapshots.get(id.as_str(), owner, started).await
+        {
+            return Ok(Poll::Answer(hit.into()));
+        }
+        let ticket = started.and_then(|_| snapshots.ticket(id.as_str()));
+        Ok::<_, GatewayError>(match call.state.store.poll_task(id, owner, tolerance).await? {
+            Polled::Found(snapshot) => Poll::Answer(answer(call, ticket, &snapshot)),
+            Polled::NotFound => Poll::NotFound,
+            Polled::TooSoon { retry_after_ms, interval_ms } => Poll::TooSoon { retry_after_ms, interval_ms },
+        })
+    };
+    let (admitted, polled) = tokio::join!(limits::admit_request(call.state, &call.principal), lookup);
     admitted?;
-    Ok(polled?)
+    polled
 }
 
 /// A read with no poll-rate check: ownership only (checked in the script, before the record is
-/// read).
-async fn read(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, GatewayError> {
-    call.state.store.get_owned_task(id, owner).await?.ok_or_else(|| task_not_found().into())
+/// read). From the snapshot cache when it has the caller's task.
+async fn read(
+    call: &Call<'_>,
+    id: &TaskId,
+    owner: &Owner,
+    started: tokio::time::Instant,
+) -> Result<Answer, GatewayError> {
+    let snapshots = &call.state.snapshots;
+    if let Some(hit) = snapshots.get(id.as_str(), owner, started).await {
+        return Ok(hit.into());
+    }
+    let ticket = snapshots.ticket(id.as_str());
+    match call.state.store.get_owned_task(id, owner).await? {
+        Some(snapshot) => Ok(answer(call, ticket, &snapshot)),
+        None => Err(task_not_found().into()),
+    }
 }
 
 /// Why a poll is held, and until when.
@@ -79,7 +152,12 @@ enum Hold {
 }
 
 /// `--poll-limit hold`: an early poll waits for a change or the end of the interval.
-async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, GatewayError> {
+async fn held(
+    call: &Call<'_>,
+    id: &TaskId,
+    owner: &Owner,
+    started: tokio::time::Instant,
+) -> Result<Answer, GatewayError> {
     let state = call.state;
     let pacer = &state.polls;
     let principal = owner.key();
@@ -107,28 +185,28 @@ async fn held(call: &Call<'_>, id: &TaskId, owner: &Owner) -> Result<Snapshot, G
                     // Changed: answer now, with what it changed to.
                     METRICS.held_polls.with_label_values(&["woken"]).inc();
                     let ticket = pacer.reading(id);
-                    let snapshot = read(call, id, owner).await?;
-                    pacer.answered(&principal, ticket, Duration::from_millis(snapshot.poll_interval_ms));
-                    return Ok(snapshot);
+                    let answer = read(call, id, owner, started).await?;
+                    pacer.answered(&principal, ticket, Duration::from_millis(answer.poll_interval_ms));
+                    return Ok(answer);
                 }
             }
         }
         let ticket = pacer.reading(id);
-        match poll(call, id, owner).await? {
-            Polled::Found(snapshot) => {
-                pacer.answered(&principal, ticket, Duration::from_millis(snapshot.poll_interval_ms));
-                return Ok(*snapshot);
+        match poll(call, id, owner, Some(started)).await? {
+            Poll::Answer(answer) => {
+                pacer.answered(&principal, ticket, Duration::from_millis(answer.poll_interval_ms));
+                return Ok(answer);
             }
-            Polled::NotFound => return Err(task_not_found().into()),
+            Poll::NotFound => return Err(task_not_found().into()),
             // Another replica answered this principal lately: hold for the rest of its interval.
-            Polled::TooSoon { retry_after_ms, interval_ms } => {
+            Poll::TooSoon { retry_after_ms, interval_ms } => {
                 let rest = Duration::from_millis(retry_after_ms)
                     + Duration::from_millis(interval_ms).mul_f64((1.0 - tolerance).max(0.0));
                 hold = Some(Hold::Fleet(tokio::time::Instant::now() + rest.min(crate::polls::MAX_HOLD)));
             }
         }
     }
-    read(call, id, owner).await
+    read(call, id, owner, started).await
 }
 
 /// Waits until the task changes (`true`) or `deadline` passes (`false`). Shutting down counts

@@ -38,7 +38,11 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
     // A task the answers resume is charged to its tenant like a new one (docs/design.md, "Fair
     // dispatch"), or answering in bulk would run ahead of every other tenant.
     let weight = call.state.config.tenants.weight(&owner.tenant);
-    let answered = call.state.store.answer_inputs(&id, &owner, &answers, None, weight).await?;
+    let answered = call.state.store.answer_inputs(&id, &owner, &answers, None, weight).await;
+    // Before the acknowledgement, whatever the outcome: a get on this replica after it reads
+    // what was written (other replicas hear it from the event hub).
+    call.state.snapshots.changed(id.as_str());
+    let answered = answered?;
     if let Answered::Applied { .. } = answered {
         // The client commonly polls right after answering: not held, whatever pub/sub's timing.
         call.state.polls.changed(id.as_str());

@@ -85,7 +85,8 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     // ignores an idempotency key.
     let id = TaskId::generate(call.state.config.redis.queue_shards);
     crate::limits::admit_task(call.state, &call.principal, &id, inline::hidden_ttl_ms(&call.state.config)).await?;
-    let run = InlineRun::start(call, id, name, &tool.pool, stored, spec.poll_interval_ms, &gathered).await?;
+    let shape = inline::hidden_shape(&call.state.config, &tool.pool, spec.poll_interval_ms, spec.subject_token);
+    let run = InlineRun::start(call, id, name, stored, shape, &gathered).await?;
     let forwarding = Forwarding::new(
         call.meta.progress_token.clone(),
         call.meta.log_level.as_deref(),
@@ -126,6 +127,7 @@ async fn task(
         poll_interval_ms: spec.poll_interval_ms,
         status_message: spec.status_message.as_deref(),
         fingerprint,
+        subject_token: spec.subject_token,
     };
     let Some(key) = idempotency::key(call.headers, call.meta.idempotency_key.as_deref())? else {
         let id = TaskId::generate(call.state.config.redis.queue_shards);
@@ -145,7 +147,9 @@ async fn task(
         // The first request's `WAIT` may have fallen short: the create script's replay writes
         // nothing new, and the `WAIT` behind it confirms the task is on the replicas before its
         // handle leaves again. (Were the task to expire in between, this would create it anew.)
-        write_task(call, &id, name, arguments, shape(Some(&fingerprint)), gathered, Durability::Replicated).await?;
+        // The first request's token stays: a new one would outlive the task's expiry.
+        let again = TaskShape { subject_token: false, ..shape(Some(&fingerprint)) };
+        write_task(call, &id, name, arguments, again, gathered, Durability::Replicated).await?;
     }
     replayed(call, &id).await
 }
@@ -185,18 +189,12 @@ async fn create(
     })
 }
 
-/// The task a keyed create found, as it is in Redis now. It may have ended since; a task that
-/// expired in the meantime is not found, as any expired task.
+/// The task a keyed create found, as it is in Redis now. It may have ended since (the store
+/// gave back the slot this request's admission took, if it had); a task that expired in the
+/// meantime is not found, as any expired task.
 async fn replayed(call: &Call<'_>, id: &TaskId) -> Result<Snapshot, GatewayError> {
     let owner = call.principal.owner();
-    let snapshot = call.state.store.get_owned_task(id, &owner).await?.ok_or_else(task_not_found)?;
-    if snapshot.status.is_terminal() {
-        // An ended task holds no slot. A retry that raced the first request past the look-up
-        // was admitted as a new task before the create script found this one: undo that.
-        // (Idempotent, so a retry that was never admitted costs one ZREM.)
-        crate::mcp::release_active(call.state, id, &owner.tenant).await;
-    }
-    Ok(snapshot)
+    Ok(call.state.store.get_owned_task(id, &owner).await?.ok_or_else(task_not_found)?)
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use super::{Delivery, millis};
 use crate::store::outcomes::Claim;
 use crate::store::scripts::claim_task::{self, ClaimStep};
 use crate::store::scripts::pass_wakeup;
+use crate::store::transitions::claimed;
 use crate::store::{Store, StoreError, WORKER_GROUP};
 
 /// How many times one claim follows the front of the ready set before it gives up.
@@ -42,7 +43,12 @@ impl Store {
                 ClaimStep::Front(front) => {
                     return Err(StoreError::UnexpectedReply(format!("{front} queued on another shard's ready set")));
                 }
-                ClaimStep::Done(claim) => return Ok(claim.map(|claim| *claim)),
+                ClaimStep::Done(claim) => {
+                    if let Some(claim) = &claim {
+                        claimed(claim.queued_for);
+                    }
+                    return Ok(claim.map(|claim| *claim));
+                }
             }
         }
         let args =

@@ -6,7 +6,6 @@ use std::time::Duration;
 use super::{Lease, millis};
 use crate::store::outcomes::{Renewal, Started};
 use crate::store::scripts::{extend_lease, finish_task, mark_started, record_step, save_state, set_status};
-use crate::store::transitions::emit;
 use crate::store::{Store, StoreError};
 use crate::task::{Actor, TaskStatus, Transition};
 
@@ -70,7 +69,8 @@ impl Store {
         Ok(record_step::call(&mut self.conn(), step_keys, args).await?.written())
     }
 
-    /// Writes a terminal outcome. `false` when the lease was lost (the write was refused).
+    /// Writes a terminal outcome; the store counts the transition, times the run and frees the
+    /// task's active-task slot. `false` when the lease was lost (the write was refused).
     pub async fn finish(&self, lease: Lease<'_>, outcome: Finish<'_>) -> Result<bool, StoreError> {
         let keys = self.keys().task(lease.task_id);
         let (status, field, payload, message) = match outcome {
@@ -80,12 +80,15 @@ impl Store {
         };
         let events = self.events_channel(lease.task_id);
         let args = finish_task::Args { lease, status, field, payload, message: message.unwrap_or(""), events: &events };
-        let written = finish_task::call(&mut self.conn(), (&keys).into(), args).await?.written();
-        if written {
-            // From `working` as far as the store knows: a held task (showing `input_required`)
-            // finished by its holder is counted from `working` too.
-            emit(lease.task_id, Transition::new(Some(TaskStatus::Working), status, Actor::Worker));
-        }
-        Ok(written)
+        let Some(run) = finish_task::call(&mut self.conn(), (&keys).into(), args).await? else {
+            return Ok(false);
+        };
+        // From `working` as far as the store knows: a held task (showing `input_required`)
+        // finished by its holder is counted from `working` too, its run timed from its claim. A
+        // finish re-sent after its reply was lost answers written again, and frees the slot
+        // again (harmless); that run goes untimed (the first write took the claim's time with it).
+        let transition = Transition::new(Some(TaskStatus::Working), status, Actor::Worker).after(run.ran);
+        self.ended(lease.task_id, transition, run.slot.as_deref()).await;
+        Ok(true)
     }
 }

@@ -78,14 +78,17 @@ impl Store {
             tool_state: tool_state.unwrap_or(""),
             requests,
         };
-        let parked = request_input::call(&mut self.conn(), (&keys).into(), args).await?;
-        let to = match parked {
-            Parked::Parked => Some(TaskStatus::InputRequired),
-            Parked::CancelledInstead => Some(TaskStatus::Cancelled),
-            Parked::LeaseLost | Parked::KeyReused(_) => None,
-        };
-        if let Some(to) = to {
-            emit(lease.task_id, Transition::new(Some(TaskStatus::Working), to, Actor::Worker));
+        let (parked, run) = request_input::call(&mut self.conn(), (&keys).into(), args).await?;
+        let from = Some(TaskStatus::Working);
+        match parked {
+            Parked::Parked => {
+                emit(lease.task_id, Transition::new(from, TaskStatus::InputRequired, Actor::Worker).after(run.ran));
+            }
+            Parked::CancelledInstead => {
+                let transition = Transition::new(from, TaskStatus::Cancelled, Actor::Worker).after(run.ran);
+                self.ended(lease.task_id, transition, run.slot.as_deref()).await;
+            }
+            Parked::LeaseLost | Parked::KeyReused(_) => {}
         }
         Ok(parked)
     }

@@ -23,6 +23,22 @@ pub struct Lease<'a> {
     pub fence: u64,
 }
 
+impl<'a> Lease<'a> {
+    /// The worker and its fencing token: what a fenced write that names no task in its events
+    /// passes.
+    pub(in crate::store) fn holder(self) -> (&'a str, u64) {
+        (self.worker, self.fence)
+    }
+}
+
+/// A script's three lease arguments, in the order every script's header lists them: task id,
+/// worker id, fencing token.
+impl redis::ToRedisArgs for Lease<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        (self.task_id.as_str(), self.worker, self.fence).write_redis_args(out);
+    }
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

@@ -4,7 +4,6 @@
 use super::Lease;
 use crate::store::outcomes::{Reclaimed, Released};
 use crate::store::scripts::{reclaim_task, release_task};
-use crate::store::transitions::emit;
 use crate::store::{Store, StoreError};
 use crate::task::{Actor, TaskId, TaskStatus, Transition};
 
@@ -28,7 +27,7 @@ impl Store {
             held_lost: (&HELD_LOST_ERROR, HELD_LOST),
             pool,
         };
-        let released = release_task::call(self, &keys, args).await?;
+        let (released, run) = release_task::call(self, &keys, args).await?;
         let ended = match released {
             Released::Cancelled => Some((TaskStatus::Working, TaskStatus::Cancelled)),
             // Only a task holding a question (shown as `input_required`) fails on release.
@@ -36,7 +35,8 @@ impl Store {
             Released::Requeued | Released::LeaseLost => None,
         };
         if let Some((from, to)) = ended {
-            emit(lease.task_id, Transition::new(Some(from), to, Actor::Worker));
+            let transition = Transition::new(Some(from), to, Actor::Worker).after(run.ran);
+            self.ended(lease.task_id, transition, run.slot.as_deref()).await;
         }
         Ok(released)
     }
@@ -56,7 +56,8 @@ impl Store {
         Ok(ids.iter().filter_map(|id| TaskId::parse(id)).collect())
     }
 
-    /// Requeues (or fails, past `max_reclaims`) a task whose lease expired, onto the queue of
+    /// Requeues (or fails, past `max_reclaims`) a task whose lease expired (a task it ends gives
+    /// back its active-task slot), onto the queue of
     /// the task's own pool (the record's), whichever pool the reaping worker is in: `pool` is
     /// only the first guess (the reaper's own, right for most of what it finds).
     pub async fn reclaim(
@@ -79,14 +80,20 @@ impl Store {
             held_lost: (&HELD_LOST_ERROR, HELD_LOST),
             pool,
         };
-        let reclaimed = reclaim_task::call(self, &keys, args).await?;
-        let to = match reclaimed {
-            Reclaimed::Failed { .. } => Some(TaskStatus::Failed),
-            Reclaimed::Cancelled { .. } => Some(TaskStatus::Cancelled),
-            Reclaimed::Nothing | Reclaimed::Requeued | Reclaimed::AlreadyEnded { .. } => None,
+        let (reclaimed, slot) = reclaim_task::call(self, &keys, args).await?;
+        let ended = match reclaimed {
+            Reclaimed::Failed => Some(TaskStatus::Failed),
+            Reclaimed::Cancelled => Some(TaskStatus::Cancelled),
+            // A replay of a reclaim that ended it, whose reply was lost: the slot is freed again.
+            Reclaimed::AlreadyEnded => {
+                self.free_slot(task_id, slot.as_deref()).await;
+                None
+            }
+            Reclaimed::Nothing | Reclaimed::Requeued => None,
         };
-        if let Some(to) = to {
-            emit(task_id, Transition::new(Some(TaskStatus::Working), to, Actor::Reaper));
+        if let Some(to) = ended {
+            let transition = Transition::new(Some(TaskStatus::Working), to, Actor::Reaper);
+            self.ended(task_id, transition, slot.as_deref()).await;
         }
         Ok(reclaimed)
     }

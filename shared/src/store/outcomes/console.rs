@@ -6,11 +6,9 @@ use crate::task::TaskStatus;
 /// The outcome of an operator's fail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OperatorFail {
-    /// Failed from status `from`; `counted_tenant` is the tenant whose active-task slot it
-    /// held, if any.
+    /// Failed from status `from` (the store has freed the active-task slot it held).
     Failed {
         from: TaskStatus,
-        counted_tenant: Option<String>,
     },
     AlreadyTerminal,
     NotFound,

@@ -1,6 +1,8 @@
 //! What the lease holder's operations give back (claim, renew, mark, park, hold, release,
 //! reclaim), below both the store methods and the scripts that build them from their replies.
 
+use std::time::Duration;
+
 use crate::task::TaskId;
 
 /// A claimed task: what the tool runs with.
@@ -17,17 +19,18 @@ pub struct Claim {
     pub answers: Vec<(String, String)>,
     /// The creating request's `clientCapabilities` (JSON text).
     pub client_capabilities: String,
-    /// The owner's tenant when the task counts against its active-task cap.
-    pub tenant: Option<String>,
     /// What the tool saved when it last parked the task for input (JSON text).
     pub tool_state: Option<String>,
     /// The durable steps earlier runs recorded, name -> result JSON text (read by the claim
     /// itself: no extra round trip).
     pub steps: Vec<(String, String)>,
-    /// When the task was last queued (ms): created, released, reclaimed or answered.
-    pub queued_ms: Option<u64>,
+    /// How long it waited queued (since it was created, released, reclaimed or answered), by
+    /// this process's clock against the record's queue time; the store has timed it already.
+    pub queued_for: Option<Duration>,
     /// The owner's tenant (whether counted or not).
     pub owner_tenant: String,
+    /// The owner's principal: whose identity a per-principal upstream acts as.
+    pub owner_principal: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,21 +94,16 @@ pub enum Released {
     LeaseLost,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What [`Store::reclaim`](crate::store::Store::reclaim) did. A task it finds over has its
+/// active-task slot freed by the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reclaimed {
     Nothing,
     Requeued,
-    /// Failed past the maximum; the owner's tenant if the task counted against its cap.
-    Failed {
-        tenant: Option<String>,
-    },
-    /// A cancel was pending; the owner's tenant.
-    Cancelled {
-        tenant: Option<String>,
-    },
-    /// The task had already ended (a replay of a reclaim that ran, or a stale index entry);
-    /// the owner's tenant, so that its active-task slot is released.
-    AlreadyEnded {
-        tenant: Option<String>,
-    },
+    /// Failed past the maximum, or its held question lost.
+    Failed,
+    /// A cancel was pending.
+    Cancelled,
+    /// The task had already ended (a replay of a reclaim that ran, or a stale index entry).
+    AlreadyEnded,
 }

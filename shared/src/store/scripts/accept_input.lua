@@ -5,14 +5,15 @@
 -- work the tenant chose when to ask for, and at the front a tenant could answer many parked
 -- tasks at once to run them all ahead of every other tenant. A held task (hold_for_input) goes
 -- back to the worker holding it instead, through its signal channel, with "answered <id>".
--- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] answers hash
--- KEYS[4] the queue of pool ARGV[7] on the task's shard
--- KEYS[5] timeline   KEYS[6] the pool's ready set on the shard   KEYS[7] its fairness tags
--- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] events channel
--- ARGV[5] status message when resumed ('' = keep)   ARGV[6] signal channel prefix
--- ARGV[7] the pool whose queue KEYS[4] is
--- ARGV[8] the tenant's weight (its share of the pool when several tenants have tasks queued)
--- ARGV[9..] key, response JSON pairs
+-- KEYS[1] record: task record   KEYS[2] inputs: inputs hash   KEYS[3] answers: answers hash
+-- KEYS[4] stream: the queue of pool ARGV[7] on the task's shard
+-- KEYS[5] timeline: timeline   KEYS[6] ready: the pool's ready set on the shard   KEYS[7] fair: its fairness tags
+-- ARGV[1] id (task): task id   ARGV[2..3] owner (owner): tenant, principal
+-- ARGV[4] events: events channel   ARGV[5] resume_message: status message when resumed ('' = keep)
+-- ARGV[6] signal_prefix: signal channel prefix   ARGV[7] pool: the pool whose queue KEYS[4] is
+-- ARGV[8] weight (f64): the tenant's weight (its share of the pool when several tenants have
+--   tasks queued)
+-- ARGV[9..] answers (pairs): key, response JSON pairs
 -- Returns {1, version, resumed 0|1, ms spent in input_required when resumed (else -1)}
 --       | {0} nothing applied | {-1} not found (or not the owner)
 --       | {-10, pool} the owner's parked task belongs to this other pool: nothing written, ask
@@ -46,7 +47,7 @@ rcall('PEXPIREAT', answers, tonumber(f[4]) + tonumber(f[5]))
 local status, resumed, waited = 'input_required', 0, -1
 if rcall('EXISTS', inputs) == 0 then
   status, resumed = 'working', 1
-  if f[6] then waited = now - tonumber(f[6]) end
+  waited = since(f[6], now)
   rcall('HSET', record, 'status', status, 'queued', now)
   if ARGV[5] ~= '' then rcall('HSET', record, 'msg', ARGV[5]) end
   if f[7] then

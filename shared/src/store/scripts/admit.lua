@@ -4,7 +4,7 @@
 -- With KEYS[2] and KEYS[3], the request also creates a task: the tenant's creation rate and its
 -- cap on tasks not yet terminal (a zset of task ids scored by expiry, so expired ids fall out
 -- by themselves) are checked too, and the task is recorded as active.
--- KEYS[1] request-rate TAT   [KEYS[2] creation-rate TAT   KEYS[3] active-task zset]
+-- KEYS[1] requests: request-rate TAT   [KEYS[2] creations: creation-rate TAT   KEYS[3] active: active-task zset]
 -- ARGV[1] request interval ms ('0' = unlimited)   ARGV[2] request burst
 -- [ARGV[3] creation interval ms ('0' = unlimited)   ARGV[4] creation burst
 --  ARGV[5] max active tasks ('0' = unlimited)   ARGV[6] task id   ARGV[7] task ttl ms]

@@ -4,6 +4,8 @@
 use crate::store::reply::{Reply, code};
 use crate::store::{Admission, Conn, Limit, StoreError, TenantKeys};
 
+include!(concat!(env!("OUT_DIR"), "/scripts/admit.rs"));
+
 /// A GCRA rate as the script takes it.
 #[derive(Clone, Copy)]
 pub(in crate::store) struct Gcra {
@@ -29,9 +31,10 @@ pub(in crate::store) struct TaskArgs<'a> {
 
 /// The tenant's keys: a request alone takes only its request rate's (one handle per shape).
 pub(in crate::store) async fn call(conn: &mut Conn, keys: &TenantKeys, args: Args<'_>) -> Result<Admission, StoreError> {
+    let keys = Keys::from(keys);
     let mut call = match args.task {
-        None => super::ADMIT_REQUEST.keys([&keys.requests]),
-        Some(_) => super::ADMIT_TASK.keys([&keys.requests, &keys.creations, &keys.active]),
+        None => super::ADMIT_REQUEST.keys([keys.requests]),
+        Some(_) => super::ADMIT_TASK.keys(keys.list()),
     };
     call.arg(args.requests.interval_ms).arg(args.requests.burst);
     if let Some(task) = args.task {
@@ -64,17 +67,16 @@ fn decode(reply: Reply) -> Result<Admission, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use redis::Value;
-
     use super::*;
+    use crate::store::reply::reply;
 
     fn refusal(retry_after: i64, limit: &str) -> Reply {
-        Reply::new(vec![Value::Int(0), Value::Int(retry_after), Value::BulkString(limit.as_bytes().to_vec())])
+        reply![0, retry_after, limit]
     }
 
     #[test]
     fn refusals_name_their_limit() {
-        assert_eq!(decode(Reply::new(vec![Value::Int(1)])).unwrap(), Admission::Admitted);
+        assert_eq!(decode(reply![1]).unwrap(), Admission::Admitted);
         let refused = decode(refusal(0, "creations")).unwrap();
         assert_eq!(refused, Admission::Refused { limit: Limit::Creations, retry_after_ms: 1 });
         let active = decode(refusal(1000, "active_tasks")).unwrap();

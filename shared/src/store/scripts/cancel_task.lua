@@ -4,21 +4,25 @@
 -- is signalled; the worker ends the task at the tool's next checkpoint (invariant 8). Held
 -- (hold_for_input): cancelled at once like a parked task, its lease dropped, and the holder
 -- signalled so that it tells the upstream server.
--- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] shard lease index   KEYS[4] timeline
--- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] status message
--- ARGV[5] events channel   ARGV[6] signal channel prefix (the holder's id is appended)
--- ARGV[7] an operator's "tenant/principal" ('' = the owner's own cancel: ARGV[2..3] must match)
--- ARGV[8] the operator's reason
--- Returns {1, version, status before, ms spent in input_required if it was parked (else -1)}
---         cancelled | {2} flagged, holder signalled | {0} already terminal
+-- KEYS[1] record: task record   KEYS[2] inputs: inputs hash   KEYS[3] leases: shard lease index   KEYS[4] timeline: timeline
+-- ARGV[1] task_id: task id   ARGV[2] tenant: tenant   ARGV[3] principal: principal
+-- ARGV[4] message: status message   ARGV[5] events: events channel
+-- ARGV[6] signal_prefix: signal channel prefix (the holder's id is appended)
+-- ARGV[7..8] operator (pair): an operator's "tenant/principal" ('' = the owner's own cancel: the
+--   tenant and principal must match), and the reason
+-- Returns {1, version, status before, ms spent in input_required if it was parked (else -1),
+--         tenant if counted as active else ''} cancelled | {2} flagged, holder signalled
+--       | {0, tenant if counted as active else ''} already terminal (perhaps this same cancel,
+--         re-sent after its reply was lost: the store frees the slot again, harmlessly)
 --       | {-1} not found (or not the owner).
 local rcall = redis.call
 local record, inputs = KEYS[1], KEYS[2]
-local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'holder', 'parked', 'held', 'cancel')
+local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'holder', 'parked', 'held', 'cancel', 'counted')
 local operator = ARGV[7] ~= '' and ARGV[7] or nil
 if not f[1] or (not operator and (f[1] ~= ARGV[2] or f[2] ~= ARGV[3])) then return {REPLY.NOT_FOUND} end
 local status = f[3]
-if status ~= 'working' and status ~= 'input_required' then return {REPLY.NOTHING} end
+local slot = f[8] and f[1] or ''
+if status ~= 'working' and status ~= 'input_required' then return {REPLY.NOTHING, slot} end
 local now = now_ms()
 if status == 'working' and f[4] then
   if not f[7] then
@@ -31,7 +35,7 @@ if status == 'working' and f[4] then
 end
 rcall('DEL', inputs)
 if f[6] then
-  rcall('HDEL', record, 'holder', 'lease', 'held', 'entry', 'queued')
+  rcall('HDEL', record, 'holder', 'lease', 'held', 'entry', 'queued', 'claimed')
   rcall('ZREM', KEYS[3], ARGV[1])
   if f[4] then rcall('PUBLISH', ARGV[6] .. f[4], ARGV[1]) end
 end
@@ -40,5 +44,5 @@ local ver = rcall('HINCRBY', record, 'ver', 1)
 timeline(KEYS[4], now, {ev = 'cancelled', to = 'cancelled', by = operator, why = operator and ARGV[8] or nil})
 publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' cancelled')
 local waited = -1
-if status == 'input_required' and f[5] then waited = now - tonumber(f[5]) end
-return {REPLY.OK, ver, status, waited}
+if status == 'input_required' then waited = since(f[5], now) end
+return {REPLY.OK, ver, status, waited, slot}

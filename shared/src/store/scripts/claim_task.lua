@@ -15,26 +15,26 @@
 -- Idempotent for one (worker, entry): a re-sent claim whose first run took the lease (its reply
 -- was lost) answers that same claim again instead of "not claimable", so the lease is not held
 -- by a worker that never runs the task.
--- KEYS[1] candidate's record   KEYS[2] the stream the entry was delivered from (the claiming
--- worker's pool's on the shard)   KEYS[3] shard lease index   KEYS[4] candidate's answers hash
--- KEYS[5] candidate's timeline   KEYS[6] candidate's steps hash   KEYS[7] the pool's ready set on
--- the shard   KEYS[8] its fairness tags   KEYS[9] candidate's arguments set aside (prelude: aside)
--- ARGV[1] stream entry id   ARGV[2] candidate task id   ARGV[3] worker id   ARGV[4] lease ms
--- ARGV[5] consumer group
+-- KEYS[1] record: candidate's record   KEYS[2] stream: the stream the entry was delivered from (the claiming
+-- worker's pool's on the shard)   KEYS[3] leases: shard lease index   KEYS[4] answers: candidate's answers hash
+-- KEYS[5] timeline: candidate's timeline   KEYS[6] steps: candidate's steps hash   KEYS[7] ready: the pool's ready set on
+-- the shard   KEYS[8] fair: its fairness tags   KEYS[9] args: candidate's arguments set aside (prelude: aside)
+-- ARGV[1] entry_id: stream entry id   ARGV[2] task_id (task): candidate task id
+-- ARGV[3] worker: worker id   ARGV[4] lease_ms (u64): lease ms   ARGV[5] group: consumer group
 -- Returns {1, fence, tool, args, traceparent|'', cancelRequested 0|1, answers (flat k,v list),
---          the creator's clientCapabilities JSON, tenant if counted as active else '',
+--          the creator's clientCapabilities JSON,
 --          the state the last park saved else '', '1' if the clientCapabilities JSON left out
 --          the Tasks extension's declaration else '0', recorded steps (flat name,result list),
---          when it was queued (ms) else '', tenant}
+--          when it was queued (ms) else '', tenant, principal}
 --       | {0} nothing claimable (nothing queued, or the task taken had ended)
 --       | {-11, task id} that task is at the front instead: nothing written, ask again with it.
 local rcall = redis.call
 local record, stream, leases, answers, ready = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7]
-local f = rcall('HMGET', record, 'status', 'holder', 'tool', 'args', 'tp', 'cancel', 'caps', 'tenant', 'counted',
-  'entry', 'fence', 'tstate', 'capx', 'queued')
+local f = rcall('HMGET', record, 'status', 'holder', 'tool', 'args', 'tp', 'cancel', 'caps', 'tenant', 'entry',
+  'fence', 'tstate', 'capx', 'queued', 'principal')
 local function granted(fence)
   return {REPLY.OK, fence, f[3], from_aside(f[4], KEYS[9]), f[5] or '', f[6] and 1 or 0, rcall('HGETALL', answers), f[7] or '{}',
-    (f[9] == '1' and f[8]) or '', f[12] or '', f[13] or '0', rcall('HGETALL', KEYS[6]), f[14] or '', f[8] or ''}
+    f[11] or '', f[12] or '0', rcall('HGETALL', KEYS[6]), f[13] or '', f[8] or '', f[14] or ''}
 end
 -- drop_spent_tags: moves the floor of `fair` to `floor` (the tag just taken) and forgets
 -- tenants' tags that say nothing any more. A tag at or below the floor is one (an enqueue
@@ -62,7 +62,7 @@ local function drop_spent_tags(fair, floor, tenant, queued)
   for i = 1, #gone, 1000 do rcall('HDEL', fair, unpack(gone, i, math.min(i + 999, #gone))) end
 end
 local unheld = f[1] == 'working' and not f[2]
-if f[1] == 'working' and f[2] == ARGV[3] and f[10] == ARGV[1] then return granted(tonumber(f[11])) end
+if f[1] == 'working' and f[2] == ARGV[3] and f[9] == ARGV[1] then return granted(tonumber(f[10])) end
 local head = rcall('ZRANGE', ready, 0, 0, 'WITHSCORES')
 local mine = rcall('ZSCORE', ready, ARGV[2])
 -- The candidate is taken when no queued task has a lower tag: a tie is as fair as the front,
@@ -88,8 +88,11 @@ local lease_until = now + tonumber(ARGV[4])
 -- grows with every claim, as a counter would, and a claim acknowledged by a primary that then
 -- failed before replicating it cannot be handed out again by the promoted replica, whose
 -- clock has moved on by the failover's length (docs/durability.md, "Fencing across a failover").
-local fence = math.max(tonumber(f[11] or '0') + 1, now)
-rcall('HSET', record, 'fence', string.format('%.0f', fence), 'holder', ARGV[3], 'lease', lease_until, 'entry', ARGV[1])
+local fence = math.max(tonumber(f[10] or '0') + 1, now)
+-- `claimed`: when this run began, for the time it spends working (returned by the scripts that
+-- end the run: finish_task, request_input, release_task).
+rcall('HSET', record, 'fence', string.format('%.0f', fence), 'holder', ARGV[3], 'lease', lease_until, 'entry', ARGV[1],
+  'claimed', now)
 rcall('ZADD', leases, lease_until, ARGV[2])
 timeline(KEYS[5], now, {ev = 'claimed', to = 'working', fence = fence, holder = ARGV[3]})
 return granted(fence)

@@ -1,14 +1,14 @@
 -- create_task: write a new task record and enqueue it on its shard, atomically.
 -- Invariants: the record and its queue entry appear together or not at all; the record
 -- expires at createdAt + ttl (PEXPIREAT), which nothing extends.
--- KEYS[1] task record (hash)      KEYS[2] the dispatch stream of the task's pool on its shard
--- KEYS[3] answers hash
--- KEYS[4] timeline (list)   KEYS[5] the shard's task index   KEYS[6] the shard's index of the tenant
+-- KEYS[1] record: task record (hash)      KEYS[2] stream: the dispatch stream of the task's pool on its shard
+-- KEYS[3] answers: answers hash
+-- KEYS[4] timeline: timeline (list)   KEYS[5] index: the shard's task index   KEYS[6] tenant_index: the shard's index of the tenant
 --   (sorted sets: task id -> expiry ms; what the operator console lists; readers skip entries
 --   whose record has expired)
--- KEYS[7] the pool's ready set on the shard   KEYS[8] its fairness tags (prelude: enqueue)
--- KEYS[9] the task's arguments when too long for the record (prelude: aside)
--- KEYS[10] the task's durable steps hash
+-- KEYS[7] ready: the pool's ready set on the shard   KEYS[8] fair: its fairness tags (prelude: enqueue)
+-- KEYS[9] args: the task's arguments when too long for the record (prelude: aside)
+-- KEYS[10] steps: the task's durable steps hash
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] tool   ARGV[5] arguments JSON
 -- ARGV[6] ttl ms    ARGV[7] poll interval ms   ARGV[8] status message ('' = none)
 -- ARGV[9] traceparent ('' = none)   ARGV[10] events channel
@@ -28,8 +28,8 @@
 --   earlier round recorded them and parked for input; the retry's run replays them
 -- ARGV[20..19+2n] step name, result JSON pairs
 -- ARGV[20+2n..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
--- Returns {1, createdAtMs} a new task | {2, createdAtMs} the task this owner made with this id
---         before (a replay: nothing changed, nothing published)
+-- Returns {1, createdAtMs} a new task | {2, createdAtMs, '1' if it has ended else '0'} the task
+--         this owner made with this id before (a replay: nothing changed, nothing published)
 --       | {-6} the id exists for another owner or tool
 --       | {-7} a keyed create whose key made this task for another tool or other arguments.
 -- Idempotent: the same owner repeating the same id for the same tool (a create re-sent after
@@ -38,7 +38,7 @@
 -- Publishes "<id> 1 working" on ARGV[10].
 local rcall = redis.call
 local record, stream, answers = KEYS[1], KEYS[2], KEYS[3]
-local existing = rcall('HMGET', record, 'tenant', 'principal', 'tool', 'created', 'idem')
+local existing = rcall('HMGET', record, 'tenant', 'principal', 'tool', 'created', 'idem', 'status')
 if existing[1] then
   local keyed = ARGV[17] ~= ''
   if keyed and existing[1] == ARGV[2] and existing[2] == ARGV[3]
@@ -50,7 +50,8 @@ if existing[1] then
     -- on a fresh connection, must have a write to count, and replication is ordered, so a
     -- replica that has this one has the original create too.
     rcall('HSET', record, 'created', existing[4])
-    return {2, tonumber(existing[4])}
+    local ended = existing[6] ~= 'working' and existing[6] ~= 'input_required'
+    return {2, tonumber(existing[4]), ended and '1' or '0'}
   end
   return {-6}
 end

@@ -3,20 +3,7 @@
 use crate::store::reply::{Reply, code};
 use crate::store::{Conn, Created, NewTask, QueueKeys, StoreError, TaskKeys};
 
-/// The task's keys, its pool's queue on its shard, and the shard's task indexes.
-pub(in crate::store) struct Keys<'a> {
-    pub(in crate::store) record: &'a str,
-    pub(in crate::store) stream: &'a str,
-    pub(in crate::store) answers: &'a str,
-    pub(in crate::store) timeline: &'a str,
-    pub(in crate::store) index: &'a str,
-    pub(in crate::store) tenant_index: &'a str,
-    pub(in crate::store) ready: &'a str,
-    pub(in crate::store) fair: &'a str,
-    /// Where long arguments are set aside.
-    pub(in crate::store) args: &'a str,
-    pub(in crate::store) steps: &'a str,
-}
+include!(concat!(env!("OUT_DIR"), "/scripts/create_task.rs"));
 
 impl<'a> Keys<'a> {
     /// `indexes`: the shard's, then its tenant's.
@@ -49,28 +36,16 @@ const EXISTS: i64 = -6;
 const IDEMPOTENCY_CONFLICT: i64 = -7;
 
 /// The task's `createdAt` (ms, Redis time), and whether this call made it.
-pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<Created, StoreError> {
+pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<(Created, bool), StoreError> {
     super::run(conn, &invocation(keys, args), decode).await
 }
 
 /// The call alone, for a pipeline that sends `WAIT` after it on the same connection.
 pub(in crate::store) fn invocation(keys: Keys<'_>, args: Args<'_>) -> redis::ScriptInvocation<'static> {
     let task = args.task;
-    let mut call = super::CREATE_TASK.keys([
-        keys.record,
-        keys.stream,
-        keys.answers,
-        keys.timeline,
-        keys.index,
-        keys.tenant_index,
-        keys.ready,
-        keys.fair,
-        keys.args,
-        keys.steps,
-    ]);
+    let mut call = super::CREATE_TASK.keys(keys.list());
     call.arg(task.id.as_str())
-        .arg(&task.owner.tenant)
-        .arg(&task.owner.principal)
+        .arg(task.owner)
         .arg(task.tool)
         .arg(task.arguments)
         .arg(task.ttl_ms)
@@ -86,21 +61,18 @@ pub(in crate::store) fn invocation(keys: Keys<'_>, args: Args<'_>) -> redis::Scr
         .arg(task.pool)
         .arg(task.fingerprint.unwrap_or(""))
         .arg(task.weight)
-        .arg(task.steps.len());
-    for (name, result) in task.steps {
-        call.arg(name).arg(result);
-    }
-    for (key, answer) in task.answers {
-        call.arg(key).arg(answer);
-    }
+        .arg(task.steps.len())
+        .arg(task.steps)
+        .arg(task.answers);
     call
 }
 
-/// `{1 | 2, createdAtMs}`, or a refusal.
-pub(in crate::store) fn decode(reply: Reply) -> Result<Created, StoreError> {
+/// `{1, createdAtMs}`, `{2, createdAtMs, '1' | '0'}`, or a refusal; with whether a replay
+/// found its task ended.
+pub(in crate::store) fn decode(reply: Reply) -> Result<(Created, bool), StoreError> {
     match reply.code()? {
-        code::OK => Ok(Created::New { created_at_ms: reply.int(1)? }),
-        REPLAYED => Ok(Created::Replayed { created_at_ms: reply.int(1)? }),
+        code::OK => Ok((Created::New { created_at_ms: reply.int(1)? }, false)),
+        REPLAYED => Ok((Created::Replayed { created_at_ms: reply.int(1)? }, reply.string(2)? == "1")),
         // Another owner's task has this id (128 random bits collided, or a forged replay):
         // report it rather than overwrite it.
         EXISTS => Err(StoreError::UnexpectedReply("task id already exists".into())),
@@ -111,18 +83,16 @@ pub(in crate::store) fn decode(reply: Reply) -> Result<Created, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use redis::Value;
-
     use super::*;
+    use crate::store::reply::reply;
 
     #[test]
     fn created_or_refused() {
-        assert_eq!(decode(Reply::new(vec![Value::Int(1), Value::Int(42)])).unwrap(), Created::New { created_at_ms: 42 });
-        assert_eq!(
-            decode(Reply::new(vec![Value::Int(2), Value::Int(42)])).unwrap(),
-            Created::Replayed { created_at_ms: 42 }
-        );
-        assert!(matches!(decode(Reply::new(vec![Value::Int(-6)])), Err(StoreError::UnexpectedReply(_))));
-        assert!(matches!(decode(Reply::new(vec![Value::Int(-7)])), Err(StoreError::KeyReused)));
+        let new = decode(reply![1, 42]).unwrap();
+        assert_eq!(new, (Created::New { created_at_ms: 42 }, false));
+        let replayed = decode(reply![2, 42, "1"]).unwrap();
+        assert_eq!(replayed, (Created::Replayed { created_at_ms: 42 }, true));
+        assert!(matches!(decode(reply![-6]), Err(StoreError::UnexpectedReply(_))));
+        assert!(matches!(decode(reply![-7]), Err(StoreError::KeyReused)));
     }
 }

@@ -2,8 +2,8 @@
 -- fencing token and the task is still working (or shows input_required while held: see
 -- hold_for_input).
 -- Renewal changes nothing a client sees: no version bump, no event.
--- KEYS[1] task record   KEYS[2] shard lease index
--- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] lease ms
+-- KEYS[1] record: task record   KEYS[2] leases: shard lease index
+-- ARGV[1..3] lease (lease): task id, worker id, fencing token   ARGV[4] lease_ms (u64): lease ms
 -- Returns {1, cancelRequested 0|1} | {-2} lease lost.
 local rcall = redis.call
 local record, leases = KEYS[1], KEYS[2]

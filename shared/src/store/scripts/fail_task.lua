@@ -1,9 +1,10 @@
 -- fail_task: an operator ends a stuck task as failed, whoever owns it. Terminal: nothing
 -- changes (invariant 4). A lease is dropped and its holder signalled, as for a cancel of a
 -- held task: the worker's later writes find the lease gone and are refused by their fence.
--- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] shard lease index   KEYS[4] timeline
--- ARGV[1] task id   ARGV[2] error JSON   ARGV[3] status message   ARGV[4] events channel
--- ARGV[5] signal channel prefix   ARGV[6] the operator's "tenant/principal"   ARGV[7] reason
+-- KEYS[1] record: task record   KEYS[2] inputs: inputs hash   KEYS[3] leases: shard lease index   KEYS[4] timeline: timeline
+-- ARGV[1] task_id: task id   ARGV[2] error: error JSON   ARGV[3] message: status message
+-- ARGV[4] events: events channel   ARGV[5] signal_prefix: signal channel prefix
+-- ARGV[6..7] operator (pair): the operator's "tenant/principal", and the reason
 -- Returns {1, version, tenant if counted as active else '', the status it had} | {0} already
 -- terminal
 --   | {-1} not found.
@@ -17,7 +18,7 @@ local now = now_ms()
 rcall('DEL', KEYS[2])
 rcall('ZREM', KEYS[3], ARGV[1])
 -- What only a queued or running task needs goes with its end (a smaller record for its TTL).
-rcall('HDEL', record, 'holder', 'lease', 'held', 'entry', 'queued')
+rcall('HDEL', record, 'holder', 'lease', 'held', 'entry', 'queued', 'claimed')
 rcall('HSET', record, 'status', 'failed', 'error', ARGV[2], 'msg', ARGV[3], 'updated', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
 timeline(KEYS[4], now, {ev = 'failed by an operator', to = 'failed', holder = f[2] or nil, by = ARGV[6], why = ARGV[7]})

@@ -1,52 +1,31 @@
 //! `finish_task.lua`: the lease holder writes the terminal outcome.
 
-use crate::store::reply::Fenced;
-use crate::store::{Conn, Lease, StoreError, TaskKeys};
-use crate::task::TaskStatus;
+use crate::store::reply::{Reply, RunEnd, code};
+use crate::store::{StoreError};
 
-pub(in crate::store) struct Keys<'a> {
-    pub(in crate::store) record: &'a str,
-    pub(in crate::store) leases: &'a str,
-    pub(in crate::store) inputs: &'a str,
-    pub(in crate::store) timeline: &'a str,
-    /// Where a long outcome is set aside.
-    pub(in crate::store) outcome: &'a str,
-}
+include!(concat!(env!("OUT_DIR"), "/scripts/finish_task.rs"));
 
-impl<'a> From<&'a TaskKeys> for Keys<'a> {
-    fn from(task: &'a TaskKeys) -> Self {
-        Self {
-            record: &task.record,
-            leases: &task.leases,
-            inputs: &task.inputs,
-            timeline: &task.timeline,
-            outcome: &task.outcome,
-        }
+/// `{1, version, tenant, ms worked or -1}` | `{-2}`.
+fn decode(reply: Reply) -> Result<Option<RunEnd>, StoreError> {
+    match reply.code()? {
+        code::OK => Ok(Some(RunEnd { slot: reply.counted_tenant(2)?, ran: reply.spent(3)? })),
+        code::LEASE_LOST => Ok(None),
+        _ => Err(reply.unexpected_code()),
     }
 }
 
-pub(in crate::store) struct Args<'a> {
-    /// The holder's lease: the task, the worker and its fencing token.
-    pub(in crate::store) lease: Lease<'a>,
-    pub(in crate::store) status: TaskStatus,
-    /// `result`, `error`, or empty for a cancel.
-    pub(in crate::store) field: &'a str,
-    /// The outcome's JSON text (empty for a cancel).
-    pub(in crate::store) payload: &'a str,
-    /// Empty keeps the message.
-    pub(in crate::store) message: &'a str,
-    pub(in crate::store) events: &'a str,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::reply::reply;
 
-pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<Fenced, StoreError> {
-    let mut call = super::FINISH_TASK.keys([keys.record, keys.leases, keys.inputs, keys.timeline, keys.outcome]);
-    call.arg(args.lease.task_id.as_str())
-        .arg(args.lease.worker)
-        .arg(args.lease.fence)
-        .arg(args.status.as_str())
-        .arg(args.field)
-        .arg(args.payload)
-        .arg(args.message)
-        .arg(args.events);
-    super::run(conn, &call, Fenced::try_from).await
+    #[test]
+    fn written_with_the_slot_it_held() {
+        let counted = reply![1, 3, "acme", 40];
+        let ran = Some(std::time::Duration::from_millis(40));
+        assert_eq!(decode(counted).unwrap(), Some(RunEnd { slot: Some("acme".to_owned()), ran }));
+        let replayed = reply![1, 3, "", -1];
+        assert_eq!(decode(replayed).unwrap(), Some(RunEnd { slot: None, ran: None }));
+        assert_eq!(decode(reply![-2]).unwrap(), None);
+    }
 }

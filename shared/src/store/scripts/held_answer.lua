@@ -1,6 +1,6 @@
 -- held_answer: the holder of a held input (hold_for_input) looks for its answer.
--- KEYS[1] task record   KEYS[2] answers hash
--- ARGV[1] worker id   ARGV[2] fencing token   ARGV[3] key
+-- KEYS[1] record: task record   KEYS[2] answers: answers hash
+-- ARGV[1..2] lease (holder): worker id, fencing token   ARGV[3] key: key
 -- Returns {1, answer JSON} answered (the task is working again) | {0} still waiting
 --       | {5} the task ended meanwhile (cancelled, or expired) | {-2} lease lost.
 local rcall = redis.call

@@ -1,24 +1,9 @@
 //! `held_answer.lua`: the holder of a held question looks for its answer.
 
 use crate::store::reply::{Reply, code};
-use crate::store::{Conn, HeldAnswer, Lease, StoreError};
+use crate::store::{HeldAnswer, StoreError};
 
-pub(in crate::store) struct Keys<'a> {
-    pub(in crate::store) record: &'a str,
-    pub(in crate::store) answers: &'a str,
-}
-
-pub(in crate::store) struct Args<'a> {
-    /// The holder's lease: the task, the worker and its fencing token.
-    pub(in crate::store) lease: Lease<'a>,
-    pub(in crate::store) key: &'a str,
-}
-
-pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<HeldAnswer, StoreError> {
-    let mut call = super::HELD_ANSWER.keys([keys.record, keys.answers]);
-    call.arg(args.lease.worker).arg(args.lease.fence).arg(args.key);
-    super::run(conn, &call, decode).await
-}
+include!(concat!(env!("OUT_DIR"), "/scripts/held_answer.rs"));
 
 fn decode(reply: Reply) -> Result<HeldAnswer, StoreError> {
     match reply.code()? {
@@ -33,15 +18,14 @@ fn decode(reply: Reply) -> Result<HeldAnswer, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use redis::Value;
-
     use super::*;
+    use crate::store::reply::reply;
 
     #[test]
     fn answered_waiting_or_ended() {
-        let answered = decode(Reply::new(vec![Value::Int(1), Value::BulkString(b"{}".to_vec())]));
+        let answered = decode(reply![1, "{}"]);
         assert_eq!(answered.unwrap(), HeldAnswer::Answered("{}".into()));
-        assert_eq!(decode(Reply::new(vec![Value::Int(0)])).unwrap(), HeldAnswer::Waiting);
-        assert_eq!(decode(Reply::new(vec![Value::Int(5)])).unwrap(), HeldAnswer::Ended);
+        assert_eq!(decode(reply![0]).unwrap(), HeldAnswer::Waiting);
+        assert_eq!(decode(reply![5]).unwrap(), HeldAnswer::Ended);
     }
 }

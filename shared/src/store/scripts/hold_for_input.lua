@@ -3,9 +3,9 @@
 -- one opt-in exception to invariant 6). The request is stored like a park's, under a key never
 -- issued before; `held` marks the task so that the answer goes back to this worker instead of
 -- the queue, renewals go on, and a lapsed lease fails the task instead of requeuing it.
--- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] issued set   KEYS[4] timeline
--- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] status message
--- ARGV[5] events channel   ARGV[6] key   ARGV[7] request JSON
+-- KEYS[1] record: task record   KEYS[2] inputs: inputs hash   KEYS[3] issued: issued set   KEYS[4] timeline: timeline
+-- ARGV[1..3] lease (lease): task id, worker id, fencing token   ARGV[4] message: status message
+-- ARGV[5] events: events channel   ARGV[6] key: key   ARGV[7] request: request JSON
 -- Returns {1, version} held | {2} a cancel is pending (nothing written) | {-2} lease lost
 --       | {-5, key} key already issued.
 -- Publishes "<id> <version> input_required".

@@ -1,8 +1,8 @@
 -- mark_started: the lease holder records, before a side effect that must not run twice
 -- unasked, that a run of this task has begun it. The previous marker tells a run after a
 -- reclaim that an earlier run may already have caused the effect.
--- KEYS[1] task record
--- ARGV[1] worker id   ARGV[2] fencing token
+-- KEYS[1] record: task record
+-- ARGV[1..2] lease (holder): worker id, fencing token
 -- Returns {1, previous fence or 0} | {-2} lease lost.
 local rcall = redis.call
 local record = KEYS[1]

@@ -3,7 +3,7 @@
 -- the poll rate: a read sooner than `tolerance * pollIntervalMs` after the
 -- previous one is refused, unless the task changed since: the marker holds the version that
 -- poll was answered with. Returns the record fields a snapshot needs, in one round trip.
--- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] poll marker   KEYS[4] outcome (read_outcomes)
+-- KEYS[1] record: task record   KEYS[2] inputs: inputs hash   KEYS[3] poll: poll marker   KEYS[4] outcome: outcome (read_outcomes)
 -- ARGV[1] tenant   ARGV[2] principal   ARGV[3] tolerance (0..1; '0' = no poll limit)
 -- Returns {1, fields (HMGET order of SNAPSHOT_FIELDS), inputs (flat k,v)} | {-1} not found
 --       | {-9, retry_after_ms, pollIntervalMs}.

@@ -1,23 +1,10 @@
 //! `poll_task.lua`: `tasks/get` for a client: ownership, then the poll rate, then the task.
 
 use crate::store::reply::{Reply, code};
-use crate::store::{Conn, Polled, StoreError, TaskKeys};
+use crate::store::{Conn, Polled, StoreError};
 use crate::task::{Owner, TaskId};
 
-pub(in crate::store) struct Keys<'a> {
-    pub(in crate::store) record: &'a str,
-    pub(in crate::store) inputs: &'a str,
-    /// The client's last poll.
-    pub(in crate::store) poll: &'a str,
-    /// Where a long outcome is set aside.
-    pub(in crate::store) outcome: &'a str,
-}
-
-impl<'a> From<&'a TaskKeys> for Keys<'a> {
-    fn from(task: &'a TaskKeys) -> Self {
-        Self { record: &task.record, inputs: &task.inputs, poll: &task.poll, outcome: &task.outcome }
-    }
-}
+include!(concat!(env!("OUT_DIR"), "/scripts/poll_task.rs"));
 
 pub(in crate::store) struct Args<'a> {
     pub(in crate::store) id: &'a TaskId,
@@ -30,7 +17,7 @@ pub(in crate::store) struct Args<'a> {
 const TOO_SOON: i64 = -9;
 
 pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'_>) -> Result<Polled, StoreError> {
-    let mut call = super::POLL_TASK.keys([keys.record, keys.inputs, keys.poll, keys.outcome]);
+    let mut call = super::POLL_TASK.keys(keys.list());
     call.arg(&args.owner.tenant).arg(&args.owner.principal).arg(args.tolerance);
     super::run(conn, &call, |reply| decode(reply, args.id)).await
 }
@@ -49,15 +36,14 @@ fn decode(reply: Reply, id: &TaskId) -> Result<Polled, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use redis::Value;
-
     use super::*;
+    use crate::store::reply::reply;
 
     #[test]
     fn too_soon_says_when() {
         let id = TaskId::generate(1);
-        let reply = Reply::new(vec![Value::Int(-9), Value::Int(0), Value::Int(500)]);
+        let reply = reply![-9, 0, 500];
         assert!(matches!(decode(reply, &id).unwrap(), Polled::TooSoon { retry_after_ms: 1, interval_ms: 500 }));
-        assert!(matches!(decode(Reply::new(vec![Value::Int(-1)]), &id).unwrap(), Polled::NotFound));
+        assert!(matches!(decode(reply![-1], &id).unwrap(), Polled::NotFound));
     }
 }

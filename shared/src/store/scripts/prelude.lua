@@ -13,6 +13,12 @@ local function now_ms(exact)
   local us = tonumber(t[2])
   return tonumber(t[1]) * 1000 + (exact and us / 1000 or math.floor(us / 1000))
 end
+-- since: the milliseconds from `at` (a time the record holds, as text; nil when it holds none)
+-- to `now`, or -1 when there is no `at`: how long a task has been in a state, for its metrics.
+local function since(at, now)
+  if not at then return -1 end
+  return now - tonumber(at)
+end
 -- publish_event: a task's change event. A channel in a hash tag is a Cluster shard's own
 -- (`SPUBLISH`: it stays on that shard's node); the one classic channel is used elsewhere.
 local function publish_event(channel, message)

@@ -8,11 +8,11 @@
 -- pool that most recently started serving it, ties kept by the pool that has it. Only the
 -- routed pool writes the tool's spec, so two pools publishing different specs of one name do
 -- not flap it every heartbeat: the spec listed is the routed pool's.
--- KEYS[1] specs hash (name -> ToolSpec JSON)   KEYS[2] live index (name -> expiry ms)
--- KEYS[3] digests index (digest -> expiry ms)   KEYS[4] workers (worker id -> status JSON)
--- KEYS[5] live workers (worker id -> expiry ms)   KEYS[6] serving ("<pool> <name>" -> expiry ms)
--- KEYS[7] serving since ("<pool> <name>" -> ms it became live)   KEYS[8] routes (name -> pool)
--- KEYS[9] pools (pool -> its last heartbeat, ms: what the console lists)
+-- KEYS[1] specs: specs hash (name -> ToolSpec JSON)   KEYS[2] live: live index (name -> expiry ms)
+-- KEYS[3] digests: digests index (digest -> expiry ms)   KEYS[4] workers: workers (worker id -> status JSON)
+-- KEYS[5] workers_live: live workers (worker id -> expiry ms)   KEYS[6] serving: serving ("<pool> <name>" -> expiry ms)
+-- KEYS[7] serving_since: serving since ("<pool> <name>" -> ms it became live)   KEYS[8] routes: routes (name -> pool)
+-- KEYS[9] pools: pools (pool -> its last heartbeat, ms: what the console lists)
 -- ARGV[1] ttl ms   ARGV[2] digest ('' for none)   ARGV[3] worker id   ARGV[4] its status JSON
 --   (what the operator console shows: slots, busy, upstream links)   ARGV[5] the worker's pool
 -- ARGV[6..] name, spec JSON pairs; an empty spec marks a name live without a spec (the hidden

@@ -3,6 +3,8 @@
 use crate::store::reply::{Reply, code};
 use crate::store::{CatalogueKeys, Conn, StoreError};
 
+include!(concat!(env!("OUT_DIR"), "/scripts/publish_tools.rs"));
+
 pub(in crate::store) struct Args<'a> {
     pub(in crate::store) ttl_ms: u64,
     /// The worker's configuration digest (empty: none).
@@ -21,17 +23,7 @@ pub(in crate::store) async fn call(
     keys: &CatalogueKeys,
     args: Args<'_>,
 ) -> Result<Vec<String>, StoreError> {
-    let mut call = super::PUBLISH_TOOLS.keys([
-        &keys.specs,
-        &keys.live,
-        &keys.digests,
-        &keys.workers,
-        &keys.workers_live,
-        &keys.serving,
-        &keys.serving_since,
-        &keys.routes,
-        &keys.pools,
-    ]);
+    let mut call = super::PUBLISH_TOOLS.keys(Keys::from(keys).list());
     call.arg(args.ttl_ms).arg(args.digest).arg(args.worker).arg(args.status).arg(args.pool);
     for (name, spec) in args.entries {
         call.arg(*name).arg(spec);

@@ -3,7 +3,7 @@
 -- round (an answer and a new park landing between the reads); one script cannot.
 -- A client's read names its owner: the owner fields are compared before anything else is
 -- read, so another principal's task costs what an unknown one does and returns nothing of it.
--- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] outcome (read_outcomes)
+-- KEYS[1] record: task record   KEYS[2] inputs: inputs hash   KEYS[3] outcome: outcome (read_outcomes)
 -- ARGV[1] tenant   ARGV[2] principal (both '' = whoever owns it: a read for the service)
 -- ARGV[3..] the record fields to read, in order
 -- Returns {1, fields (in ARGV order), inputs (flat k,v)} | {-1} not found (or not the owner).

@@ -2,23 +2,12 @@
 //! for a client's read, only when it owns the task.
 
 use crate::store::reply::{Reply, as_string, code};
-use crate::store::{Conn, StoreError, TaskKeys};
+use crate::store::{Conn, StoreError};
 use serde_json::Map;
 
 use crate::task::{Owner, Snapshot, SnapshotError, TaskId, TaskStatus};
 
-pub(in crate::store) struct Keys<'a> {
-    pub(in crate::store) record: &'a str,
-    pub(in crate::store) inputs: &'a str,
-    /// Where a long outcome is set aside.
-    pub(in crate::store) outcome: &'a str,
-}
-
-impl<'a> From<&'a TaskKeys> for Keys<'a> {
-    fn from(task: &'a TaskKeys) -> Self {
-        Self { record: &task.record, inputs: &task.inputs, outcome: &task.outcome }
-    }
-}
+include!(concat!(env!("OUT_DIR"), "/scripts/read_task.rs"));
 
 pub(in crate::store) struct Args<'a> {
     pub(in crate::store) id: &'a TaskId,
@@ -32,7 +21,7 @@ pub(in crate::store) async fn call(
     keys: Keys<'_>,
     args: Args<'_>,
 ) -> Result<Option<Snapshot>, StoreError> {
-    let mut call = super::READ_TASK.keys([keys.record, keys.inputs, keys.outcome]);
+    let mut call = super::READ_TASK.keys(keys.list());
     call.arg(args.owner.map_or("", |o| o.tenant.as_str())).arg(args.owner.map_or("", |o| o.principal.as_str()));
     for field in SNAPSHOT_FIELDS {
         call.arg(field);
@@ -105,15 +94,14 @@ fn snapshot_from(
 
 #[cfg(test)]
 mod tests {
-    use redis::Value;
-
     use super::*;
+    use crate::store::reply::reply;
 
     #[test]
     fn not_found_or_a_snapshot_that_parses() {
         let id = TaskId::generate(1);
-        assert!(decode(Reply::new(vec![Value::Int(-1)]), &id).unwrap().is_none());
-        let short = Reply::new(vec![Value::Int(1), Value::Array(vec![]), Value::Array(vec![])]);
+        assert!(decode(reply![-1], &id).unwrap().is_none());
+        let short = reply![1, redis::Value::Array(vec![]), redis::Value::Array(vec![])];
         assert!(matches!(decode(short, &id), Err(StoreError::Corrupt("record"))), "too few fields is corrupt");
     }
 }

@@ -1,7 +1,7 @@
 -- read_tools: the catalogue as gateways list it: only the specs some live worker still serves
 -- (its live-index entry has not expired by Redis's clock), and the pool each one's new tasks
 -- are queued on (publish_tools keeps the route; none: `default`, as before pools existed).
--- KEYS[1] specs hash   KEYS[2] live index   KEYS[3] routes (name -> pool)
+-- KEYS[1] specs: specs hash   KEYS[2] live: live index   KEYS[3] routes: routes (name -> pool)
 -- Returns {1, {name, spec JSON, ...}, {name, pool, ...}}.
 local rcall = redis.call
 local now = now_ms()

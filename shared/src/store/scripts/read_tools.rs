@@ -3,6 +3,8 @@
 use crate::store::reply::{Reply, code};
 use crate::store::{CatalogueKeys, Conn, StoreError};
 
+include!(concat!(env!("OUT_DIR"), "/scripts/read_tools.rs"));
+
 /// What the script read: name, spec JSON (a tool's, or an offering's under a name with a `/`),
 /// and each name's route (name, pool).
 pub(in crate::store) struct Live {
@@ -11,7 +13,7 @@ pub(in crate::store) struct Live {
 }
 
 pub(in crate::store) async fn call(conn: &mut Conn, keys: &CatalogueKeys) -> Result<Live, StoreError> {
-    let call = super::READ_TOOLS.keys([&keys.specs, &keys.live, &keys.routes]);
+    let call = super::READ_TOOLS.keys(Keys::from(keys).list());
     super::run(conn, &call, decode).await
 }
 

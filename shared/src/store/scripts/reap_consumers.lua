@@ -4,8 +4,9 @@
 -- pending entries is kept: deleting it would drop those entries from the pending list, and
 -- nothing would ever deliver them again. Checked and deleted in one script, so no read can
 -- deliver to a consumer between the check and the delete.
--- KEYS[1] shard stream
--- ARGV[1] consumer group   ARGV[2] minimum idle ms for others   ARGV[3] this worker's consumer ('' = none)
+-- KEYS[1] stream: shard stream
+-- ARGV[1] group: consumer group   ARGV[2] min_idle_ms (u64): minimum idle ms for others
+-- ARGV[3] own: this worker's consumer ('' = none)
 -- Returns the number of consumers deleted.
 local rcall = redis.call
 local stream, group = KEYS[1], ARGV[1]

@@ -3,12 +3,14 @@
 -- task and counts a reclaim; past the maximum the task fails; a requested cancel ends it
 -- cancelled. Safe when several reapers race. A held task (hold_for_input) whose lease lapsed
 -- lost the upstream session its question belonged to: it fails, it is not requeued.
--- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] the queue of pool ARGV[9] on the shard
--- KEYS[4] inputs hash
--- KEYS[5] timeline   KEYS[6] the pool's ready set on the shard   KEYS[7] its fairness tags
--- ARGV[1] task id   ARGV[2] max reclaims   ARGV[3] failure error JSON   ARGV[4] failure message
--- ARGV[5] cancelled message   ARGV[6] events channel   ARGV[7] held-lost error JSON
--- ARGV[8] held-lost message   ARGV[9] the pool whose queue KEYS[3] is
+-- KEYS[1] record: task record   KEYS[2] leases: shard lease index   KEYS[3] stream: the queue of pool ARGV[9] on the shard
+-- KEYS[4] inputs: inputs hash
+-- KEYS[5] timeline: timeline   KEYS[6] ready: the pool's ready set on the shard   KEYS[7] fair: its fairness tags
+-- ARGV[1] task_id (task): task id   ARGV[2] max_reclaims (u32): max reclaims
+-- ARGV[3..4] failure (pair): failure error JSON, failure message
+-- ARGV[5] cancelled_message: cancelled message   ARGV[6] events: events channel
+-- ARGV[7..8] held_lost (pair): held-lost error JSON, held-lost message
+-- ARGV[9] pool: the pool whose queue KEYS[3] is
 -- Returns {1} requeued | {4, ver, tenant} failed | {3, ver, tenant} cancelled | {0} nothing to do
 --       | {-10, pool} it would be requeued but belongs to this other pool: nothing written, ask
 --         again with that pool's queue
@@ -37,7 +39,7 @@ if not held and not f[5] and tonumber(f[4] or '0') + 1 <= tonumber(ARGV[2]) then
   local wrong = other_pool(f[10], ARGV[9])
   if wrong then return wrong end
 end
-rcall('HDEL', record, 'holder', 'lease', 'held')
+rcall('HDEL', record, 'holder', 'lease', 'held', 'claimed')
 rcall('ZREM', leases, ARGV[1])
 local reclaims = rcall('HINCRBY', record, 'reclaims', 1)
 local status

@@ -2,69 +2,38 @@
 //! through [`Store::on_pool_queue`], which finds the task's pool.
 
 use crate::store::reply::{Reply, code};
-use crate::store::{QueueKeys, Reclaimed, Store, StoreError, TaskKeys};
-use crate::task::TaskId;
+use crate::store::{Reclaimed, StoreError};
 
-/// The same keys as `release_task`'s, in the same order.
-pub(in crate::store) use super::release_task::Keys;
+include!(concat!(env!("OUT_DIR"), "/scripts/reclaim_task.rs"));
 
-pub(in crate::store) struct Args<'a> {
-    pub(in crate::store) task_id: &'a TaskId,
-    pub(in crate::store) max_reclaims: u32,
-    /// What a task past the maximum fails with: error JSON, message.
-    pub(in crate::store) failure: (&'a str, &'a str),
-    pub(in crate::store) cancelled_message: &'a str,
-    pub(in crate::store) events: &'a str,
-    /// The outcome of a held question whose worker is gone: error JSON, message.
-    pub(in crate::store) held_lost: (&'a str, &'a str),
-    /// The reaper's pool: the first queue tried.
-    pub(in crate::store) pool: &'a str,
-}
-
-pub(in crate::store) async fn call(store: &Store, task: &TaskKeys, args: Args<'_>) -> Result<Reclaimed, StoreError> {
-    let build = |queue: &QueueKeys, pool: &str| {
-        let mut call = super::RECLAIM_TASK.keys(Keys::new(task, queue).list());
-        call.arg(args.task_id.as_str())
-            .arg(args.max_reclaims)
-            .arg(args.failure.0)
-            .arg(args.failure.1)
-            .arg(args.cancelled_message)
-            .arg(args.events)
-            .arg(args.held_lost.0)
-            .arg(args.held_lost.1)
-            .arg(pool);
-        call
-    };
-    store.on_pool_queue(args.task_id, args.pool, build, decode).await
-}
-
-fn decode(reply: Reply) -> Result<Reclaimed, StoreError> {
+/// With the tenant whose active-task slot the task held, when it is over and counted.
+fn decode(reply: Reply) -> Result<(Reclaimed, Option<String>), StoreError> {
     match reply.code()? {
-        code::NOTHING => Ok(Reclaimed::Nothing),
-        code::OK => Ok(Reclaimed::Requeued),
+        code::NOTHING => Ok((Reclaimed::Nothing, None)),
+        code::OK => Ok((Reclaimed::Requeued, None)),
         // `{4, version, tenant}`: past the maximum, or its held question lost.
-        code::FAILED => Ok(Reclaimed::Failed { tenant: reply.counted_tenant(2)? }),
+        code::FAILED => Ok((Reclaimed::Failed, reply.counted_tenant(2)?)),
         // `{3, version, tenant}`: a cancel was pending.
-        code::CANCELLED => Ok(Reclaimed::Cancelled { tenant: reply.counted_tenant(2)? }),
+        code::CANCELLED => Ok((Reclaimed::Cancelled, reply.counted_tenant(2)?)),
         // `{5, tenant}`: a replay of a reclaim that ended it, or a stale index entry.
-        code::ALREADY_ENDED => Ok(Reclaimed::AlreadyEnded { tenant: reply.counted_tenant(1)? }),
+        code::ALREADY_ENDED => Ok((Reclaimed::AlreadyEnded, reply.counted_tenant(1)?)),
         _ => Err(reply.unexpected_code()),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use redis::Value;
-
     use super::*;
+    use crate::store::reply::reply;
 
     #[test]
     fn an_uncounted_tenant_is_none() {
-        let failed = decode(Reply::new(vec![Value::Int(4), Value::Int(3), Value::BulkString(vec![])])).unwrap();
-        assert_eq!(failed, Reclaimed::Failed { tenant: None });
-        let cancelled = decode(Reply::new(vec![Value::Int(3), Value::Int(3), Value::BulkString(b"acme".to_vec())]));
-        assert_eq!(cancelled.unwrap(), Reclaimed::Cancelled { tenant: Some("acme".into()) });
-        let ended = decode(Reply::new(vec![Value::Int(5), Value::BulkString(b"acme".to_vec())])).unwrap();
-        assert_eq!(ended, Reclaimed::AlreadyEnded { tenant: Some("acme".into()) });
+        let failed = decode(reply![4, 3, ""]).unwrap();
+        assert_eq!(failed, (Reclaimed::Failed, None));
+        let cancelled = decode(reply![3, 3, "acme"]);
+        assert_eq!(cancelled.unwrap(), (Reclaimed::Cancelled, Some("acme".into())));
+        let ended = decode(reply![5, "acme"]).unwrap();
+        assert_eq!(ended, (Reclaimed::AlreadyEnded, Some("acme".into())));
+        assert_eq!(decode(reply![1]).unwrap(), (Reclaimed::Requeued, None));
     }
 }

@@ -4,8 +4,9 @@
 -- Bounded: past ARGV[2] reveal entries the oldest goes, so a loop of reveals never pushes the
 -- task's transitions out of its timeline (the prelude's TIMELINE_MAX bounds the whole list);
 -- each entry carries its ordinal (`n`), so the number of reveals survives the removals.
--- KEYS[1] timeline
--- ARGV[1] the operator's "tenant/principal"   ARGV[2] the most reveal entries kept (at least 1)
+-- KEYS[1] timeline: timeline
+-- ARGV[1] by: the operator's "tenant/principal"
+-- ARGV[2] kept (usize): the most reveal entries kept (at least 1)
 -- Returns {1, at ms, n} recorded | {0} the task has no timeline: nothing recorded.
 local rcall = redis.call
 local key = KEYS[1]

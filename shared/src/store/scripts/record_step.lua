@@ -5,8 +5,9 @@
 -- A step already recorded keeps its first result: only this run can have written it (a claim
 -- returns the steps recorded before it, and a stale token writes nothing), so it is this run's
 -- own write sent again after a lost reply.
--- KEYS[1] task record   KEYS[2] steps hash
--- ARGV[1] worker id   ARGV[2] fencing token   ARGV[3] step name   ARGV[4] result JSON
+-- KEYS[1] record: task record   KEYS[2] steps: steps hash
+-- ARGV[1..2] lease (holder): worker id, fencing token   ARGV[3] name: step name
+-- ARGV[4] result: result JSON
 -- Returns {1} | {-2} lease lost.
 local rcall = redis.call
 local record, steps = KEYS[1], KEYS[2]

@@ -5,24 +5,28 @@
 -- The tool may save a state with the park (what it needs to continue rather than replay, such
 -- as an upstream server's requestState); the next claim returns it. A park is a clean end of
 -- the run, so the marker of a started side effect is cleared: the next run starts afresh.
--- KEYS[1] task record   KEYS[2] shard lease index   KEYS[3] inputs hash   KEYS[4] issued set
--- KEYS[5] timeline
--- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] status message ('' = keep)
--- ARGV[5] events channel   ARGV[6] cancelled status message   ARGV[7] tool state ('' = none)
--- ARGV[8..] key, request JSON pairs
--- Returns {1, version} parked | {3, version} cancelled instead | {-2} lease lost
+-- KEYS[1] record: task record   KEYS[2] leases: shard lease index   KEYS[3] inputs: inputs hash   KEYS[4] issued: issued set
+-- KEYS[5] timeline: timeline
+-- ARGV[1..3] lease (lease): task id, worker id, fencing token
+-- ARGV[4] message: status message ('' = keep)   ARGV[5] events: events channel
+-- ARGV[6] cancelled_message: cancelled status message   ARGV[7] tool_state: tool state ('' = none)
+-- ARGV[8..] requests (pairs): key, request JSON pairs
+-- Returns {1, version, ms the run worked} parked
+--       | {3, version, tenant if counted as active else '', ms the run worked} cancelled instead
+--       | {-2} lease lost
 --       | {-5, key} key already issued.
 -- Publishes "<id> <version> input_required" (or cancelled).
 local rcall = redis.call
 local record, leases, inputs, issued = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'cancel', 'created', 'ttl')
+local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'cancel', 'created', 'ttl', 'tenant', 'counted',
+  'claimed')
 if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {REPLY.LEASE_LOST} end
 for i = 8, #ARGV, 2 do
   if rcall('SISMEMBER', issued, ARGV[i]) == 1 then return {REPLY.KEY_REUSED, ARGV[i]} end
 end
 local now = now_ms()
 local expires = tonumber(f[5]) + tonumber(f[6])
-rcall('HDEL', record, 'holder', 'lease')
+rcall('HDEL', record, 'holder', 'lease', 'claimed')
 rcall('ZREM', leases, ARGV[1])
 local status = 'input_required'
 if f[4] then
@@ -44,5 +48,6 @@ local ver = rcall('HINCRBY', record, 'ver', 1)
 timeline(KEYS[5], now, {ev = status == 'cancelled' and 'cancelled' or 'asked, parked', to = status,
   fence = tonumber(ARGV[3]), holder = ARGV[2]})
 publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' ' .. status)
-if status == 'cancelled' then return {REPLY.CANCELLED, ver} end
-return {REPLY.OK, ver}
+local ran = since(f[9], now)
+if status == 'cancelled' then return {REPLY.CANCELLED, ver, f[8] and f[7] or '', ran} end
+return {REPLY.OK, ver, ran}

@@ -1,7 +1,7 @@
 -- set_status: the lease holder updates the status message of its working task.
--- KEYS[1] task record
--- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] status message
--- ARGV[5] events channel
+-- KEYS[1] record: task record
+-- ARGV[1..3] lease (lease): task id, worker id, fencing token   ARGV[4] message: status message
+-- ARGV[5] events: events channel
 -- Returns {1, version} | {-2} lease lost.
 -- Publishes "<id> <version> working".
 local rcall = redis.call

@@ -1,9 +1,9 @@
 -- withdraw_question: the holder of a held question (hold_for_input) takes it back, because the
 -- one who asked it stopped waiting (the upstream server withdrew it) while the call goes on.
 -- The task is working again; its outstanding request is dropped (an answer to it is ignored).
--- KEYS[1] task record   KEYS[2] inputs hash   KEYS[3] timeline
--- ARGV[1] task id   ARGV[2] worker id   ARGV[3] fencing token   ARGV[4] status message
--- ARGV[5] events channel
+-- KEYS[1] record: task record   KEYS[2] inputs: inputs hash   KEYS[3] timeline: timeline
+-- ARGV[1..3] lease (lease): task id, worker id, fencing token   ARGV[4] message: status message
+-- ARGV[5] events: events channel
 -- Returns {1, version} withdrawn | {0} nothing held (answered meanwhile) | {-2} lease lost.
 -- Publishes "<id> <version> working".
 local rcall = redis.call

@@ -60,9 +60,9 @@ pub(super) fn parse_json(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, 
             }
             (None | Some("stdio"), Some(command), None) => Transport::Stdio {
                 command,
-                args: server.args,
+                args: server.args.into_iter().map(Secret::Value).collect(),
                 env: server.env.into_iter().map(|(k, v)| (k, placeholder(v))).collect(),
-                cwd: server.cwd,
+                cwd: server.cwd.map(|cwd| Secret::Value(cwd.display().to_string())),
             },
             (None | Some("http" | "streamable-http" | "streamableHttp"), None, Some(url)) => {
                 let url = placeholder(url);
@@ -106,6 +106,9 @@ pub(super) fn parse_json(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, 
             follow_tasks: true,
             prompts: false,
             resources: false,
+            per: super::Per::Shared,
+            oauth: None,
+            connect_url: None,
         });
     }
     Ok(configs)

@@ -56,6 +56,66 @@ pub struct UpstreamConfig {
     pub prompts: bool,
     /// Serve the server's resources and resource templates. Off unless asked for, as prompts.
     pub resources: bool,
+    /// Whose identity a call runs with: the worker's (one set of connections for everyone),
+    /// or the caller's tenant's or principal's (a connection per identity, started on first
+    /// use; docs/upstreams.md, "Each tenant as itself").
+    pub per: Per,
+    /// How the caller's OAuth credential is kept valid, where the server needs it.
+    pub oauth: Option<OAuthConfig>,
+    /// Where a caller with no credential connects one (`{tenant}`, `{principal}` and
+    /// `{upstream}` filled in): asked as a URL-mode elicitation when the caller declares it.
+    pub connect_url: Option<String>,
+}
+
+/// Whose identity an upstream's calls carry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Per {
+    /// The worker's own: one set of connections serves every tenant.
+    #[default]
+    Shared,
+    /// The caller's tenant's credential, in a connection of that tenant's own.
+    Tenant,
+    /// The caller's principal's credential (else its tenant's), in a connection of its own.
+    Principal,
+}
+
+impl Per {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Shared => "shared",
+            Self::Tenant => "tenant",
+            Self::Principal => "principal",
+        }
+    }
+}
+
+/// The OAuth endpoint that keeps a caller's upstream token valid.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OAuthConfig {
+    /// The authorization server's token endpoint.
+    pub token_url: String,
+    pub client_id: String,
+    pub client_secret: Option<Secret>,
+    pub grant: OAuthGrant,
+    /// Refresh this long before the access token runs out.
+    pub refresh_before: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum OAuthGrant {
+    /// RFC 6749 section 6: the stored `refresh_token` buys a new `access_token`.
+    Refresh,
+    /// RFC 8693: the caller's own JWT, which the gateway hands over sealed beside the task,
+    /// buys an `access_token` for this server (`audience`, and `resource` and `scope` when set).
+    TokenExchange { audience: String, resource: Option<String>, scope: Option<String> },
+}
+
+impl OAuthConfig {
+    /// Whether the server exchanges the caller's own token.
+    pub fn exchanges(&self) -> bool {
+        matches!(self.grant, OAuthGrant::TokenExchange { .. })
+    }
 }
 
 /// What a mid-call `elicitation/create` from a server gets. It belongs to a live session, so it
@@ -75,9 +135,9 @@ pub enum ElicitationPolicy {
 pub enum Transport {
     Stdio {
         command: String,
-        args: Vec<String>,
+        args: Vec<Secret>,
         env: BTreeMap<String, Secret>,
-        cwd: Option<PathBuf>,
+        cwd: Option<Secret>,
     },
     Http {
         /// Given in the file, or read from the environment or a file: hosted servers often
@@ -94,14 +154,51 @@ pub enum Transport {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum Secret {
     Value(String),
-    Env { name: String, prefix: String },
-    File { path: PathBuf, prefix: String },
+    Env {
+        name: String,
+        prefix: String,
+    },
+    File {
+        path: PathBuf,
+        prefix: String,
+    },
+    /// A value of the caller's stored credential (`{ credential = "NAME" }`), for `per =
+    /// "tenant"` or `"principal"` servers. `catalogue` is what the one connection that lists
+    /// the server's tools (for no caller) gets instead; without it the value is left out.
+    Credential {
+        name: String,
+        prefix: String,
+        catalogue: Option<String>,
+    },
 }
 
 impl Secret {
+    /// Whether the value comes from the caller's credential.
+    pub fn is_credential(&self) -> bool {
+        matches!(self, Self::Credential { .. })
+    }
+
+    /// The value for a caller whose credential is `credential`, or for the listing connection
+    /// when `None`: `Ok(None)` when a credential value is left out there. An error names what
+    /// is missing, never a value.
+    pub fn render(
+        &self,
+        credential: Option<&taskgate_shared::credentials::Credential>,
+    ) -> Result<Option<String>, String> {
+        match (self, credential) {
+            (Self::Credential { name, prefix, .. }, Some(credential)) => credential
+                .get(name)
+                .map(|v| Some(format!("{prefix}{v}")))
+                .ok_or_else(|| format!("the caller's credential has no value {name:?}")),
+            (Self::Credential { catalogue, .. }, None) => Ok(catalogue.clone()),
+            (other, _) => other.resolve().map(Some),
+        }
+    }
+
     /// The value; an error names what is missing, never the value.
     pub fn resolve(&self) -> Result<String, String> {
         match self {
+            Self::Credential { name, .. } => Err(format!("needs the caller's credential value {name:?}")),
             Self::Value(value) => Ok(value.clone()),
             Self::Env { name, prefix } => std::env::var(name)
                 .map(|v| format!("{prefix}{v}"))
@@ -188,6 +285,11 @@ pub fn parse(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError>
     let configs = if text.trim_start().starts_with('{') { parse_json(text, path)? } else { parse_toml(text, path)? };
     let mut seen = std::collections::BTreeSet::new();
     for config in &configs {
+        check_identity(config).map_err(|message| ConfigError {
+            path: path.into(),
+            line: None,
+            message: format!("upstream {:?}: {message}", config.name),
+        })?;
         if !seen.insert(config.name.clone()) {
             return Err(ConfigError {
                 path: path.into(),
@@ -197,6 +299,83 @@ pub fn parse(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, ConfigError>
         }
     }
     Ok(configs)
+}
+
+/// A server that takes the caller's credential runs a connection per identity; one that does
+/// not must not pretend to.
+fn check_identity(config: &UpstreamConfig) -> Result<(), String> {
+    let templated: Vec<&Secret> = match &config.transport {
+        Transport::Stdio { args, env, cwd, .. } => args.iter().chain(env.values()).chain(cwd).collect(),
+        Transport::Http { url, headers, .. } => std::iter::once(url).chain(headers.values()).collect(),
+    };
+    let uses_credential = templated.iter().any(|s| s.is_credential());
+    if config.oauth.as_ref().is_some_and(OAuthConfig::exchanges) {
+        if config.per != Per::Principal {
+            return Err(
+                "grant = \"token_exchange\" needs `per = \"principal\"`: the token exchanged is the caller's own"
+                    .into(),
+            );
+        }
+        let other = templated.iter().find_map(|s| match s {
+            Secret::Credential { name, .. } if name != taskgate_shared::credentials::ACCESS_TOKEN => Some(name),
+            _ => None,
+        });
+        if let Some(name) = other {
+            return Err(format!(
+                "with grant = \"token_exchange\", `{{ credential = … }}` values name only \"access_token\" (the exchanged token), not {name:?}"
+            ));
+        }
+        if !uses_credential {
+            return Err("grant = \"token_exchange\" needs a `{ credential = \"access_token\" }` value to carry the exchanged token".into());
+        }
+    }
+    match config.per {
+        Per::Shared if uses_credential => {
+            Err("`{ credential = … }` values need `per = \"tenant\"` or `per = \"principal\"`".into())
+        }
+        Per::Shared if config.oauth.is_some() => Err("`oauth` needs `per = \"tenant\"` or `per = \"principal\"`".into()),
+        Per::Shared if config.connect_url.is_some() => {
+            Err("`connect_url` needs `per = \"tenant\"` or `per = \"principal\"`".into())
+        }
+        Per::Tenant | Per::Principal if config.prompts || config.resources => Err(
+            "`prompts` and `resources` are served for shared servers only: they would be read with no caller's identity".into(),
+        ),
+        Per::Tenant | Per::Principal if config.instances != 1 => {
+            Err("`instances` applies to shared servers: a per-identity server runs one connection per identity".into())
+        }
+        Per::Tenant | Per::Principal if !uses_credential && config.oauth.is_none() => Err(
+            "`per` other than \"shared\" needs at least one `{ credential = … }` value (otherwise every identity's instance would be the same)".into(),
+        ),
+        Per::Tenant | Per::Principal
+            if matches!(&config.transport, Transport::Http { url: Secret::Credential { catalogue: None, .. }, .. }) =>
+        {
+            Err("a `url` from the credential needs a `catalogue` URL to list the server's tools with".into())
+        }
+        _ => config.connect_url.as_deref().map_or(Ok(()), check_connect_url),
+    }
+}
+
+/// A connect page is an absolute http(s) URL once its placeholders are filled in.
+fn check_connect_url(template: &str) -> Result<(), String> {
+    let sample = fill_connect_url(template, "tenant", "principal", "upstream");
+    match reqwest::Url::parse(&sample) {
+        Ok(url) if matches!(url.scheme(), "https" | "http") => Ok(()),
+        Ok(url) => Err(format!("`connect_url` must be http or https, not {}", url.scheme())),
+        Err(err) => Err(format!("`connect_url` is not a URL: {err}")),
+    }
+}
+
+/// `template` with `{tenant}`, `{principal}` and `{upstream}` replaced, each percent-encoded
+/// (a name never reshapes the URL around it).
+pub(crate) fn fill_connect_url(template: &str, tenant: &str, principal: &str, upstream: &str) -> String {
+    use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+    /// Everything but RFC 3986's unreserved characters.
+    const RESERVED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+    let encode = |v: &str| utf8_percent_encode(v, RESERVED).to_string();
+    template
+        .replace("{tenant}", &encode(tenant))
+        .replace("{principal}", &encode(principal))
+        .replace("{upstream}", &encode(upstream))
 }
 
 /// `${VAR}` or `${env:VAR}`, optionally after a literal prefix (`Bearer ${TOKEN}`), reads the
@@ -408,6 +587,106 @@ retry_on_reclaim = true
         assert!(err.to_string().contains("`url`") && !err.to_string().contains("SECRET"), "{err}");
         let err = parse("[[upstream]]\nname = \"a\"\ncommand = \"x\"\nread_timeout_ms = 5\n", "u.toml").unwrap_err();
         assert!(err.to_string().contains("HTTP upstreams only"), "{err}");
+    }
+
+    #[test]
+    fn a_per_tenant_server_takes_values_from_the_callers_credential() {
+        let configs = parse(
+            "[[upstream]]\nname = \"files\"\nper = \"tenant\"\ncommand = \"node\"\n\
+             args = [\"fs.js\", { credential = \"root\", catalogue = \"/var/empty\" }]\n\
+             env = { TOKEN = { credential = \"token\" } }\n",
+            "u.toml",
+        )
+        .unwrap();
+        assert_eq!(configs[0].per, Per::Tenant);
+        let Transport::Stdio { args, env, .. } = &configs[0].transport else { panic!("stdio") };
+        assert_eq!(
+            args[1],
+            Secret::Credential { name: "root".into(), prefix: String::new(), catalogue: Some("/var/empty".into()) }
+        );
+        assert_eq!(args[1].render(None).unwrap().as_deref(), Some("/var/empty"), "the listing connection's value");
+        assert_eq!(env["TOKEN"].render(None).unwrap(), None, "left out of the listing connection");
+
+        let shared = parse("[[upstream]]\nname = \"a\"\ncommand = \"x\"\nargs = [{ credential = \"k\" }]\n", "u.toml");
+        assert!(shared.unwrap_err().to_string().contains("per = \"tenant\""));
+        let nothing = parse("[[upstream]]\nname = \"a\"\nper = \"tenant\"\ncommand = \"x\"\n", "u.toml");
+        assert!(nothing.unwrap_err().to_string().contains("needs at least one"));
+    }
+
+    #[test]
+    fn a_connect_url_is_checked_at_load_and_filled_in_encoded() {
+        let entry = |per: &str, url: &str| {
+            parse(
+                &format!(
+                    "[[upstream]]\nname = \"a\"\nper = \"{per}\"\ncommand = \"x\"\nargs = [{{ credential = \"k\" }}]\nconnect_url = \"{url}\"\n"
+                ),
+                "u.toml",
+            )
+        };
+        let ok = entry("tenant", "https://portal.example/connect/{upstream}?tenant={tenant}&who={principal}").unwrap();
+        let template = ok[0].connect_url.as_deref().unwrap();
+        assert_eq!(
+            fill_connect_url(template, "acme corp", "al/ice&x=1", "a"),
+            "https://portal.example/connect/a?tenant=acme%20corp&who=al%2Fice%26x%3D1",
+            "a name never reshapes the URL"
+        );
+        let shared =
+            parse("[[upstream]]\nname = \"a\"\ncommand = \"x\"\nconnect_url = \"https://portal.example/\"\n", "u.toml");
+        let shared = shared.unwrap_err().to_string();
+        assert!(shared.contains("`connect_url` needs"), "{shared}");
+        let scheme = entry("tenant", "javascript:alert(1)").unwrap_err().to_string();
+        assert!(scheme.contains("http or https"), "{scheme}");
+        let relative = entry("tenant", "/connect").unwrap_err().to_string();
+        assert!(relative.contains("not a URL"), "{relative}");
+    }
+
+    fn exchange(per: &str, header: &str, oauth_extra: &str) -> Result<Vec<UpstreamConfig>, ConfigError> {
+        parse(
+            &format!(
+                "[[upstream]]\nname = \"a\"\nper = \"{per}\"\nurl = \"https://h/mcp\"\n\
+                 headers = {{ Authorization = {header} }}\n\
+                 oauth = {{ token_url = \"https://idp/token\", client_id = \"c\", client_secret = {{ env = \"S\" }}, grant = \"token_exchange\", audience = \"https://api\"{oauth_extra} }}\n"
+            ),
+            "u.toml",
+        )
+    }
+
+    #[test]
+    fn a_token_exchange_server_acts_as_its_principal_with_the_exchanged_token_only() {
+        let bearer = "{ credential = \"access_token\", prefix = \"Bearer \", catalogue = \"Bearer l\" }";
+        let configs = exchange("principal", bearer, ", resource = \"https://api/r\", scope = \"read write\"").unwrap();
+        let oauth = configs[0].oauth.as_ref().unwrap();
+        assert_eq!(
+            oauth.grant,
+            OAuthGrant::TokenExchange {
+                audience: "https://api".into(),
+                resource: Some("https://api/r".into()),
+                scope: Some("read write".into())
+            }
+        );
+        assert!(oauth.exchanges());
+        assert_eq!(oauth.client_secret, Some(Secret::Env { name: "S".into(), prefix: String::new() }));
+
+        let tenant = exchange("tenant", bearer, "").unwrap_err().to_string();
+        assert!(tenant.contains("needs `per = \"principal\"`"), "{tenant}");
+        let other = exchange("principal", "{ credential = \"token\", prefix = \"Bearer \" }", "").unwrap_err();
+        assert!(other.to_string().contains("name only \"access_token\""), "{other}");
+        let none = exchange("principal", "{ env = \"T\" }", "").unwrap_err();
+        assert!(none.to_string().contains("needs a `{ credential = \"access_token\" }`"), "{none}");
+        let no_audience = parse(
+            "[[upstream]]\nname = \"a\"\nper = \"principal\"\nurl = \"https://h/mcp\"\n\
+             headers = { Authorization = { credential = \"access_token\" } }\n\
+             oauth = { token_url = \"https://idp/token\", client_id = \"c\", grant = \"token_exchange\" }\n",
+            "u.toml",
+        );
+        assert!(no_audience.unwrap_err().to_string().contains("needs `audience`"));
+        let stray = parse(
+            "[[upstream]]\nname = \"a\"\nper = \"tenant\"\nurl = \"https://h/mcp\"\n\
+             headers = { Authorization = { credential = \"access_token\" } }\n\
+             oauth = { token_url = \"https://idp/token\", client_id = \"c\", scope = \"x\" }\n",
+            "u.toml",
+        );
+        assert!(stray.unwrap_err().to_string().contains("go with grant = \"token_exchange\""));
     }
 
     #[test]

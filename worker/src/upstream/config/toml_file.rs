@@ -10,8 +10,9 @@ use serde::Deserialize;
 use taskgate_shared::tools::Execution;
 
 use super::{
-    ConfigError, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_MAX_IN_FLIGHT, ElicitationPolicy, Secret, ToolSettings, Transport,
-    UpstreamConfig, check_name, check_settings, check_url, execution, line_at, longest_timeout, looks_secret,
+    ConfigError, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_MAX_IN_FLIGHT, ElicitationPolicy, OAuthConfig, OAuthGrant, Per,
+    Secret, ToolSettings, Transport, UpstreamConfig, check_name, check_settings, check_url, execution, line_at,
+    longest_timeout, looks_secret,
 };
 
 #[derive(Deserialize)]
@@ -27,12 +28,12 @@ struct TomlUpstream {
     name: String,
     command: Option<String>,
     #[serde(default)]
-    args: Vec<String>,
+    args: Vec<TomlValue>,
     #[serde(default)]
-    env: BTreeMap<String, String>,
+    env: BTreeMap<String, TomlValue>,
     #[serde(default)]
     env_from: Vec<String>,
-    cwd: Option<PathBuf>,
+    cwd: Option<TomlValue>,
     url: Option<TomlValue>,
     #[serde(default)]
     headers: BTreeMap<String, TomlValue>,
@@ -61,9 +62,29 @@ struct TomlUpstream {
     resources: bool,
     #[serde(default)]
     tool: BTreeMap<String, ToolSettings>,
+    #[serde(default)]
+    per: Per,
+    oauth: Option<TomlOAuth>,
+    connect_url: Option<String>,
 }
 
-/// A value given inline, or `{ env = "VAR" }` or `{ file = "PATH" }` with an optional prefix.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlOAuth {
+    token_url: String,
+    client_id: String,
+    client_secret: Option<TomlValue>,
+    /// `refresh_token` (the default) or `token_exchange`.
+    grant: Option<String>,
+    audience: Option<String>,
+    resource: Option<String>,
+    scope: Option<String>,
+    refresh_before_ms: Option<u64>,
+}
+
+/// A value given inline, or `{ env = "VAR" }`, `{ file = "PATH" }` or `{ credential = "NAME" }`
+/// (the caller's, with an optional `catalogue` value for the listing connection), each with an
+/// optional prefix.
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum TomlValue {
@@ -71,6 +92,8 @@ enum TomlValue {
     From {
         env: Option<String>,
         file: Option<PathBuf>,
+        credential: Option<String>,
+        catalogue: Option<String>,
         #[serde(default)]
         prefix: String,
     },
@@ -95,8 +118,18 @@ pub(super) fn parse_toml(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, 
             check_name(&raw.name).map_err(|m| fail("name", m))?;
             let transport = match (raw.command, raw.url) {
                 (Some(command), None) => {
-                    let mut env: BTreeMap<String, Secret> =
-                        raw.env.into_iter().map(|(k, v)| (k, Secret::Value(v))).collect();
+                    let mut env = BTreeMap::new();
+                    for (name, value) in raw.env {
+                        let secret = value.into_secret().map_err(|m| fail("env", format!("{name:?}: {m}")))?;
+                        env.insert(name, secret);
+                    }
+                    let args = raw
+                        .args
+                        .into_iter()
+                        .map(TomlValue::into_secret)
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|m| fail("args", m))?;
+                    let cwd = raw.cwd.map(TomlValue::into_secret).transpose().map_err(|m| fail("cwd", m))?;
                     for name in raw.env_from {
                         env.insert(name.clone(), Secret::Env { name, prefix: String::new() });
                     }
@@ -106,7 +139,7 @@ pub(super) fn parse_toml(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, 
                     if raw.read_timeout_ms.is_some() {
                         return Err(fail("read_timeout_ms", "applies to HTTP upstreams only".into()));
                     }
-                    Transport::Stdio { command, args: raw.args, env, cwd: raw.cwd }
+                    Transport::Stdio { command, args, env, cwd }
                 }
                 (None, Some(url)) => {
                     let url = url.into_secret().map_err(|m| fail("url", m))?;
@@ -161,6 +194,7 @@ pub(super) fn parse_toml(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, 
             for (tool, settings) in &raw.tool {
                 check_settings(settings).map_err(|(f, m)| fail(&format!("tool.{tool}.{f}"), m))?;
             }
+            let oauth = raw.oauth.map(|o| o.into_config()).transpose().map_err(|m| fail("oauth", m))?;
             Ok(UpstreamConfig {
                 name: raw.name,
                 transport,
@@ -176,6 +210,9 @@ pub(super) fn parse_toml(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, 
                 follow_tasks: raw.follow_tasks.unwrap_or(true),
                 prompts: raw.prompts,
                 resources: raw.resources,
+                per: raw.per,
+                oauth,
+                connect_url: raw.connect_url,
             })
         })
         .collect()
@@ -185,10 +222,56 @@ impl TomlValue {
     fn into_secret(self) -> Result<Secret, String> {
         match self {
             Self::Value(value) => Ok(Secret::Value(value)),
-            Self::From { env: Some(name), file: None, prefix } => Ok(Secret::Env { name, prefix }),
-            Self::From { env: None, file: Some(path), prefix } => Ok(Secret::File { path, prefix }),
-            Self::From { .. } => Err("give exactly one of `env` or `file`".into()),
+            Self::From { env: Some(name), file: None, credential: None, catalogue: None, prefix } => {
+                Ok(Secret::Env { name, prefix })
+            }
+            Self::From { env: None, file: Some(path), credential: None, catalogue: None, prefix } => {
+                Ok(Secret::File { path, prefix })
+            }
+            Self::From { env: None, file: None, credential: Some(name), catalogue, prefix } => {
+                taskgate_shared::credentials::check_name(&name).map_err(|e| e.to_string())?;
+                Ok(Secret::Credential { name, prefix, catalogue })
+            }
+            Self::From { .. } => {
+                Err("give exactly one of `env`, `file` or `credential` (`catalogue` goes with `credential`)".into())
+            }
         }
+    }
+}
+
+impl TomlOAuth {
+    fn into_config(self) -> Result<OAuthConfig, String> {
+        check_url(&self.token_url).map_err(|m| format!("token_url {m}"))?;
+        if self.client_id.is_empty() {
+            return Err("client_id is empty".into());
+        }
+        let grant = match (self.grant.as_deref().unwrap_or("refresh_token"), self.audience) {
+            ("refresh_token", None) if self.resource.is_none() && self.scope.is_none() => OAuthGrant::Refresh,
+            ("refresh_token", _) => {
+                return Err("`audience`, `resource` and `scope` go with grant = \"token_exchange\"".into());
+            }
+            ("token_exchange", Some(audience)) if !audience.is_empty() => {
+                if self.resource.as_deref().is_some_and(|r| check_url(r).is_err()) {
+                    return Err("resource must be an http:// or https:// URL (RFC 8707)".into());
+                }
+                OAuthGrant::TokenExchange { audience, resource: self.resource, scope: self.scope }
+            }
+            ("token_exchange", _) => {
+                return Err("grant = \"token_exchange\" needs `audience`: the server the token is for".into());
+            }
+            (other, _) => return Err(format!("unknown grant {other:?}: expected refresh_token or token_exchange")),
+        };
+        let client_secret = self.client_secret.map(TomlValue::into_secret).transpose()?;
+        if client_secret.as_ref().is_some_and(|s| matches!(s, Secret::Value(_) | Secret::Credential { .. })) {
+            return Err("client_secret is a secret: give it as { env = \"VAR\" } or { file = \"PATH\" }".into());
+        }
+        Ok(OAuthConfig {
+            token_url: self.token_url,
+            client_id: self.client_id,
+            client_secret,
+            grant,
+            refresh_before: Duration::from_millis(self.refresh_before_ms.unwrap_or(60_000)),
+        })
     }
 }
 

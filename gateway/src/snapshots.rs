@@ -1,0 +1,469 @@
+//! The snapshot cache: each replica keeps the encoded `tasks/get` answer of the tasks it read
+//! lately, so that a poll of an unchanged task costs Redis nothing.
+//!
+//! **Invalidation.** The event hub hears every change of every task (each write script
+//! publishes it, atomically with the write) and drops that task's entry. When the
+//! subscription is (re-)established or lost, everything is dropped, and while it is not
+//! established the cache is bypassed: nothing is served from it and nothing is kept.
+//!
+//! **Reads that race a change.** A read takes a [`Ticket`] before it asks Redis; the entry is
+//! kept only if no change of that task (and no resubscription) was heard between the ticket and
+//! the insert, since the read may predate the change (the "caching in progress" placeholder of
+//! Redis's own client-side caching). An entry never replaces one of a newer version.
+//!
+//! **Freshness across replicas: the beacon.** A change is heard some time after it was
+//! written, so an entry may outlive its task's state by the pub/sub delivery lag. Before an
+//! entry is served, the replica waits until it hears back a *beacon* it published (on a channel
+//! of its own, through the same subscription) after the request began. Redis runs commands one
+//! at a time and delivers a connection's messages in order, so a beacon published after the
+//! request began is heard after every change written before it began: a write acknowledged by
+//! any replica (or worker) before a `tasks/get` starts is seen by that get, on any replica. The
+//! beacons are shared: one in flight at a time, the next sent as soon as it is heard, serves
+//! every request waiting on the replica, and they are sent only while some request waits: a
+//! cost per replica bounded by its trips through the subscription, not a cost per poll. A beacon not heard back within [`BEACON_TIMEOUT`] sends the
+//! request to Redis instead.
+//!
+//! On a Cluster (sharded events, one subscription per shard) there is no single ordered stream
+//! to put a beacon in, so the cache is off there.
+//!
+//! **Ownership.** An entry records its owner; it is served to that tenant and principal only.
+//! Anyone else takes the uncached path, so a foreign id costs and answers exactly what an
+//! unknown one does.
+//!
+//! **Bounds.** Entries are weighed in bytes (the reply plus the key, the owner and a fixed
+//! overhead) and the least recently used are evicted beyond `--snapshot-cache-bytes`.
+//! An entry also expires with its task (created + ttl), since an expiring key publishes nothing.
+//!
+//! `lru` (a small, widely used crate: an O(1) linked hash map with `pop_lru`) holds the order;
+//! the byte total is kept here, so that the gauge is exact and every eviction is counted.
+//! (`moka` and `quick_cache` weigh entries too, but evict in the background or approximately,
+//! which would make the bound and the eviction count loose.)
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use lru::LruCache;
+use taskgate_shared::task::{Owner, Snapshot};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use crate::metrics::METRICS;
+
+/// How long a request waits for its beacon before it reads Redis instead.
+pub(crate) const BEACON_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// What an entry costs besides its reply, key and owner: the map's node and bookkeeping.
+const ENTRY_OVERHEAD: usize = 160;
+
+/// An entry expires this much before its task, so that clocks apart by less never serve an
+/// expired task.
+const EXPIRY_MARGIN_MS: i64 = 2_000;
+
+/// A `tasks/get` answer kept for its owner.
+struct Entry {
+    owner: Owner,
+    version: u64,
+    expires_at_ms: i64,
+    poll_interval_ms: u64,
+    body: Box<[u8]>,
+    weight: usize,
+}
+
+/// What a hit serves.
+pub(crate) struct Hit {
+    pub(crate) body: Vec<u8>,
+    pub(crate) poll_interval_ms: u64,
+}
+
+struct Inner {
+    entries: LruCache<String, Entry>,
+    bytes: usize,
+    /// Tasks with reads in flight: how many, and how many changes were heard meanwhile.
+    reading: HashMap<String, Reading>,
+    /// Bumped when everything is dropped: older tickets keep nothing.
+    era: u64,
+}
+
+#[derive(Default)]
+struct Reading {
+    readers: usize,
+    changes: u64,
+}
+
+/// A read of one task in flight; [`SnapshotCache::keep`] takes it back.
+pub(crate) struct Ticket<'a> {
+    cache: &'a SnapshotCache,
+    task: String,
+    changes_at_start: u64,
+    era: u64,
+}
+
+/// Per-replica cache of `tasks/get` answers.
+pub(crate) struct SnapshotCache {
+    capacity: usize,
+    /// Whether the event subscription is established (and the cache usable at all).
+    subscribed: AtomicBool,
+    inner: Mutex<Inner>,
+    /// The send time (see [`Self::now_ns`]) of the newest beacon heard back on the current
+    /// subscription; 0 for none.
+    heard: watch::Sender<u64>,
+    /// A request waits for a beacon.
+    wanted: Notify,
+    epoch: Instant,
+}
+
+impl SnapshotCache {
+    /// A cache of at most `capacity` bytes; 0 turns it off.
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            subscribed: AtomicBool::new(false),
+            inner: Mutex::new(Inner { entries: LruCache::unbounded(), bytes: 0, reading: HashMap::new(), era: 0 }),
+            heard: watch::Sender::new(0),
+            wanted: Notify::new(),
+            epoch: Instant::now(),
+        }
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        self.capacity > 0
+    }
+
+    fn usable(&self) -> bool {
+        self.enabled() && self.subscribed.load(Ordering::Acquire)
+    }
+
+    /// Nanoseconds since this cache was made (never 0 once any time has passed: 1 is added).
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX).saturating_add(1)
+    }
+
+    /// The answer kept for `task`, if `owner` owns it, once a beacon sent after `started` is
+    /// heard. `None` sends the request to Redis (and counts a miss).
+    pub(crate) async fn get(&self, task: &str, owner: &Owner, started: Instant) -> Option<Hit> {
+        if !self.usable() {
+            return None;
+        }
+        let since = u64::try_from(started.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
+        // Only an owner's entry is worth the wait; the check is repeated after it.
+        let version = self.peek(task, owner, false).map(|(version, _)| version);
+        let hit = match version {
+            Some(version) if self.caught_up(since).await => {
+                self.peek(task, owner, true).filter(|(v, _)| *v == version).map(|(_, hit)| hit)
+            }
+            _ => None,
+        };
+        match &hit {
+            Some(_) => METRICS.snapshot_cache_hits.inc(),
+            None => METRICS.snapshot_cache_misses.inc(),
+        }
+        hit
+    }
+
+    /// The entry's version, and its answer when `take` (which also marks it used).
+    fn peek(&self, task: &str, owner: &Owner, take: bool) -> Option<(u64, Hit)> {
+        let mut inner = self.lock();
+        let now_ms = wall_ms();
+        let entry = if take { inner.entries.get(task)? } else { inner.entries.peek(task)? };
+        if entry.owner != *owner || entry.expires_at_ms <= now_ms {
+            return None;
+        }
+        let body = if take { entry.body.to_vec() } else { Vec::new() };
+        Some((entry.version, Hit { body, poll_interval_ms: entry.poll_interval_ms }))
+    }
+
+    /// Waits until a beacon sent at or after `since` is heard back (`false`: not in time, or the
+    /// subscription went away).
+    async fn caught_up(&self, since: u64) -> bool {
+        let mut heard = self.heard.subscribe();
+        if *heard.borrow_and_update() >= since {
+            return true;
+        }
+        self.wanted.notify_one();
+        let wait = heard.wait_for(|sent| *sent >= since);
+        matches!(tokio::time::timeout(BEACON_TIMEOUT, wait).await, Ok(Ok(_)))
+    }
+
+    /// A read of `task` from Redis is about to start; `None` when nothing it reads may be kept.
+    pub(crate) fn ticket(&self, task: &str) -> Option<Ticket<'_>> {
+        if !self.usable() {
+            return None;
+        }
+        let mut inner = self.lock();
+        let era = inner.era;
+        let reading = inner.reading.entry(task.to_owned()).or_default();
+        reading.readers += 1;
+        let changes_at_start = reading.changes;
+        Some(Ticket { cache: self, task: task.to_owned(), changes_at_start, era })
+    }
+
+    /// Keeps `body`, the answer to a read of `snapshot` that `ticket` stands for, unless the task
+    /// changed (or everything was dropped) while the read was in flight.
+    pub(crate) fn keep(&self, ticket: Ticket<'_>, snapshot: &Snapshot, body: &[u8]) {
+        let weight = body.len() + ticket.task.len() + snapshot.owner.tenant.len() + snapshot.owner.principal.len();
+        let weight = weight + ENTRY_OVERHEAD;
+        if weight > self.capacity {
+            return;
+        }
+        let mut inner = self.lock();
+        let unchanged = inner.era == ticket.era
+            && inner.reading.get(&ticket.task).is_some_and(|r| r.changes == ticket.changes_at_start);
+        if !unchanged || !self.subscribed.load(Ordering::Acquire) {
+            return;
+        }
+        // Two reads of one task in flight may finish in either order: never go back.
+        if inner.entries.peek(&ticket.task).is_some_and(|e| e.version > snapshot.version) {
+            return;
+        }
+        let entry = Entry {
+            owner: snapshot.owner.clone(),
+            version: snapshot.version,
+            expires_at_ms: snapshot
+                .created_at_ms
+                .saturating_add(i64::try_from(snapshot.ttl_ms).unwrap_or(i64::MAX))
+                .saturating_sub(EXPIRY_MARGIN_MS),
+            poll_interval_ms: snapshot.poll_interval_ms,
+            body: body.into(),
+            weight,
+        };
+        if let Some(old) = inner.entries.put(ticket.task.clone(), entry) {
+            inner.bytes -= old.weight;
+        }
+        inner.bytes += weight;
+        while inner.bytes > self.capacity {
+            let Some((_, evicted)) = inner.entries.pop_lru() else { break };
+            inner.bytes -= evicted.weight;
+            METRICS.snapshot_cache_evictions.inc();
+        }
+        METRICS.snapshot_cache_bytes.set(i64::try_from(inner.bytes).unwrap_or(i64::MAX));
+    }
+
+    /// `task` changed (heard from the hub, or written by this replica): drop its entry, and keep
+    /// nothing from reads of it in flight.
+    pub(crate) fn changed(&self, task: &str) {
+        if !self.enabled() {
+            return;
+        }
+        let mut inner = self.lock();
+        if let Some(reading) = inner.reading.get_mut(task) {
+            reading.changes += 1;
+        }
+        if let Some(old) = inner.entries.pop(task) {
+            inner.bytes -= old.weight;
+            METRICS.snapshot_cache_bytes.set(i64::try_from(inner.bytes).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// The subscription was (re-)established: changes may have been missed. Everything is
+    /// dropped, beacons heard before count no more, and the cache is used again.
+    pub(crate) fn resubscribed(&self) {
+        self.drop_all();
+        self.subscribed.store(true, Ordering::Release);
+    }
+
+    /// The subscription was lost: bypass the cache until it is back.
+    pub(crate) fn unsubscribed(&self) {
+        self.subscribed.store(false, Ordering::Release);
+        self.drop_all();
+    }
+
+    fn drop_all(&self) {
+        if !self.enabled() {
+            return;
+        }
+        let mut inner = self.lock();
+        inner.entries.clear();
+        inner.bytes = 0;
+        inner.era += 1;
+        METRICS.snapshot_cache_bytes.set(0);
+        drop(inner);
+        self.heard.send_replace(0);
+    }
+
+    /// A beacon came back through the subscription.
+    pub(crate) fn beacon_heard(&self, payload: &str) {
+        let Ok(sent) = payload.parse::<u64>() else { return };
+        let lag = self.now_ns().saturating_sub(sent);
+        METRICS.snapshot_cache_beacon_lag.observe(Duration::from_nanos(lag).as_secs_f64());
+        self.heard.send_if_modified(|heard| {
+            let newer = sent > *heard;
+            if newer {
+                *heard = sent;
+            }
+            newer
+        });
+    }
+
+    /// Publishes a beacon through `publish` whenever a request waits for one, one in flight at
+    /// a time: the next goes as soon as this one is heard back (or given up on after
+    /// [`BEACON_TIMEOUT`]). A request then waits about two trips through the subscription at
+    /// most, with no timer in the way (a timer's millisecond granularity doubled that wait), and
+    /// every request waiting meanwhile shares the next beacon. Runs for as long as the
+    /// subscription that hears them.
+    pub(crate) async fn send_beacons<F, Fut>(&self, publish: F)
+    where
+        F: Fn(String) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        loop {
+            self.wanted.notified().await;
+            let sent = self.now_ns();
+            let mut heard = self.heard.subscribe();
+            publish(sent.to_string()).await;
+            let _ = tokio::time::timeout(BEACON_TIMEOUT, heard.wait_for(|h| *h >= sent)).await;
+        }
+    }
+
+    /// Bytes held now.
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    /// No code that can panic runs under this lock.
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().expect("the snapshot cache's lock is never poisoned")
+    }
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        let mut inner = self.cache.lock();
+        if let Some(reading) = inner.reading.get_mut(&self.task) {
+            reading.readers -= 1;
+            if reading.readers == 0 {
+                inner.reading.remove(&self.task);
+            }
+        }
+    }
+}
+
+fn wall_ms() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Map;
+    use taskgate_shared::task::TaskStatus;
+
+    use super::*;
+
+    fn owner(principal: &str) -> Owner {
+        Owner { tenant: "acme".into(), principal: principal.into() }
+    }
+
+    fn snapshot(task: &str, version: u64) -> Snapshot {
+        Snapshot {
+            task_id: task.into(),
+            owner: owner("alice"),
+            status: TaskStatus::Working,
+            status_message: None,
+            created_at_ms: wall_ms(),
+            updated_at_ms: wall_ms(),
+            ttl_ms: 3_600_000,
+            poll_interval_ms: 1_000,
+            input_requests: Map::new(),
+            result: None,
+            error: None,
+            version,
+        }
+    }
+
+    /// A subscribed cache whose beacons are heard back at once.
+    fn cache(capacity: usize) -> SnapshotCache {
+        let cache = SnapshotCache::new(capacity);
+        cache.resubscribed();
+        cache
+    }
+
+    fn keep(cache: &SnapshotCache, task: &str, version: u64, body: &[u8]) {
+        let ticket = cache.ticket(task).expect("usable");
+        cache.keep(ticket, &snapshot(task, version), body);
+    }
+
+    /// What a get started now is answered, its beacon heard back first.
+    async fn get(cache: &SnapshotCache, task: &str, who: &str) -> Option<Vec<u8>> {
+        let started = Instant::now();
+        cache.beacon_heard(&cache.now_ns().to_string());
+        cache.get(task, &owner(who), started).await.map(|hit| hit.body)
+    }
+
+    #[tokio::test]
+    async fn served_to_its_owner_only_and_dropped_on_a_change() {
+        let cache = cache(1 << 20);
+        keep(&cache, "t1", 1, b"one");
+        assert_eq!(get(&cache, "t1", "alice").await.as_deref(), Some(&b"one"[..]));
+        assert_eq!(get(&cache, "t1", "mallory").await, None, "another principal reads Redis");
+        cache.changed("t1");
+        assert_eq!(get(&cache, "t1", "alice").await, None);
+        assert_eq!(cache.bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_read_that_raced_a_change_or_a_resubscription_is_not_kept() {
+        let cache = cache(1 << 20);
+        let ticket = cache.ticket("t1").expect("usable");
+        cache.changed("t1");
+        cache.keep(ticket, &snapshot("t1", 1), b"old");
+        assert_eq!(get(&cache, "t1", "alice").await, None, "the read may predate the change");
+        let ticket = cache.ticket("t1").expect("usable");
+        cache.resubscribed();
+        cache.keep(ticket, &snapshot("t1", 1), b"old");
+        assert_eq!(get(&cache, "t1", "alice").await, None, "changes may have been missed");
+        assert!(cache.lock().reading.is_empty(), "tickets are given back");
+    }
+
+    #[tokio::test]
+    async fn an_entry_never_goes_back_to_an_older_version() {
+        let cache = cache(1 << 20);
+        let older = cache.ticket("t1").expect("usable");
+        keep(&cache, "t1", 2, b"two");
+        cache.keep(older, &snapshot("t1", 1), b"one");
+        assert_eq!(get(&cache, "t1", "alice").await.as_deref(), Some(&b"two"[..]));
+    }
+
+    #[tokio::test]
+    async fn bypassed_while_unsubscribed_and_without_a_beacon() {
+        let cache = cache(1 << 20);
+        keep(&cache, "t1", 1, b"one");
+        cache.unsubscribed();
+        assert!(cache.ticket("t1").is_none());
+        assert_eq!(get(&cache, "t1", "alice").await, None);
+        cache.resubscribed();
+        keep(&cache, "t1", 1, b"one");
+        // Nobody sends beacons here: the get gives up after its timeout and reads Redis.
+        let started = Instant::now();
+        assert!(cache.get("t1", &owner("alice"), started).await.is_none());
+        assert!(started.elapsed() >= BEACON_TIMEOUT);
+        // A beacon sent before the get began proves nothing about writes acknowledged since.
+        let early = cache.now_ns().to_string();
+        let started = Instant::now();
+        cache.beacon_heard(&early);
+        assert!(cache.get("t1", &owner("alice"), started).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn held_within_its_bytes_least_recently_used_evicted() {
+        let body = [b'x'; 100];
+        let weight = body.len() + 2 + "acme".len() + "alice".len() + ENTRY_OVERHEAD;
+        let cache = cache(weight * 3);
+        for task in ["t1", "t2", "t3"] {
+            keep(&cache, task, 1, &body);
+        }
+        assert!(get(&cache, "t1", "alice").await.is_some(), "t1 used last: t2 goes first");
+        keep(&cache, "t4", 1, &body);
+        assert_eq!(cache.bytes(), weight * 3);
+        assert!(get(&cache, "t2", "alice").await.is_none());
+        for task in ["t1", "t3", "t4"] {
+            assert!(get(&cache, task, "alice").await.is_some(), "{task}");
+        }
+        let huge = vec![b'x'; weight * 4];
+        keep(&cache, "t5", 1, &huge);
+        assert!(cache.bytes() <= weight * 3, "an entry above the bound is not kept");
+        assert!(SnapshotCache::new(0).ticket("t1").is_none(), "0 turns it off");
+    }
+}
