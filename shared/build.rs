@@ -273,6 +273,7 @@ fn generate(out: &mut String, script: &str, keys: &[Key], args: Option<&[Arg]>, 
         quoted.join(", ")
     );
     if let Some(args) = args {
+        let start = out.len();
         generate_args(out, script, args);
         let decoded = module
             .split_once("fn decode(reply: Reply) -> Result<")
@@ -309,6 +310,11 @@ pub(in crate::store) async fn call(
     send(conn, keys, args, decode).await
 }}"#
             );
+        }
+        // Arguments that borrow nothing (numbers only) take no lifetime.
+        if !args.iter().any(|arg| arg.kind.1.contains("'a")) {
+            let generated = out.split_off(start).replace("struct Args<'a>", "struct Args").replace("Args<'_>", "Args");
+            out.push_str(&generated);
         }
     }
 }

@@ -26,6 +26,7 @@ pub(crate) struct GatewayMetrics {
     pub(crate) snapshot_cache_evictions: IntCounter,
     pub(crate) snapshot_cache_bytes: IntGauge,
     pub(crate) snapshot_cache_beacon_lag: Histogram,
+    pub(crate) request_slices: IntCounterVec,
 }
 
 pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMetrics {
@@ -63,6 +64,12 @@ pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMe
     ),
     tasks_created: metrics::counter_vec("taskgate_tasks_created_total", "Tasks created, by tool.", &["tool"]),
     sse_streams: metrics::gauge("taskgate_gateway_sse_streams", "Open subscriptions/listen streams."),
+    request_slices: metrics::counter_vec(
+        "taskgate_gateway_request_slices_total",
+        "Leases of a slice of a tenant's request rate from Redis (granted, refused: the tenant is \
+         at its rate, error), each admitting up to --admission-slice-ms of the rate in memory.",
+        &["outcome"],
+    ),
     snapshot_cache_hits: metrics::counter(
         "taskgate_snapshot_cache_hits_total",
         "tasks/get answered from this replica's snapshot cache, with no Redis read.",

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::origin::OriginPolicy;
-use crate::{auth, catalogue, events, metrics, mrtr, polls, secrets, snapshots, stream_slots};
+use crate::{auth, catalogue, events, limits, metrics, mrtr, polls, secrets, snapshots, stream_slots};
 
 /// A gateway that cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +54,8 @@ pub struct Shared {
     pub(crate) polls: Arc<polls::PollPacer>,
     /// `tasks/get` answers kept for their owners (`--snapshot-cache-bytes`).
     pub(crate) snapshots: Arc<snapshots::SnapshotCache>,
+    /// This replica's leased slices of its tenants' request rates.
+    pub(crate) request_slices: Arc<limits::slices::Slices>,
     /// Set once Redis has proved usable (login, scripts, a read in the namespace): readiness
     /// waits for it, so a replica with a wrong password or ACL never takes traffic.
     pub(crate) redis_usable: Arc<std::sync::atomic::AtomicBool>,
@@ -84,6 +86,7 @@ impl AppState {
         let secrets = secrets::Secrets::new(&config);
         let polls = Arc::new(polls::PollPacer::new(config.polls.max_held, config.polls.max_held_per_principal));
         let snapshots = Arc::new(snapshots::SnapshotCache::new(config.polls.snapshot_cache_bytes));
+        let config_slice = config.tenants.admission_slice;
         let credential_keys = config.credentials.clone();
         if let Some(keys) = &credential_keys {
             tracing::info!(keys = ?keys.ids(), sealing = keys.current(), "credentials keys loaded");
@@ -103,6 +106,7 @@ impl AppState {
             listen_streams: Arc::default(),
             polls,
             snapshots,
+            request_slices: Arc::new(limits::slices::Slices::new(config_slice)),
             redis_usable: Arc::default(),
             secrets,
         })))

@@ -181,3 +181,106 @@ async fn what_is_stored_counts_against_the_argument_limit() {
     assert_eq!(r.error_code(), Some(-32602), "{}", r.text);
     assert_eq!(r.body["error"]["message"], "ref, argument and context exceed the 1000-byte limit");
 }
+
+/// A replica leases slices of a tenant's request rate and admits from them in memory; Redis
+/// grants no more than the rate, takes back what a replica did not use, and refuses a lease
+/// while the tenant is at its rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_grants_at_most_the_burst_and_takes_back_what_was_not_used() {
+    use taskgate_shared::store::{Endpoint, Leased, Rate, Store};
+    let redis = taskgate_tests::RedisServer::start().await;
+    let namespace = taskgate_tests::unique_namespace();
+    let store = Store::connect_lazy(&Endpoint::new(redis.url()), &namespace, Duration::from_secs(2)).unwrap();
+    // One request per 10 s: nothing comes back by the clock while the test runs.
+    let rate = Rate { per_second: 0.1, burst: 10 };
+    assert_eq!(store.lease_requests("acme", rate, 8, 0).await.unwrap(), Leased::Granted(8));
+    assert_eq!(store.lease_requests("acme", rate, 8, 0).await.unwrap(), Leased::Granted(2), "only the burst's rest");
+    let Leased::Refused { retry_after_ms } = store.lease_requests("acme", rate, 8, 0).await.unwrap() else {
+        panic!("a tenant at its rate gets no lease");
+    };
+    assert!((9_000..=10_000).contains(&retry_after_ms), "{retry_after_ms}");
+    // Five cells given back (with nothing asked) are there for the next lease, from any replica.
+    assert!(matches!(store.lease_requests("acme", rate, 0, 5).await.unwrap(), Leased::Refused { .. }));
+    assert_eq!(store.lease_requests("acme", rate, 8, 0).await.unwrap(), Leased::Granted(5));
+    // Another tenant's rate is its own.
+    assert_eq!(store.lease_requests("globex", rate, 3, 0).await.unwrap(), Leased::Granted(3));
+}
+
+/// Three replicas hammering one tenant admit at most what one exact limiter would, plus one
+/// slice per replica (the documented bound), and not much less.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_overshoot_the_request_rate_by_at_most_a_slice_each() {
+    // Low enough that a loaded machine's debug build presses it from 18 loops.
+    const RPS: f64 = 20.0;
+    const BURST: u64 = 5;
+    // 20 per second over a 250 ms slice: 5 cells a lease.
+    const SLICE: u64 = 5;
+    let stack = Stack::builder()
+        .gateways(3)
+        .workers(0)
+        .gateway_args(&["--tenant-rps", "20", "--tenant-burst", "5", "--admission-slice-ms", "250"])
+        .spawn()
+        .await;
+    let clients: Vec<_> = (0..3).map(|i| stack.client(i)).collect();
+    let started = std::time::Instant::now();
+    let run = Duration::from_secs(3);
+    let mut loops = tokio::task::JoinSet::new();
+    for i in 0..clients.len() {
+        for _ in 0..6 {
+            let client = stack.client(i);
+            loops.spawn(async move {
+                let (mut admitted, mut refused) = (0u64, 0u64);
+                while started.elapsed() < run {
+                    let r = client.call("server/discover", json!({})).await;
+                    match r.status {
+                        200 => admitted += 1,
+                        429 => {
+                            assert_eq!(r.body["error"]["data"]["limit"], "requests", "{}", r.text);
+                            refused += 1;
+                        }
+                        other => panic!("{other}: {}", r.text),
+                    }
+                }
+                (admitted, refused)
+            });
+        }
+    }
+    let (mut admitted, mut refused) = (0, 0);
+    while let Some(counts) = loops.join_next().await {
+        let (a, r) = counts.unwrap();
+        admitted += a;
+        refused += r;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let exact = BURST as f64 + RPS * elapsed;
+    let bound = exact + (3 * SLICE) as f64;
+    eprintln!("admitted {admitted}, refused {refused} in {elapsed:.2} s: exact limiter {exact:.0}, bound {bound:.0}");
+    assert!(refused > admitted, "the run pressed the limit: {admitted} admitted, {refused} refused");
+    assert!((admitted as f64) <= bound, "{admitted} admitted, more than the bound {bound:.0}");
+    assert!((admitted as f64) >= RPS * elapsed * 0.5, "{admitted} admitted: the fleet starves the tenant");
+    // A refused lease says when the next cell fits, and the replica refuses by itself until
+    // then: most refusals never reach Redis.
+    let mut refused_leases = 0.0;
+    for client in &clients {
+        let metrics = taskgate_tests::Scrape::of(&format!("{}/metrics", client.base())).await;
+        refused_leases += metrics.sum("taskgate_gateway_request_slices_total", &[("outcome", "refused")]);
+    }
+    assert!(refused_leases * 2.0 <= refused as f64, "{refused_leases} refused leases for {refused} refusals");
+}
+
+/// Under its rate, a tenant's requests are admitted from slices: one lease admits several.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_its_rate_a_tenant_costs_redis_one_lease_per_slice() {
+    let stack = Stack::builder().gateways(1).workers(0).spawn().await;
+    let client = stack.client(0);
+    // At the defaults (500 a second over 100 ms): 50 cells a lease, used until the slice lapses.
+    let requests = 200;
+    for _ in 0..requests {
+        assert_eq!(client.call("server/discover", json!({})).await.status, 200);
+    }
+    let metrics = taskgate_tests::Scrape::of(&format!("{}/metrics", client.base())).await;
+    let leases = metrics.sum("taskgate_gateway_request_slices_total", &[]);
+    let granted = metrics.sum("taskgate_gateway_request_slices_total", &[("outcome", "granted")]);
+    assert_eq!(leases, granted, "nothing refused or failed");
+    assert!(granted >= 1.0 && granted * 4.0 <= f64::from(requests), "{granted} leases for {requests} requests");
+}

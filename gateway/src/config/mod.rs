@@ -280,6 +280,8 @@ pub struct StreamLimits {
 #[derive(Debug, Clone)]
 pub struct TenantLimits {
     pub requests: Rate,
+    /// `--admission-slice-ms`: how long a leased slice of `requests` is used.
+    pub admission_slice: Duration,
     pub creations: Rate,
     /// Tasks not yet terminal (`None`: no cap, and tasks are not counted).
     pub max_active_tasks: Option<NonZeroU64>,
@@ -447,6 +449,7 @@ impl Config {
             },
             tenants: TenantLimits {
                 requests: Rate { per_second: cli.tenant_rps, burst: cli.tenant_burst },
+                admission_slice: ms(cli.admission_slice_ms),
                 creations: Rate { per_second: cli.tenant_create_rps, burst: cli.tenant_create_burst },
                 max_active_tasks: NonZeroU64::new(cli.tenant_max_active_tasks),
                 weights: cli.tenant_weights.iter().cloned().collect(),

@@ -1,8 +1,8 @@
 //! Fleet-wide limits, kept in Redis so that N gateway replicas admit what one would.
 
-use super::outcomes::{Admission, Polled};
+use super::outcomes::{Admission, Leased, Polled};
 use super::scripts::admit::{self, Gcra};
-use super::scripts::poll_task;
+use super::scripts::{lease_requests, poll_task};
 use super::{Store, StoreError};
 use crate::task::{Owner, TaskId};
 
@@ -34,13 +34,18 @@ pub struct TaskAdmission<'a> {
 }
 
 impl Store {
-    /// One request of `tenant` against its request rate.
-    pub async fn admit_request(&self, tenant: &str, requests: Rate) -> Result<Admission, StoreError> {
-        if !requests.is_limited() {
-            return Ok(Admission::Admitted);
-        }
-        let args = admit::Args { requests: requests.gcra(), task: None };
-        admit::call(&mut self.conn(), &self.keys().tenant(tenant), args).await
+    /// A slice of `tenant`'s request rate for this replica to admit in memory: up to `want`
+    /// requests, after giving back `unused` requests of its previous slice. `want` 0 only gives
+    /// back. Unlimited rates are never leased (the caller admits without asking).
+    pub async fn lease_requests(&self, tenant: &str, requests: Rate, want: u64, unused: u64) -> Result<Leased, StoreError> {
+        let keys = self.keys().tenant(tenant);
+        let args = lease_requests::Args {
+            interval: requests.gcra().interval_ms,
+            burst: requests.burst,
+            want,
+            unused,
+        };
+        lease_requests::call(&mut self.conn(), lease_requests::Keys::from(&keys), args).await
     }
 
     /// One request that creates a task: request rate, creation rate and the active-task cap,
@@ -61,7 +66,7 @@ impl Store {
             task_id: task.task_id.as_str(),
             ttl_ms: task.ttl_ms,
         };
-        let args = admit::Args { requests: requests.gcra(), task: Some(created) };
+        let args = admit::Args { requests: requests.gcra(), task: created };
         admit::call(&mut self.conn(), &self.keys().tenant(tenant), args).await
     }
 

@@ -121,9 +121,8 @@ scripts! {
     cancel_task => CANCEL_TASK: 4;
     reclaim_task => RECLAIM_TASK: 7;
     release_task => RELEASE_TASK: 7;
-    // A request alone checks its rate; one that creates a task also the creation rate and the
-    // active-task cap.
-    admit => ADMIT_REQUEST: 1, ADMIT_TASK: 3;
+    admit => ADMIT: 3;
+    lease_requests => LEASE_REQUESTS: 1;
     poll_task => POLL_TASK: 4;
     read_task => READ_TASK: 3;
     reap_consumers => REAP_CONSUMERS: 1;

@@ -32,6 +32,15 @@ pub enum Admission {
     Refused { limit: Limit, retry_after_ms: u64 },
 }
 
+/// A slice of a tenant's request rate leased by one replica (`Store::lease_requests`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leased {
+    /// This many requests may be admitted (at least one, at most what was asked).
+    Granted(u64),
+    /// None now: the tenant is at its rate; the earliest a request would fit.
+    Refused { retry_after_ms: u64 },
+}
+
 /// The outcome of a client's `tasks/get`.
 #[derive(Debug, Clone)]
 pub enum Polled {

@@ -8,5 +8,5 @@ mod tasks;
 
 pub use console::OperatorFail;
 pub use leases::{Claim, HeldAnswer, Hold, Parked, Reclaimed, Released, Renewal, Started};
-pub use limits::{Admission, Limit, Polled};
+pub use limits::{Admission, Leased, Limit, Polled};
 pub use tasks::{Answered, CancelOutcome, Created, NewTask};

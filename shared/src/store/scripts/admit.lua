@@ -1,13 +1,13 @@
--- admit: fleet-wide admission of one request for a tenant, by GCRA (generic cell rate
+-- admit: fleet-wide admission of a request that creates a task, by GCRA (generic cell rate
 -- algorithm): a request is allowed when the theoretical arrival time minus the burst tolerance
--- is not in the future. Nothing is written for a refused request.
--- With KEYS[2] and KEYS[3], the request also creates a task: the tenant's creation rate and its
--- cap on tasks not yet terminal (a zset of task ids scored by expiry, so expired ids fall out
--- by themselves) are checked too, and the task is recorded as active.
--- KEYS[1] requests: request-rate TAT   [KEYS[2] creations: creation-rate TAT   KEYS[3] active: active-task zset]
+-- is not in the future. Nothing is written for a refused request. The tenant's creation rate
+-- and its cap on tasks not yet terminal (a zset of task ids scored by expiry, so expired ids
+-- fall out by themselves) are checked too, and the task is recorded as active. (A request that
+-- creates nothing is admitted from its replica's slice: lease_requests.lua.)
+-- KEYS[1] requests: request-rate TAT   KEYS[2] creations: creation-rate TAT   KEYS[3] active: active-task zset
 -- ARGV[1] request interval ms ('0' = unlimited)   ARGV[2] request burst
--- [ARGV[3] creation interval ms ('0' = unlimited)   ARGV[4] creation burst
---  ARGV[5] max active tasks ('0' = unlimited)   ARGV[6] task id   ARGV[7] task ttl ms]
+-- ARGV[3] creation interval ms ('0' = unlimited)   ARGV[4] creation burst
+-- ARGV[5] max active tasks ('0' = unlimited)   ARGV[6] task id   ARGV[7] task ttl ms
 -- Returns {1} | {0, retry_after_ms, 'requests' | 'creations' | 'active_tasks'}.
 local rcall = redis.call
 local now = now_ms(true)
@@ -31,10 +31,6 @@ end
 
 local req_tat, wait = gcra(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]))
 if req_tat == nil then return {REPLY.NOTHING, wait, 'requests'} end
-if #KEYS == 1 then
-  commit(KEYS[1], req_tat)
-  return {REPLY.OK}
-end
 local create_tat
 create_tat, wait = gcra(KEYS[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
 if create_tat == nil then return {REPLY.NOTHING, wait, 'creations'} end

@@ -1,5 +1,6 @@
-//! `admit.lua`: fleet-wide admission of one request for a tenant (GCRA), and of the task it
-//! creates, if any.
+//! `admit.lua`: fleet-wide admission of a request that creates a task (GCRA): its request
+//! rate, creation rate and active-task cap. A request alone is admitted from its replica's
+//! slice (`lease_requests.lua`).
 
 use crate::store::reply::{Reply, code};
 use crate::store::{Admission, Conn, Limit, StoreError, TenantKeys};
@@ -16,9 +17,9 @@ pub(in crate::store) struct Gcra {
 
 pub(in crate::store) struct Args<'a> {
     pub(in crate::store) requests: Gcra,
-    /// The task the request creates, if it does: checked against the tenant's creation rate
-    /// and active-task cap too, then counted as active.
-    pub(in crate::store) task: Option<TaskArgs<'a>>,
+    /// The task the request creates: checked against the tenant's creation rate and
+    /// active-task cap too, then counted as active.
+    pub(in crate::store) task: TaskArgs<'a>,
 }
 
 pub(in crate::store) struct TaskArgs<'a> {
@@ -29,21 +30,16 @@ pub(in crate::store) struct TaskArgs<'a> {
     pub(in crate::store) ttl_ms: u64,
 }
 
-/// The tenant's keys: a request alone takes only its request rate's (one handle per shape).
 pub(in crate::store) async fn call(conn: &mut Conn, keys: &TenantKeys, args: Args<'_>) -> Result<Admission, StoreError> {
-    let keys = Keys::from(keys);
-    let mut call = match args.task {
-        None => super::ADMIT_REQUEST.keys([keys.requests]),
-        Some(_) => super::ADMIT_TASK.keys(keys.list()),
-    };
-    call.arg(args.requests.interval_ms).arg(args.requests.burst);
-    if let Some(task) = args.task {
-        call.arg(task.creations.interval_ms)
-            .arg(task.creations.burst)
-            .arg(task.max_active)
-            .arg(task.task_id)
-            .arg(task.ttl_ms);
-    }
+    let mut call = super::ADMIT.keys(Keys::from(keys).list());
+    let task = args.task;
+    call.arg(args.requests.interval_ms)
+        .arg(args.requests.burst)
+        .arg(task.creations.interval_ms)
+        .arg(task.creations.burst)
+        .arg(task.max_active)
+        .arg(task.task_id)
+        .arg(task.ttl_ms);
     super::run(conn, &call, decode).await
 }
 

@@ -13,6 +13,8 @@ use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::state::AppState;
 
+pub(crate) mod slices;
+
 /// The error for a refused request.
 pub(crate) fn refused(limit: Limit, retry_after_ms: u64) -> GatewayError {
     GatewayError::RateLimited { limit, retry_after_ms }
@@ -29,11 +31,15 @@ fn outcome(admission: Result<Admission, StoreError>) -> Result<(), GatewayError>
     }
 }
 
-/// One request against the caller's tenant request rate. Fails open when Redis cannot be
-/// reached: a request that needs Redis fails on its own, and one that does not (discovery,
-/// listing) keeps working through an outage.
+/// One request against the caller's tenant request rate, from this replica's slice of it
+/// ([`slices`]). Fails open when Redis cannot be reached: a request that needs Redis fails on
+/// its own, and one that does not (discovery, listing) keeps working through an outage.
 pub(crate) async fn admit_request(state: &AppState, principal: &Principal) -> Result<(), GatewayError> {
-    match state.store.admit_request(&principal.tenant, requests(state)).await {
+    let rate = requests(state);
+    if !rate.is_limited() {
+        return Ok(());
+    }
+    match state.request_slices.admit(&state.store, &principal.tenant, rate).await {
         Err(err) => {
             tracing::warn!(error = %err, "request rate not checked: storage unavailable");
             Ok(())
