@@ -633,6 +633,7 @@ async fn lagging_failover(gateway_args: &[&str]) -> LagRun {
         (answered_since(lagging) >= 40).then_some(())
     })
     .await;
+    set.allow_failover().await;
     let killed = set.fail_over_timed().await.killed_at;
     proxies.iter().for_each(FaultProxy::cut);
     eventually(PATIENCE, "a create sent after the failover to be acknowledged", || async {

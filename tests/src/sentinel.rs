@@ -72,7 +72,28 @@ impl SentinelSet {
         })
         .await;
         nodes.insert(0, primary);
-        (Self::watch(nodes).await, proxies)
+        let set = Self::watch(nodes).await;
+        // A sentinel "fixes" a replica whose primary address is not the one it monitors (here:
+        // the proxy's) once failover-timeout has passed, pointing it past the proxy; the run
+        // must call `allow_failover` before killing the primary.
+        set.set_failover_timeout(3_600_000).await;
+        (set, proxies)
+    }
+
+    /// Sets every sentinel's failover-timeout (ms) for the primary.
+    async fn set_failover_timeout(&self, ms: u64) {
+        for sentinel in &self.sentinels {
+            let mut conn = sentinel.connection().await.expect("a sentinel connection");
+            let mut set = redis::cmd("SENTINEL");
+            set.arg("SET").arg(MASTER).arg("failover-timeout").arg(ms);
+            let _: () = set.query_async(&mut conn).await.expect("configured");
+        }
+    }
+
+    /// A set started behind proxies gets its usual failover-timeout back, just before the kill
+    /// (a dead primary does not look sane, so no replica is re-pointed after it).
+    pub async fn allow_failover(&self) {
+        self.set_failover_timeout(5_000).await;
     }
 
     /// Three sentinels over `nodes` (the primary first, then its replicas, in sync), once every

@@ -95,9 +95,8 @@ impl Slices {
         if tenants.len() >= KEPT {
             let now = Instant::now();
             // A slot in use (locked) or live stays; the rest lapse with their cells.
-            tenants.retain(|_, slot| {
-                slot.try_lock().map_or(true, |slice| slice.until.is_some_and(|until| now < until))
-            });
+            tenants
+                .retain(|_, slot| slot.try_lock().map_or(true, |slice| slice.until.is_some_and(|until| now < until)));
         }
         tenants.entry(tenant.to_owned()).or_default().clone()
     }

@@ -37,14 +37,15 @@ impl Store {
     /// A slice of `tenant`'s request rate for this replica to admit in memory: up to `want`
     /// requests, after giving back `unused` requests of its previous slice. `want` 0 only gives
     /// back. Unlimited rates are never leased (the caller admits without asking).
-    pub async fn lease_requests(&self, tenant: &str, requests: Rate, want: u64, unused: u64) -> Result<Leased, StoreError> {
+    pub async fn lease_requests(
+        &self,
+        tenant: &str,
+        requests: Rate,
+        want: u64,
+        unused: u64,
+    ) -> Result<Leased, StoreError> {
         let keys = self.keys().tenant(tenant);
-        let args = lease_requests::Args {
-            interval: requests.gcra().interval_ms,
-            burst: requests.burst,
-            want,
-            unused,
-        };
+        let args = lease_requests::Args { interval: requests.gcra().interval_ms, burst: requests.burst, want, unused };
         lease_requests::call(&mut self.conn(), lease_requests::Keys::from(&keys), args).await
     }
 

@@ -48,8 +48,8 @@ pub use keys::{
 pub use leases::{Backlog, Delivery, Finish, Lease, MAX_REDIRECTS, entry_ms};
 pub use limits::{Rate, TaskAdmission};
 pub use outcomes::{
-    Admission, Answered, CancelOutcome, Claim, Created, HeldAnswer, Hold, Leased, Limit, NewTask, OperatorFail, Parked, Polled,
-    Reclaimed, Released, Renewal, Started,
+    Admission, Answered, CancelOutcome, Claim, Created, HeldAnswer, Hold, Leased, Limit, NewTask, OperatorFail, Parked,
+    Polled, Reclaimed, Released, Renewal, Started,
 };
 pub use secrets::{Adopted, Replicas, SharedSecret};
 pub use tasks::KeyedTask;
