@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::origin::OriginPolicy;
-use crate::{auth, catalogue, events, metrics, mrtr, polls, secrets, snapshots, stream_slots};
+use crate::{auth, catalogue, egress, events, metrics, mrtr, polls, secrets, snapshots, stream_slots};
 
 /// A gateway that cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -16,6 +16,9 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Auth(#[from] auth::AuthSetupError),
+    /// The webhook egress client (its CA file) cannot be built.
+    #[error("{0}")]
+    Egress(String),
 }
 
 /// Shared by every request. One `Arc`: the router hands each request a clone, which is then a
@@ -62,6 +65,8 @@ pub struct Shared {
     /// `--credentials-key`: what seals and opens upstream credentials (`None`: they cannot be
     /// set here).
     pub(crate) credential_keys: Option<Arc<taskgate_shared::credentials::KeyRing>>,
+    /// `--events-webhooks`: the hardened client that reaches callback URLs.
+    pub(crate) egress: Option<Arc<egress::Egress>>,
 }
 
 impl AppState {
@@ -85,6 +90,13 @@ impl AppState {
         let polls = Arc::new(polls::PollPacer::new(config.polls.max_held, config.polls.max_held_per_principal));
         let snapshots = Arc::new(snapshots::SnapshotCache::new(config.polls.snapshot_cache_bytes));
         let credential_keys = config.credentials.clone();
+        let egress = config
+            .webhooks
+            .as_ref()
+            .map(egress::Egress::new)
+            .transpose()
+            .map_err(|err| StartError::Egress(err.to_string()))?
+            .map(Arc::new);
         if let Some(keys) = &credential_keys {
             tracing::info!(keys = ?keys.ids(), sealing = keys.current(), "credentials keys loaded");
         }
@@ -105,6 +117,7 @@ impl AppState {
             snapshots,
             redis_usable: Arc::default(),
             secrets,
+            egress,
         })))
     }
 

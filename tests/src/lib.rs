@@ -17,6 +17,7 @@ pub mod sentinel;
 mod stack;
 pub mod tls;
 pub mod upstream;
+pub mod webhook_receiver;
 
 pub use client::{McpClient, Reply, SseItem, SseStream, ack, meta, meta_without_tasks, standard_headers};
 pub use fault_proxy::{Fault, FaultProxy};

@@ -331,6 +331,9 @@ pub struct Cli {
     /// Log format: auto (JSON unless on a terminal), json or text.
     #[arg(long, env = "TASKGATE_LOG_FORMAT", default_value = "auto")]
     pub log_format: LogFormat,
+
+    #[command(flatten)]
+    pub webhooks: super::webhooks::WebhookArgs,
 }
 
 /// The lightest and heaviest `--tenant-weight`: within them a tag step (1/weight) stays exact

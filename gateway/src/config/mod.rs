@@ -5,6 +5,7 @@
 //! the gateway runs with, reading the secrets it names and reporting every problem at once.
 
 mod cli;
+mod webhooks;
 
 use std::net::SocketAddr;
 use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
@@ -20,6 +21,7 @@ use taskgate_shared::telemetry::LogFormat;
 use crate::runtime::RuntimeSettings;
 
 pub use cli::{AuthMode, Cli};
+pub use webhooks::{DeliveryMode, Ports, WebhookConfigError, WebhookSettings};
 
 /// A configuration that cannot run. [`Config::from_cli`] reports every one it finds.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +57,8 @@ pub enum ConfigError {
         "invalid request-state key {0:?}: expected ID:BASE64 with an id of [A-Za-z0-9_-] and at least 32 secret bytes"
     )]
     StateKey(String),
+    #[error(transparent)]
+    Webhooks(#[from] WebhookConfigError),
 }
 
 /// What an early `tasks/get` gets (`--poll-limit`).
@@ -219,6 +223,8 @@ pub struct Config {
     pub tenants: TenantLimits,
     pub polls: PollSettings,
     pub log_format: LogFormat,
+    /// `--events-webhooks`: `None` when off.
+    pub webhooks: Option<WebhookSettings>,
 }
 
 /// What the gateway says of itself as an OAuth protected resource.
@@ -373,6 +379,12 @@ impl Config {
         if !(0.0..=1.0).contains(&cli.poll_tolerance) {
             errors.push(ConfigError::PollTolerance);
         }
+        let has_key = credentials.as_ref().is_some_and(Option::is_some);
+        let webhooks = cli
+            .webhooks
+            .settings(has_key)
+            .map_err(|errs| errors.extend(errs.into_iter().map(ConfigError::from)))
+            .unwrap_or(None);
         let (Some(redis), Some(auth), Some(request_state_keys), Some(master_secret), Some(credentials), true) =
             (redis, auth, request_state_keys, master_secret, credentials, errors.is_empty())
         else {
@@ -459,6 +471,7 @@ impl Config {
                 snapshot_cache_bytes: cli.snapshot_cache_bytes,
             },
             log_format: cli.log_format,
+            webhooks,
         })
     }
 }

@@ -12,6 +12,7 @@
 mod binding;
 mod create;
 mod hidden;
+pub(crate) mod hooks;
 pub(crate) mod idempotency;
 mod inline;
 pub(crate) mod listen;
@@ -83,6 +84,8 @@ pub(crate) async fn handle(
         Method::ResourcesTemplatesList => methods::resources_list::templates(&call).await.map(Reply::Result),
         Method::ResourcesRead => methods::resources_read::run(&call).await,
         Method::CompletionComplete => methods::completion_complete::run(&call).await,
+        Method::EventsSubscribe => methods::events_subscribe::run(&call).await.map(Reply::Result),
+        Method::EventsUnsubscribe => methods::events_unsubscribe::run(&call).await.map(Reply::Result),
     }
 }
 

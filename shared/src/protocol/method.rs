@@ -24,6 +24,8 @@ pub enum Method {
     ResourcesTemplatesList,
     ResourcesRead,
     CompletionComplete,
+    EventsSubscribe,
+    EventsUnsubscribe,
 }
 
 /// Whether an `Mcp-Name` header must accompany the method.
@@ -66,6 +68,8 @@ impl Method {
             Self::ResourcesTemplatesList => "resources/templates/list",
             Self::ResourcesRead => "resources/read",
             Self::CompletionComplete => "completion/complete",
+            Self::EventsSubscribe => "events/subscribe",
+            Self::EventsUnsubscribe => "events/unsubscribe",
         }
     }
 
@@ -105,7 +109,9 @@ impl Method {
             | Self::PromptsList
             | Self::ResourcesList
             | Self::ResourcesTemplatesList
-            | Self::CompletionComplete => NameHeader::None,
+            | Self::CompletionComplete
+            | Self::EventsSubscribe
+            | Self::EventsUnsubscribe => NameHeader::None,
         }
     }
 
@@ -123,7 +129,9 @@ impl Method {
             | Self::ResourcesList
             | Self::ResourcesTemplatesList
             | Self::ResourcesRead
-            | Self::CompletionComplete => false,
+            | Self::CompletionComplete
+            | Self::EventsSubscribe
+            | Self::EventsUnsubscribe => false,
         }
     }
 
@@ -143,7 +151,9 @@ impl Method {
             | Self::SubscriptionsListen
             | Self::PromptsList
             | Self::ResourcesList
-            | Self::ResourcesTemplatesList => Admission::Request,
+            | Self::ResourcesTemplatesList
+            | Self::EventsSubscribe
+            | Self::EventsUnsubscribe => Admission::Request,
         }
     }
 

@@ -125,6 +125,27 @@ pub struct QueueKeys {
     pub fair: String,
 }
 
+/// The keys of one webhook subscription, in its tenant's hook bucket (`{hNN}`): every
+/// subscription of a tenant is in one slot, so one script sees its caps exactly.
+#[derive(Debug, Clone)]
+pub struct HookKeys {
+    /// HASH: the subscription record (docs/events.md, 2.8); expires with the grant.
+    pub record: String,
+    /// LIST: its dead letters, newest first, capped; expires with the record.
+    pub dead: String,
+    /// ZSET: the bucket's subscriptions, id -> lease expiry (ms; 0 = free to claim).
+    pub index: String,
+    /// ZSET: the tenant's subscription ids -> expiry (ms; +inf = none): its cap.
+    pub tenant: String,
+    /// ZSET: the principal's subscription ids -> expiry: its cap.
+    pub principal: String,
+    /// STRING: a verified (principal, URL), with a TTL.
+    pub verified: String,
+}
+
+/// How many webhook hook buckets there are: fixed, so every deliverer scans the same keys.
+pub const HOOK_BUCKETS: u8 = 16;
+
 /// The keys of one queue shard.
 #[derive(Debug, Clone)]
 pub struct ShardKeys {
@@ -207,6 +228,34 @@ impl Keys {
         format!("{}:credentials:tenants", self.ns)
     }
 
+    /// The keys of webhook subscription `id` of `tenant`, created by `principal` (an owner
+    /// digest, hex), the verification key naming the `(principal, url)` digest `verified`.
+    pub fn hook(&self, tenant: &str, principal: &str, id: &str, verified: &str) -> HookKeys {
+        let ns = &self.ns;
+        let bucket = hook_bucket(tenant);
+        let tag = format!("{{h{bucket:02x}}}");
+        HookKeys {
+            record: format!("{ns}:{tag}:hook:{id}"),
+            dead: format!("{ns}:{tag}:hook:{id}:dead"),
+            index: self.hook_index(bucket),
+            tenant: format!("{ns}:{tag}:hooks:tenant:{}", tenant_tag(tenant)),
+            principal: format!("{ns}:{tag}:hooks:by:{principal}"),
+            verified: format!("{ns}:{tag}:verified:{verified}"),
+        }
+    }
+
+    /// ZSET: the subscriptions of hook bucket `bucket`, id -> lease expiry (ms).
+    pub fn hook_index(&self, bucket: u8) -> String {
+        format!("{}:{{h{bucket:02x}}}:hooks", self.ns)
+    }
+
+    /// The record and dead-letter keys of subscription `id` in `bucket` (what a deliverer that
+    /// found the id in the bucket's index names).
+    pub fn hook_in(&self, bucket: u8, id: &str) -> (String, String) {
+        let (ns, tag) = (&self.ns, format!("{{h{bucket:02x}}}"));
+        (format!("{ns}:{tag}:hook:{id}"), format!("{ns}:{tag}:hook:{id}:dead"))
+    }
+
     /// The catalogue's keys, in one Cluster slot so one script keeps them consistent.
     pub fn catalogue(&self) -> CatalogueKeys {
         let ns = &self.ns;
@@ -276,6 +325,12 @@ impl Keys {
 
 fn shard_tag(shard: u8) -> String {
     format!("{{s{shard:02x}}}")
+}
+
+/// A tenant's hook bucket: a hash of the tenant, so all its subscriptions share one slot.
+pub(super) fn hook_bucket(tenant: &str) -> u8 {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(tenant.as_bytes())[0] % HOOK_BUCKETS
 }
 
 /// A tenant's hash tag: hashed, so no tenant name can break the tag.

@@ -138,6 +138,11 @@ scripts! {
     record_step => RECORD_STEP: 2;
     pass_wakeup => PASS_WAKEUP: 1;
     record_reveal => RECORD_REVEAL: 1;
+    upsert_hook => UPSERT_HOOK: 6;
+    drop_hook => DROP_HOOK: 5;
+    claim_hook => CLAIM_HOOK: 2;
+    renew_hook => RENEW_HOOK: 2;
+    ack_hook => ACK_HOOK: 3;
 }
 
 /// The script's label for metrics and spans (`script:<name>`), by its SHA-1.

@@ -2,11 +2,13 @@
 //! below both, so a script module and the method that calls it do not import each other.
 
 mod console;
+mod hooks;
 mod leases;
 mod limits;
 mod tasks;
 
 pub use console::OperatorFail;
+pub use hooks::{HookAck, HookClaim, HookRenewal, HookWrite, Upserted};
 pub use leases::{Claim, HeldAnswer, Hold, Parked, Reclaimed, Released, Renewal, Started};
 pub use limits::{Admission, Limit, Polled};
 pub use tasks::{Answered, CancelOutcome, Created, NewTask};
