@@ -373,7 +373,7 @@ async fn every_transition_exactly_once_through_outages_and_a_killed_deliverer() 
 async fn holder_of(stack: &Stack, tenant: &str, id: &str) -> String {
     let store = stack.store();
     let (record, _) = store.keys().hook_in(taskgate_shared::store::Store::hook_bucket_of(tenant), id);
-    let mut conn = stack.redis.connection().await;
+    let conn = stack.redis.connection().await;
     eventually(PATIENCE, "a deliverer to hold the subscription", || {
         let (record, mut conn) = (record.clone(), conn.clone());
         async move {
