@@ -59,11 +59,14 @@ struct Shared {
     default: Mutex<Option<Answer>>,
 }
 
+/// The accept loop and the connections it serves, while listening.
+type Serving = (JoinHandle<()>, Arc<Mutex<JoinSet<()>>>);
+
 pub struct Receiver {
     pub port: u16,
     shared: Arc<Shared>,
     acceptor: TlsAcceptor,
-    serving: Option<(JoinHandle<()>, Arc<Mutex<JoinSet<()>>>)>,
+    serving: Option<Serving>,
     /// Kept for the CA file.
     pub pki: Pki,
 }

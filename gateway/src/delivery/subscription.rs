@@ -139,19 +139,17 @@ impl Sub {
                     }
                     Delivered::Stopped => break,
                 }
-                if self.pending.events >= ACK_EVERY_EVENTS || self.pending.since.elapsed() >= ACK_EVERY {
-                    if !self.flush(None, false).await {
-                        return;
-                    }
+                let due = self.pending.events >= ACK_EVERY_EVENTS || self.pending.since.elapsed() >= ACK_EVERY;
+                if due && !self.flush(None, false).await {
+                    return;
                 }
             }
             if quiet && batch.end != self.cursor {
                 self.advance(batch.end);
             }
-            if self.pending.events > 0 || self.pending.ok || self.pending.error.is_some() {
-                if !self.flush(None, false).await {
-                    return;
-                }
+            let unwritten = self.pending.events > 0 || self.pending.ok || self.pending.error.is_some();
+            if unwritten && !self.flush(None, false).await {
+                return;
             }
             if quiet && self.wait(BACKSTOP).await {
                 break;

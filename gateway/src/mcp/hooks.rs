@@ -60,9 +60,8 @@ pub(crate) fn key(params: &Params<'_>, egress: &Egress) -> Result<HookKey, Gatew
         None => return Err(RpcError::invalid_params("name must be a string").into()),
     }
     let args = canonical_arguments(params::value(params.arguments))?;
-    let delivery = match params::value(params.delivery) {
-        Some(Value::Object(delivery)) => delivery,
-        _ => return Err(RpcError::invalid_params("delivery must be an object").into()),
+    let Some(Value::Object(delivery)) = params::value(params.delivery) else {
+        return Err(RpcError::invalid_params("delivery must be an object").into());
     };
     if let Some(mode) = delivery.get("mode")
         && mode != "webhook"
