@@ -450,3 +450,51 @@ async fn dead_letters_and_suspension() {
     let active: String = redis::cmd("HGET").arg(&record).arg("active").query_async(&mut conn).await.unwrap();
     assert_eq!(active, "1", "a 410 does not count toward suspension");
 }
+
+/// Invariant 13: a subscription left held by a deliverer that died (its lease run out) is
+/// claimed by a fresh deliverer on an idle fleet; built by hand in Redis.
+#[tokio::test]
+async fn a_dead_deliverers_subscription_is_taken_over_on_an_idle_fleet() {
+    let mut stack = Stack::builder().gateways(0).workers(0).spawn().await;
+    let receiver = Receiver::start().await;
+    let private = ["--events-webhook-allow-private", "127.0.0.0/8"];
+    let api = add_gateway(&mut stack, Some(&receiver), &[&private[..], &["--events-delivery", "off"]].concat()).await;
+    let alice = client(&stack, api, "alice");
+    let reply = subscribe(&alice, &receiver.url("/r"), &secret(1), json!({})).await;
+    let id = reply.result()["id"].as_str().expect("an id").to_owned();
+    let store = stack.store();
+    let bucket = taskgate_shared::store::Store::hook_bucket_of("acme");
+    // A deliverer claimed it, then died: its lease (1 ms) has run out, and nobody renews it.
+    let dead = store.claim_hook(bucket, &id, "gw-dead", 1).await.unwrap().expect("claimed");
+    assert_eq!(holder_of(&stack, "acme", &id).await, "gw-dead");
+    let fresh =
+        add_gateway(&mut stack, Some(&receiver), &[&private[..], &["--events-webhook-lease-ms", "2000"]].concat())
+            .await;
+    let holder = eventually(PATIENCE, "a live deliverer to take the subscription over", || async {
+        let holder = holder_of(&stack, "acme", &id).await;
+        (holder != "gw-dead").then_some(holder)
+    })
+    .await;
+    assert!(stack.gateways[fresh].log().contains(&holder), "the new gateway holds it");
+    // And it keeps it: renewals hold the lease with the newer fence; the dead one's is stale.
+    let write = taskgate_shared::store::HookWrite { position: Some("stale"), ..Default::default() };
+    let stale = store.ack_hook(bucket, &id, "gw-dead", dead.fence, &write, 3).await.unwrap();
+    assert_eq!(stale, taskgate_shared::store::HookAck::Refused);
+    let index = store.keys().hook_index(bucket);
+    let conn = stack.redis.connection().await;
+    let lease = |conn: redis::aio::MultiplexedConnection| {
+        let (index, id) = (index.clone(), id.clone());
+        async move {
+            let mut conn = conn;
+            let score: Option<f64> = redis::cmd("ZSCORE").arg(&index).arg(&id).query_async(&mut conn).await.ok()?;
+            score
+        }
+    };
+    let first = lease(conn.clone()).await.expect("a lease");
+    eventually(PATIENCE, "the lease renewed", || {
+        let conn = conn.clone();
+        async move { lease(conn).await.filter(|now| *now > first).map(|_| ()) }
+    })
+    .await;
+    assert_eq!(holder_of(&stack, "acme", &id).await, holder, "renewed by the same holder, not lost");
+}
