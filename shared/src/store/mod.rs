@@ -22,6 +22,7 @@ mod error;
 mod keys;
 mod leases;
 mod limits;
+mod outbox;
 mod outcomes;
 mod pools;
 mod reply;
@@ -43,13 +44,14 @@ pub use endpoint::{Endpoint, SentinelLogin, TlsPem, redact};
 pub use error::StoreError;
 pub use keys::{
     CatalogueKeys, DEFAULT_POOL, Keys, MAX_POOL_LEN, QueueKeys, ShardKeys, TaskKeys, TenantKeys, WORKER_GROUP,
-    is_pool_name,
+    is_owner_digest, is_pool_name, owner_digest,
 };
 pub use leases::{Backlog, Delivery, Finish, Lease, MAX_REDIRECTS, entry_ms};
 pub use limits::{Rate, TaskAdmission};
+pub use outbox::{EventCursor, OutboxEntry, OutboxRead, Position, ReadRequest, cursor};
 pub use outcomes::{
-    Admission, Answered, CancelOutcome, Claim, Created, HeldAnswer, Hold, Limit, NewTask, OperatorFail, Parked, Polled,
-    Reclaimed, Released, Renewal, Started,
+    Admission, Answered, CancelOutcome, Claim, Created, HeldAnswer, Hold, Limit, NewTask, OperatorFail, OutboxLimits,
+    Parked, Polled, Reclaimed, Released, Renewal, Started,
 };
 pub use secrets::{Adopted, Replicas, SharedSecret};
 pub use tasks::KeyedTask;

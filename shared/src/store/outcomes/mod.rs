@@ -4,9 +4,12 @@
 mod console;
 mod leases;
 mod limits;
+mod outbox;
 mod tasks;
 
 pub use console::OperatorFail;
 pub use leases::{Claim, HeldAnswer, Hold, Parked, Reclaimed, Released, Renewal, Started};
 pub use limits::{Admission, Limit, Polled};
+pub use outbox::OutboxLimits;
+pub(in crate::store) use outbox::ShardRead;
 pub use tasks::{Answered, CancelOutcome, Created, NewTask};
