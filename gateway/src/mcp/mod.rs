@@ -17,6 +17,7 @@ mod inline;
 pub(crate) mod listen;
 mod methods;
 pub(crate) mod mirror;
+pub(crate) mod occurrences;
 mod pages;
 mod reply;
 
@@ -83,6 +84,8 @@ pub(crate) async fn handle(
         Method::ResourcesTemplatesList => methods::resources_list::templates(&call).await.map(Reply::Result),
         Method::ResourcesRead => methods::resources_read::run(&call).await,
         Method::CompletionComplete => methods::completion_complete::run(&call).await,
+        Method::EventsList => methods::events_list::run(&call).map(Reply::Result),
+        Method::EventsPoll => methods::events_poll::run(&call).await.map(Reply::Result),
     }
 }
 

@@ -27,6 +27,8 @@ pub enum ErrorKind {
     /// `-31428`: the tool's upstream server acts as the caller, and no credential is stored
     /// for the caller there (`data` names the server and what to configure).
     CredentialRequired,
+    /// `-32023`: the Events extension's `NotFound` (an unknown event name, `data.kind`).
+    NotFound,
     /// A code defined by a tool (outside the ranges the spec reserves), passed through.
     Application(i64),
 }
@@ -42,6 +44,7 @@ impl ErrorKind {
             -32020 => Self::HeaderMismatch,
             -32021 => Self::MissingRequiredClientCapability,
             -32022 => Self::UnsupportedProtocolVersion,
+            -32023 => Self::NotFound,
             -31401 => Self::Unauthorized,
             -31403 => Self::Forbidden,
             -31429 => Self::RateLimited,
@@ -62,6 +65,7 @@ impl ErrorKind {
             Self::HeaderMismatch => -32020,
             Self::MissingRequiredClientCapability => -32021,
             Self::UnsupportedProtocolVersion => -32022,
+            Self::NotFound => -32023,
             Self::Unauthorized => -31401,
             Self::Forbidden => -31403,
             Self::RateLimited => -31429,

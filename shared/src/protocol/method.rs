@@ -24,6 +24,10 @@ pub enum Method {
     ResourcesTemplatesList,
     ResourcesRead,
     CompletionComplete,
+    /// The Events extension (`io.modelcontextprotocol/events`, docs/events.md): answered only
+    /// with `--events`, else `-32601` like an unknown method.
+    EventsList,
+    EventsPoll,
 }
 
 /// Whether an `Mcp-Name` header must accompany the method.
@@ -66,6 +70,8 @@ impl Method {
             Self::ResourcesTemplatesList => "resources/templates/list",
             Self::ResourcesRead => "resources/read",
             Self::CompletionComplete => "completion/complete",
+            Self::EventsList => "events/list",
+            Self::EventsPoll => "events/poll",
         }
     }
 
@@ -105,7 +111,10 @@ impl Method {
             | Self::PromptsList
             | Self::ResourcesList
             | Self::ResourcesTemplatesList
-            | Self::CompletionComplete => NameHeader::None,
+            | Self::CompletionComplete
+            // The extension defines no `Mcp-Name` for its methods.
+            | Self::EventsList
+            | Self::EventsPoll => NameHeader::None,
         }
     }
 
@@ -123,7 +132,9 @@ impl Method {
             | Self::ResourcesList
             | Self::ResourcesTemplatesList
             | Self::ResourcesRead
-            | Self::CompletionComplete => false,
+            | Self::CompletionComplete
+            | Self::EventsList
+            | Self::EventsPoll => false,
         }
     }
 
@@ -143,7 +154,9 @@ impl Method {
             | Self::SubscriptionsListen
             | Self::PromptsList
             | Self::ResourcesList
-            | Self::ResourcesTemplatesList => Admission::Request,
+            | Self::ResourcesTemplatesList
+            | Self::EventsList
+            | Self::EventsPoll => Admission::Request,
         }
     }
 

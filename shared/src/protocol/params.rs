@@ -38,6 +38,11 @@ pub struct Params<'a> {
     pub argument: Option<&'a RawValue>,
     #[serde(default, borrow, deserialize_with = "present")]
     pub context: Option<&'a RawValue>,
+    /// `events/poll`.
+    #[serde(rename = "maxAgeMs", default, borrow, deserialize_with = "present")]
+    pub max_age_ms: Option<&'a RawValue>,
+    #[serde(rename = "maxEvents", default, borrow, deserialize_with = "present")]
+    pub max_events: Option<&'a RawValue>,
 }
 
 impl<'a> Params<'a> {
