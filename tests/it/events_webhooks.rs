@@ -47,6 +47,7 @@ fn webhook_args(stack: &Stack, receiver: Option<&Receiver>, extra: &[&str]) -> V
         api_keys(stack),
         "--credentials-key".into(),
         key,
+        "--events".into(),
         "--events-webhooks".into(),
         "--events-webhook-ports".into(),
         "any".into(),

@@ -95,6 +95,7 @@ pub fn sleep_task<'a>(
         history: true,
         fingerprint: None,
         weight: 1.0,
+        events: None,
     }
 }
 

@@ -222,9 +222,28 @@ pub struct Config {
     pub streams: StreamLimits,
     pub tenants: TenantLimits,
     pub polls: PollSettings,
+    /// `--events`: `None` when off.
+    pub events: Option<EventsSettings>,
     pub log_format: LogFormat,
     /// `--events-webhooks`: `None` when off.
     pub webhooks: Option<WebhookSettings>,
+}
+
+/// `--events` and its settings (docs/events.md).
+#[derive(Debug, Clone)]
+pub struct EventsSettings {
+    /// `--events-tenants`: empty is every tenant.
+    pub tenants: std::collections::HashSet<String>,
+    pub outbox: taskgate_shared::store::OutboxLimits,
+    pub poll_interval_ms: u64,
+    pub max_poll_events: usize,
+}
+
+impl EventsSettings {
+    /// The outbox a new task of `tenant` gets, `None` when the tenant's tasks have no events.
+    pub fn for_tenant(&self, tenant: &str) -> Option<taskgate_shared::store::OutboxLimits> {
+        (self.tenants.is_empty() || self.tenants.contains(tenant)).then_some(self.outbox)
+    }
 }
 
 /// What the gateway says of itself as an OAuth protected resource.
@@ -470,6 +489,15 @@ impl Config {
                 max_held_per_principal: cli.max_held_polls_per_principal,
                 snapshot_cache_bytes: cli.snapshot_cache_bytes,
             },
+            events: cli.events.then(|| EventsSettings {
+                tenants: cli.events_tenants.iter().filter(|t| !t.is_empty()).cloned().collect(),
+                outbox: taskgate_shared::store::OutboxLimits {
+                    retention_ms: cli.events_retention_ms.max(1_000),
+                    cap: cli.events_max_per_stream.max(1),
+                },
+                poll_interval_ms: cli.events_poll_interval_ms,
+                max_poll_events: cli.events_max_poll_events.max(1),
+            }),
             log_format: cli.log_format,
             webhooks,
         })

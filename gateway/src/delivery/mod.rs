@@ -61,6 +61,8 @@ pub(super) struct Deliverer {
     pub(super) egress: Arc<Egress>,
     /// This process's holder name in the records.
     pub(super) holder: String,
+    /// Where outboxes are read from.
+    pub(super) outbox: outbox::Outbox,
     held: Mutex<HashMap<String, Arc<Held>>>,
 }
 
@@ -168,7 +170,11 @@ pub(crate) async fn run(state: AppState, stop: CancellationToken) {
     let (Some(settings), Some(egress)) = (state.config.webhooks.clone(), state.egress.clone()) else { return };
     let holder = format!("gw-{:016x}", rand::random::<u64>());
     tracing::info!(holder = %holder, "webhook delivery on");
-    let deliverer = Arc::new(Deliverer { state, settings, egress, holder, held: Mutex::new(HashMap::new()) });
+    let outbox = outbox::Outbox {
+        shards: state.config.redis.queue_shards,
+        retention_ms: state.config.events.as_ref().map_or(3_600_000, |events| events.outbox.retention_ms),
+    };
+    let deliverer = Arc::new(Deliverer { state, settings, egress, holder, outbox, held: Mutex::new(HashMap::new()) });
     let subscriptions = stop.child_token();
     let renew_every = deliverer.settings.lease / 3;
     let mut claims = tokio::time::interval(CLAIM_EVERY);

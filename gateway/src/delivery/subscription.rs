@@ -89,7 +89,14 @@ impl Sub {
             if self.held.stop.is_cancelled() || !self.held.lease_valid() {
                 break;
             }
-            let batch = match outbox::read(self.deliverer.store(), &self.claim.owner, &self.cursor, BATCH).await {
+            let (task_ids, statuses) = (&self.task_ids, &self.statuses);
+            let keep = |entry: &taskgate_shared::store::OutboxEntry| {
+                task_ids.as_ref().is_none_or(|ids| ids.contains(&entry.task_id))
+                    && statuses.as_ref().is_none_or(|s| s.contains(&entry.status))
+            };
+            let outbox = self.deliverer.outbox;
+            let read = outbox::read(self.deliverer.store(), outbox, &self.claim.owner, &self.cursor, BATCH, keep);
+            let batch = match read.await {
                 Ok(batch) => batch,
                 Err(err) => {
                     tracing::warn!(error = %err, subscription = %self.id, "reading a webhook outbox failed");

@@ -3,7 +3,7 @@
 
 use hmac::{Hmac, Mac};
 use serde_json::{Map, Value, json};
-use sha2::{Digest as _, Sha256};
+use sha2::Sha256;
 use taskgate_shared::protocol::{ErrorKind, Params, RpcError, params};
 use taskgate_shared::store::SharedSecret;
 
@@ -129,16 +129,25 @@ pub(crate) async fn verified_digest(
     Ok(hex(&over(mac, &[&principal.tenant, &principal.subject, url.as_str()])[..16]))
 }
 
-/// The position "now" of an owner's outbox: where a new subscription without a cursor starts.
-/// Empty until the outbox exists (the deliverer then starts at its own first read).
-pub(crate) async fn now_position(_state: &crate::state::AppState, _owner: &str) -> Result<String, GatewayError> {
-    Ok(String::new())
+/// The position "now" of an owner's outboxes: where a new subscription without a cursor
+/// starts (one `TIME`).
+pub(crate) async fn now_position(state: &crate::state::AppState, owner: &str) -> Result<String, GatewayError> {
+    let retention_ms = state.config.events.as_ref().map_or(3_600_000, |events| events.outbox.retention_ms);
+    let request = taskgate_shared::store::ReadRequest {
+        owner,
+        shards: state.config.redis.queue_shards,
+        cursor: None,
+        max_age_ms: None,
+        max_events: 1,
+        retention_ms,
+    };
+    Ok(state.store.read_outbox(request, |_| true).await?.cursor.encode())
 }
 
 /// An owner's digest: the hex of the first 16 bytes of SHA-256 over `Owner::key()` (the name
 /// of its outbox streams, docs/events.md 2.3).
 pub(crate) fn owner_digest(principal: &Principal) -> String {
-    hex(&Sha256::digest(principal.owner().key().as_bytes())[..16])
+    taskgate_shared::store::owner_digest(&principal.owner())
 }
 
 async fn keyed(call: &Call<'_>, label: &[u8]) -> Result<Hmac<Sha256>, GatewayError> {

@@ -18,6 +18,7 @@ mod inline;
 pub(crate) mod listen;
 mod methods;
 pub(crate) mod mirror;
+pub(crate) mod occurrences;
 mod pages;
 mod reply;
 
@@ -86,6 +87,8 @@ pub(crate) async fn handle(
         Method::CompletionComplete => methods::completion_complete::run(&call).await,
         Method::EventsSubscribe => methods::events_subscribe::run(&call).await.map(Reply::Result),
         Method::EventsUnsubscribe => methods::events_unsubscribe::run(&call).await.map(Reply::Result),
+        Method::EventsList => methods::events_list::run(&call).map(Reply::Result),
+        Method::EventsPoll => methods::events_poll::run(&call).await.map(Reply::Result),
     }
 }
 

@@ -24,6 +24,10 @@ pub enum Method {
     ResourcesTemplatesList,
     ResourcesRead,
     CompletionComplete,
+    /// The Events extension (`io.modelcontextprotocol/events`, docs/events.md): answered only
+    /// with `--events`, else `-32601` like an unknown method.
+    EventsList,
+    EventsPoll,
     EventsSubscribe,
     EventsUnsubscribe,
 }
@@ -68,6 +72,8 @@ impl Method {
             Self::ResourcesTemplatesList => "resources/templates/list",
             Self::ResourcesRead => "resources/read",
             Self::CompletionComplete => "completion/complete",
+            Self::EventsList => "events/list",
+            Self::EventsPoll => "events/poll",
             Self::EventsSubscribe => "events/subscribe",
             Self::EventsUnsubscribe => "events/unsubscribe",
         }
@@ -111,7 +117,10 @@ impl Method {
             | Self::ResourcesTemplatesList
             | Self::CompletionComplete
             | Self::EventsSubscribe
-            | Self::EventsUnsubscribe => NameHeader::None,
+            | Self::EventsUnsubscribe
+            // The extension defines no `Mcp-Name` for its methods.
+            | Self::EventsList
+            | Self::EventsPoll => NameHeader::None,
         }
     }
 
@@ -131,7 +140,9 @@ impl Method {
             | Self::ResourcesRead
             | Self::CompletionComplete
             | Self::EventsSubscribe
-            | Self::EventsUnsubscribe => false,
+            | Self::EventsUnsubscribe
+            | Self::EventsList
+            | Self::EventsPoll => false,
         }
     }
 
@@ -153,7 +164,9 @@ impl Method {
             | Self::ResourcesList
             | Self::ResourcesTemplatesList
             | Self::EventsSubscribe
-            | Self::EventsUnsubscribe => Admission::Request,
+            | Self::EventsUnsubscribe
+            | Self::EventsList
+            | Self::EventsPoll => Admission::Request,
         }
     }
 

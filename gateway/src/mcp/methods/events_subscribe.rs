@@ -19,9 +19,13 @@ const ROTATION_GRACE_MS: u64 = 5 * 60 * 1000;
 
 pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
     let state = call.state;
-    let (Some(settings), Some(egress), Some(keyring)) =
-        (state.config.webhooks.as_ref(), state.egress.as_ref(), state.credential_keys.as_ref())
-    else {
+    // Webhooks deliver the outbox: without `--events` there is none, and `events/*` is unknown.
+    let (Some(settings), Some(egress), Some(keyring), Some(_)) = (
+        state.config.webhooks.as_ref(),
+        state.egress.as_ref(),
+        state.credential_keys.as_ref(),
+        state.config.events.as_ref(),
+    ) else {
         return Err(RpcError::method_not_found().into());
     };
     let principal = hooks::subscriber(call)?;
