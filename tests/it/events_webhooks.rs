@@ -225,7 +225,7 @@ async fn subscriptions_are_idempotent_capped_and_need_a_principal() {
         ])
         .await;
     let reply = subscribe(&stack.client(anonymous), &receiver.url("/a"), &secret(1), json!({})).await;
-    assert_eq!(reply.error_code(), Some(-32024), "{}", reply.text);
+    assert_eq!(reply.error_code(), Some(-32024), "{}\n{}", reply.text, stack.gateways[anonymous].log());
 }
 
 /// Invariant 3 on subscriptions: an acknowledgement with an old fence is refused and moves

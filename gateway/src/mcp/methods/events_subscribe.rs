@@ -19,6 +19,11 @@ const ROTATION_GRACE_MS: u64 = 5 * 60 * 1000;
 
 pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
     let state = call.state;
+    if state.config.webhooks.is_none() {
+        return Err(RpcError::method_not_found().into());
+    }
+    // The extension forbids webhooks without an authenticated principal, whatever else is set.
+    let principal = hooks::subscriber(call)?;
     // Webhooks deliver the outbox: without `--events` there is none, and `events/*` is unknown.
     let (Some(settings), Some(egress), Some(keyring), Some(_)) = (
         state.config.webhooks.as_ref(),
@@ -28,7 +33,6 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
     ) else {
         return Err(RpcError::method_not_found().into());
     };
-    let principal = hooks::subscriber(call)?;
     let key = hooks::key(call.params, egress)?;
     let secret =
         match params::value(call.params.delivery).as_ref().and_then(|d| d.get("secret")).and_then(Value::as_str) {
