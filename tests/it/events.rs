@@ -158,7 +158,7 @@ async fn exactly_once() {
         })
     };
 
-    let client = |i: usize| if i % 2 == 0 { &a } else { &b };
+    let client = |i: usize| if i.is_multiple_of(2) { &a } else { &b };
     let mut expected: HashMap<String, Vec<&str>> = HashMap::new();
     let mut quick = Vec::new();
     for i in 0..150 {

@@ -323,7 +323,7 @@ async fn every_transition_exactly_once_through_outages_and_a_killed_deliverer() 
     let mut foreign = Vec::new();
     for i in 0..TASKS {
         mine.push(alice.create_task("sleep", json!({ "ms": 0 })).await);
-        if i % 20 == 0 {
+        if i.is_multiple_of(20) {
             foreign.push(bob.create_task("sleep", json!({ "ms": 0 })).await);
             foreign.push(carol.create_task("sleep", json!({ "ms": 0 })).await);
         }
