@@ -300,7 +300,7 @@ mod delivered {
 /// connections) and the death of the gateway holding the subscription; foreign tasks never.
 #[tokio::test]
 async fn every_transition_exactly_once_through_outages_and_a_killed_deliverer() {
-    const TASKS: usize = 200;
+    const TASKS: usize = 1_000;
     let mut stack = Stack::builder().gateways(0).workers(0).spawn().await;
     let mut receiver = Receiver::start().await;
     let private = ["--events-webhook-allow-private", "127.0.0.0/8"];
