@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use sha2::Digest as _;
 use taskgate_shared::store::{DEFAULT_POOL, OutboxLimits, Store, WORKER_GROUP};
 use taskgate_shared::task::{Owner, TaskId};
-use taskgate_tests::{McpClient, Stack, eventually};
+use taskgate_tests::{McpClient, Stack, Topology, eventually};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 const NAME: &str = "taskgate.task.status";
@@ -221,6 +221,42 @@ fn api_keys(stack: &Stack, keys: &[(&str, &str, &str)]) -> String {
     let lines: String = keys.iter().map(|(key, tenant, who)| format!("{} {tenant} {who}\n", hash(key))).collect();
     std::fs::write(&file, lines).unwrap();
     file.to_str().unwrap().to_owned()
+}
+
+taskgate_tests::on_topologies!([standalone: Standalone, cluster: Cluster] every_shard_is_read);
+
+/// Tasks on many shards (on a Cluster, on every node): one poll reads each shard's outbox, and
+/// pages of a few events at a time lose and repeat nothing.
+async fn every_shard_is_read(topology: Topology) {
+    let stack = topology.builder().gateway_args(&["--events"]).spawn().await;
+    let client = stack.client(0);
+    let start = now_cursor(&client).await;
+    let mut ids = HashSet::new();
+    for _ in 0..24 {
+        ids.insert(client.create_task("sleep", json!({"ms": 0})).await);
+    }
+    let shards: HashSet<u8> = ids.iter().map(|id| TaskId::parse(id).unwrap().shard()).collect();
+    assert!(shards.len() > 4, "spread over shards: {shards:?}");
+    for id in &ids {
+        client.wait_for_status(id, "completed", PATIENCE).await;
+    }
+    let mut cursor = start;
+    let mut events = Vec::new();
+    loop {
+        let r = poll(&client, &cursor, json!({}), Some(5)).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let page = r.result()["events"].as_array().unwrap().clone();
+        assert!(page.len() <= 5);
+        events.extend(page);
+        cursor = r.result()["cursor"].clone();
+        if r.result()["hasMore"] != true {
+            break;
+        }
+    }
+    let (tasks, duplicates) = by_task(&events);
+    assert_eq!(duplicates, 0);
+    assert_eq!(tasks.keys().cloned().collect::<HashSet<_>>(), ids);
+    assert!(tasks.values().all(|changes| statuses(changes) == ["working", "completed"]), "{tasks:?}");
 }
 
 /// (b) Principals A and B of one tenant, C of another: each reads only its own tasks' events;
