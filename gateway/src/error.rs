@@ -245,9 +245,12 @@ fn status_of(kind: ErrorKind, stage: Stage) -> StatusCode {
         // Only a tool's stored error gets here with these codes (the gateway's own refusals
         // are `GatewayError::Auth`): in-band, so a client never mistakes it for its credentials.
         ErrorKind::Unauthorized | ErrorKind::Forbidden | ErrorKind::CredentialRequired => StatusCode::OK,
+        // The Events extension's refusals of a well-formed request (docs/events.md, 2.5).
+        ErrorKind::EventsForbidden | ErrorKind::ResourceExhausted | ErrorKind::CallbackEndpointError => StatusCode::OK,
         ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-        // A tool's own error, carried in-band.
-        ErrorKind::Application(_) => StatusCode::OK,
+        // A tool's own error, carried in-band; the Events extension's refusal of a well-formed
+        // request (docs/events.md, 2.5).
+        ErrorKind::Application(_) | ErrorKind::NotFound => StatusCode::OK,
     }
 }
 

@@ -6,6 +6,8 @@ pub mod auth;
 mod catalogue;
 pub mod config;
 pub(crate) mod console;
+mod delivery;
+mod egress;
 mod error;
 mod events;
 #[doc(hidden)]
@@ -24,6 +26,7 @@ mod state;
 mod stream_slots;
 
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 pub use config::Config;
 pub use http::router;
@@ -63,6 +66,15 @@ pub async fn run(
     let secrets = state.secrets.in_redis().then(|| {
         tokio::spawn(state.secrets.clone().refresh_forever(state.store.clone(), state.config.shared_secrets.refresh))
     });
+    // Webhook delivery (`--events-delivery on|only`): stopped after the listeners, so its
+    // positions are written and its leases released before the process ends.
+    let delivering = CancellationToken::new();
+    let deliverer = state
+        .config
+        .webhooks
+        .as_ref()
+        .is_some_and(|w| w.delivery != config::DeliveryMode::Off)
+        .then(|| tokio::spawn(delivery::run(state.clone(), delivering.clone())));
     let streams = state.shutdown.clone();
     let draining = state.draining.clone();
     let delay = state.config.shutdown_delay;
@@ -81,6 +93,10 @@ pub async fn run(
     for core in cores {
         let joined = tokio::task::spawn_blocking(move || core.join()).await.map_err(std::io::Error::other)?;
         joined.map_err(|_| std::io::Error::other("a core's runtime panicked"))??;
+    }
+    delivering.cancel();
+    if let Some(deliverer) = deliverer {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), deliverer).await;
     }
     checker.abort();
     refresher.abort();

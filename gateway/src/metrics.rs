@@ -27,6 +27,10 @@ pub(crate) struct GatewayMetrics {
     pub(crate) snapshot_cache_bytes: IntGauge,
     pub(crate) snapshot_cache_beacon_lag: Histogram,
     pub(crate) request_slices: IntCounterVec,
+    pub(crate) webhook_deliveries: IntCounterVec,
+    pub(crate) webhook_dead_lettered: IntCounterVec,
+    pub(crate) webhook_refused: IntCounterVec,
+    pub(crate) webhook_held: IntGauge,
 }
 
 pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMetrics {
@@ -61,6 +65,26 @@ pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMe
         "Early tasks/get polls held instead of refused (held), those answered early because the task \
          changed (woken), and those refused because too many were held (refused).",
         &["outcome"],
+    ),
+    webhook_deliveries: metrics::counter_vec(
+        "taskgate_events_webhook_deliveries_total",
+        "Webhook POST attempts by outcome (ok, retry, dead, gone, too_large).",
+        &["outcome"],
+    ),
+    webhook_dead_lettered: metrics::counter_vec(
+        "taskgate_events_webhook_dead_lettered_total",
+        "Webhook events dead-lettered, by the last error's category.",
+        &["reason"],
+    ),
+    webhook_refused: metrics::counter_vec(
+        "taskgate_events_webhook_refused_total",
+        "Callback URLs or addresses refused by the egress policy (url, address, port, not_allowed, \
+         verification).",
+        &["reason"],
+    ),
+    webhook_held: metrics::gauge(
+        "taskgate_events_webhook_held",
+        "Webhook subscriptions this deliverer holds a lease on.",
     ),
     tasks_created: metrics::counter_vec("taskgate_tasks_created_total", "Tasks created, by tool.", &["tool"]),
     sse_streams: metrics::gauge("taskgate_gateway_sse_streams", "Open subscriptions/listen streams."),

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::origin::OriginPolicy;
-use crate::{auth, catalogue, events, limits, metrics, mrtr, polls, secrets, snapshots, stream_slots};
+use crate::{auth, catalogue, egress, events, limits, metrics, mrtr, polls, secrets, snapshots, stream_slots};
 
 /// A gateway that cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -16,6 +16,9 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Auth(#[from] auth::AuthSetupError),
+    /// The webhook egress client (its CA file) cannot be built.
+    #[error("{0}")]
+    Egress(String),
 }
 
 /// Shared by every request. One `Arc`: the router hands each request a clone, which is then a
@@ -64,6 +67,8 @@ pub struct Shared {
     /// `--credentials-key`: what seals and opens upstream credentials (`None`: they cannot be
     /// set here).
     pub(crate) credential_keys: Option<Arc<taskgate_shared::credentials::KeyRing>>,
+    /// `--events-webhooks`: the hardened client that reaches callback URLs.
+    pub(crate) egress: Option<Arc<egress::Egress>>,
 }
 
 impl AppState {
@@ -88,6 +93,13 @@ impl AppState {
         let snapshots = Arc::new(snapshots::SnapshotCache::new(config.polls.snapshot_cache_bytes));
         let config_slice = config.tenants.admission_slice;
         let credential_keys = config.credentials.clone();
+        let egress = config
+            .webhooks
+            .as_ref()
+            .map(egress::Egress::new)
+            .transpose()
+            .map_err(|err| StartError::Egress(err.to_string()))?
+            .map(Arc::new);
         if let Some(keys) = &credential_keys {
             tracing::info!(keys = ?keys.ids(), sealing = keys.current(), "credentials keys loaded");
         }
@@ -109,6 +121,7 @@ impl AppState {
             request_slices: Arc::new(limits::slices::Slices::new(config_slice)),
             redis_usable: Arc::default(),
             secrets,
+            egress,
         })))
     }
 

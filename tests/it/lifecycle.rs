@@ -234,7 +234,7 @@ async fn a_killed_worker_task_is_finished_by_another_exactly_once() {
     let dead = record_field(&stack, &task_id, "holder").await;
     assert_eq!(dead, None, "a finished task has no holder");
     let version = record_field(&stack, &task_id, "ver").await;
-    let stale = Lease { task_id: &id, worker: "w-stale", fence: first };
+    let stale = Lease { task_id: &id, worker: "w-stale", fence: first, outbox: None };
     let written = stack.store().finish(stale, Finish::Completed { result: "{}", message: None }).await.unwrap();
     assert!(!written);
     assert_eq!(record_field(&stack, &task_id, "ver").await, version);

@@ -12,6 +12,8 @@ mod console_edge;
 mod credentials_admin;
 mod docs;
 mod durability;
+mod events;
+mod events_webhooks;
 mod example_worker;
 mod fairness;
 mod graceful;

@@ -200,11 +200,11 @@ async fn script_replays_answer_what_the_first_run_did(topology: Topology) {
     );
 
     // finish: a replayed completion is reported written, not as a lost lease.
-    let held = Lease { task_id: &id, worker: "w-replay", fence: first.fence };
+    let held = Lease { task_id: &id, worker: "w-replay", fence: first.fence, outbox: None };
     let outcome = Finish::Completed { result: "{\"content\":[]}", message: None };
     assert!(store.finish(held, outcome.clone()).await.unwrap());
     assert!(store.finish(held, outcome).await.unwrap(), "a replayed finish answers written");
-    let stale = Lease { task_id: &id, worker: "w-replay", fence: first.fence + 1 };
+    let stale = Lease { task_id: &id, worker: "w-replay", fence: first.fence + 1, outbox: None };
     assert!(!store.finish(stale, Finish::Cancelled { message: "x" }).await.unwrap(), "other tokens stay refused");
     assert_eq!(field(&store, &id, "status").await.as_deref(), Some("completed"));
 
@@ -276,7 +276,7 @@ async fn the_store_frees_the_slot_of_a_task_a_worker_or_the_reaper_ends(topology
         let lease = if ended_by == "a finish" { PATIENCE } else { Duration::from_millis(50) };
         let claim = store.claim(&mut delivery.clone(), DEFAULT_POOL, "w-slot", lease).await.unwrap().expect("claimed");
         if ended_by == "a finish" {
-            let held = Lease { task_id: &id, worker: "w-slot", fence: claim.fence };
+            let held = Lease { task_id: &id, worker: "w-slot", fence: claim.fence, outbox: None };
             let outcome = Finish::Completed { result: "{\"content\":[]}", message: None };
             assert!(store.finish(held, outcome).await.unwrap());
         } else {

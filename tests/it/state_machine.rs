@@ -104,17 +104,22 @@ async fn run(store: &Store, conn: &mut redis::aio::MultiplexedConnection, ops: V
                 }
             }
             Op::Renew(c) => {
-                let _ =
-                    store.renew(Lease { task_id: &id, worker: &worker, fence: fence_for(*c) }, lease_ms).await.unwrap();
+                let _ = store
+                    .renew(Lease { task_id: &id, worker: &worker, fence: fence_for(*c), outbox: None }, lease_ms)
+                    .await
+                    .unwrap();
             }
             Op::Status(c) => {
-                store.set_status(Lease { task_id: &id, worker: &worker, fence: fence_for(*c) }, "s").await.unwrap();
+                store
+                    .set_status(Lease { task_id: &id, worker: &worker, fence: fence_for(*c), outbox: None }, "s")
+                    .await
+                    .unwrap();
             }
             Op::Park(c, k) => {
                 let requests = vec![(format!("k{k}"), r#"{"method":"roots/list","params":{}}"#.to_owned())];
                 let parked = store
                     .request_input(
-                        Lease { task_id: &id, worker: &worker, fence: fence_for(*c) },
+                        Lease { task_id: &id, worker: &worker, fence: fence_for(*c), outbox: None },
                         None,
                         &requests,
                         None,
@@ -129,7 +134,7 @@ async fn run(store: &Store, conn: &mut redis::aio::MultiplexedConnection, ops: V
             Op::Complete(c) => {
                 store
                     .finish(
-                        Lease { task_id: &id, worker: &worker, fence: fence_for(*c) },
+                        Lease { task_id: &id, worker: &worker, fence: fence_for(*c), outbox: None },
                         Finish::Completed { result: r#"{"ok":1}"#, message: None },
                     )
                     .await
@@ -138,7 +143,7 @@ async fn run(store: &Store, conn: &mut redis::aio::MultiplexedConnection, ops: V
             Op::Fail(c) => {
                 store
                     .finish(
-                        Lease { task_id: &id, worker: &worker, fence: fence_for(*c) },
+                        Lease { task_id: &id, worker: &worker, fence: fence_for(*c), outbox: None },
                         Finish::Failed { error: r#"{"code":1,"message":"m"}"#, message: None },
                     )
                     .await
@@ -146,7 +151,11 @@ async fn run(store: &Store, conn: &mut redis::aio::MultiplexedConnection, ops: V
             }
             Op::Release(c) => {
                 if store
-                    .release(Lease { task_id: &id, worker: &worker, fence: fence_for(*c) }, DEFAULT_POOL, "c")
+                    .release(
+                        Lease { task_id: &id, worker: &worker, fence: fence_for(*c), outbox: None },
+                        DEFAULT_POOL,
+                        "c",
+                    )
                     .await
                     .unwrap()
                     != Released::LeaseLost
@@ -169,12 +178,12 @@ async fn run(store: &Store, conn: &mut redis::aio::MultiplexedConnection, ops: V
                 }
             }
             Op::Hold(c, k) => {
-                let lease = Lease { task_id: &id, worker: &worker, fence: fence_for(*c) };
+                let lease = Lease { task_id: &id, worker: &worker, fence: fence_for(*c), outbox: None };
                 let request = r#"{"method":"roots/list","params":{}}"#;
                 store.hold_for_input(lease, "q", &format!("k{k}"), request).await.unwrap();
             }
             Op::HeldAnswer(c, k) => {
-                let lease = Lease { task_id: &id, worker: &worker, fence: fence_for(*c) };
+                let lease = Lease { task_id: &id, worker: &worker, fence: fence_for(*c), outbox: None };
                 store.held_answer(lease, &format!("k{k}")).await.unwrap();
                 let after = store.get_task(&id).await.unwrap().unwrap();
                 prop_assert_eq!(after.version, before.version, "looking for an answer wrote");

@@ -195,7 +195,7 @@ async fn a_stale_fence_cannot_record_a_step(topology: Topology) {
 
     let first = claim(&store, &id, "w-one").await;
     assert!(first.steps.is_empty(), "no steps yet");
-    let held = Lease { task_id: &id, worker: "w-one", fence: first.fence };
+    let held = Lease { task_id: &id, worker: "w-one", fence: first.fence, outbox: None };
     assert!(store.record_step(held, "a", "1").await.unwrap(), "the holder records");
     assert!(store.record_step(held, "a", "2").await.unwrap(), "a re-sent record answers written");
     assert_eq!(store.release(held, DEFAULT_POOL, "cancelled").await.unwrap(), Released::Requeued);
@@ -206,13 +206,13 @@ async fn a_stale_fence_cannot_record_a_step(topology: Topology) {
 
     // The first run's token, and the right token from another worker: both refused.
     assert!(!store.record_step(held, "b", "\"stale\"").await.unwrap(), "a stale fence is refused");
-    let impostor = Lease { task_id: &id, worker: "w-one", fence: second.fence };
+    let impostor = Lease { task_id: &id, worker: "w-one", fence: second.fence, outbox: None };
     assert!(!store.record_step(impostor, "b", "\"impostor\"").await.unwrap(), "another worker is refused");
     let steps: Vec<(String, String)> =
         redis::cmd("HGETALL").arg(&keys.steps).query_async(&mut store.conn()).await.unwrap();
     assert_eq!(steps, vec![("a".to_owned(), "1".to_owned())], "nothing written by the refused records");
 
-    let holder = Lease { task_id: &id, worker: "w-two", fence: second.fence };
+    let holder = Lease { task_id: &id, worker: "w-two", fence: second.fence, outbox: None };
     assert!(store.record_step(holder, "b", "\"ok\"").await.unwrap());
     let record_ttl: i64 = redis::cmd("PTTL").arg(&keys.record).query_async(&mut store.conn()).await.unwrap();
     let steps_ttl: i64 = redis::cmd("PTTL").arg(&keys.steps).query_async(&mut store.conn()).await.unwrap();

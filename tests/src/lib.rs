@@ -17,6 +17,7 @@ pub mod sentinel;
 mod stack;
 pub mod tls;
 pub mod upstream;
+pub mod webhook_receiver;
 
 pub use client::{McpClient, Reply, SseItem, SseStream, ack, meta, meta_without_tasks, standard_headers};
 pub use fault_proxy::{Fault, FaultProxy};
@@ -94,6 +95,7 @@ pub fn sleep_task<'a>(
         history: true,
         fingerprint: None,
         weight: 1.0,
+        events: None,
     }
 }
 

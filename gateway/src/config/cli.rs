@@ -318,6 +318,36 @@ pub struct Cli {
     #[arg(long, env = "TASKGATE_SNAPSHOT_CACHE_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub snapshot_cache_bytes: usize,
 
+    /// Serves task status changes as MCP Events (`io.modelcontextprotocol/events`:
+    /// `events/list`, `events/poll`; docs/events.md). Off by default: `events/*` answers
+    /// -32601 and no outbox is written. Tasks created while it was off never have events.
+    #[arg(long, env = "TASKGATE_EVENTS")]
+    pub events: bool,
+
+    /// The tenants whose tasks have events (comma separated); empty: every tenant. Another
+    /// tenant's tasks write no outbox, and its callers' polls find nothing.
+    #[arg(long, env = "TASKGATE_EVENTS_TENANTS", value_delimiter = ',')]
+    pub events_tenants: Vec<String>,
+
+    /// How long a task's status changes stay readable, in milliseconds: older outbox entries
+    /// are trimmed, and a cursor older than twice this reads as a gap (`truncated`). Written
+    /// into each task at creation, so later transitions (the worker's too) keep it.
+    #[arg(long, env = "TASKGATE_EVENTS_RETENTION_MS", default_value_t = 3_600_000)]
+    pub events_retention_ms: u64,
+
+    /// Entries one outbox stream (one principal's tasks on one queue shard) keeps at most,
+    /// about; older ones are trimmed (a gap for a reader behind them).
+    #[arg(long, env = "TASKGATE_EVENTS_MAX_PER_STREAM", default_value_t = 10_000)]
+    pub events_max_per_stream: u64,
+
+    /// The `nextPollMs` an `events/poll` answers with, in milliseconds.
+    #[arg(long, env = "TASKGATE_EVENTS_POLL_INTERVAL_MS", default_value_t = 2_000)]
+    pub events_poll_interval_ms: u64,
+
+    /// Events one `events/poll` returns at most: the default and the cap of `maxEvents`.
+    #[arg(long, env = "TASKGATE_EVENTS_MAX_POLL_EVENTS", default_value_t = 100)]
+    pub events_max_poll_events: usize,
+
     /// Early polls held at once on this replica; beyond, they are refused with 429.
     #[arg(long, env = "TASKGATE_MAX_HELD_POLLS", default_value_t = 10_000)]
     pub max_held_polls: usize,
@@ -337,6 +367,9 @@ pub struct Cli {
     /// Log format: auto (JSON unless on a terminal), json or text.
     #[arg(long, env = "TASKGATE_LOG_FORMAT", default_value = "auto")]
     pub log_format: LogFormat,
+
+    #[command(flatten)]
+    pub webhooks: super::webhooks::WebhookArgs,
 }
 
 /// The lightest and heaviest `--tenant-weight`: within them a tag step (1/weight) stays exact

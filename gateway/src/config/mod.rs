@@ -5,6 +5,7 @@
 //! the gateway runs with, reading the secrets it names and reporting every problem at once.
 
 mod cli;
+mod webhooks;
 
 use std::net::SocketAddr;
 use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
@@ -20,6 +21,7 @@ use taskgate_shared::telemetry::LogFormat;
 use crate::runtime::RuntimeSettings;
 
 pub use cli::{AuthMode, Cli};
+pub use webhooks::{DeliveryMode, Ports, WebhookConfigError, WebhookSettings};
 
 /// A configuration that cannot run. [`Config::from_cli`] reports every one it finds.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +57,8 @@ pub enum ConfigError {
         "invalid request-state key {0:?}: expected ID:BASE64 with an id of [A-Za-z0-9_-] and at least 32 secret bytes"
     )]
     StateKey(String),
+    #[error(transparent)]
+    Webhooks(#[from] WebhookConfigError),
 }
 
 /// What an early `tasks/get` gets (`--poll-limit`).
@@ -218,7 +222,28 @@ pub struct Config {
     pub streams: StreamLimits,
     pub tenants: TenantLimits,
     pub polls: PollSettings,
+    /// `--events`: `None` when off.
+    pub events: Option<EventsSettings>,
     pub log_format: LogFormat,
+    /// `--events-webhooks`: `None` when off.
+    pub webhooks: Option<WebhookSettings>,
+}
+
+/// `--events` and its settings (docs/events.md).
+#[derive(Debug, Clone)]
+pub struct EventsSettings {
+    /// `--events-tenants`: empty is every tenant.
+    pub tenants: std::collections::HashSet<String>,
+    pub outbox: taskgate_shared::store::OutboxLimits,
+    pub poll_interval_ms: u64,
+    pub max_poll_events: usize,
+}
+
+impl EventsSettings {
+    /// The outbox a new task of `tenant` gets, `None` when the tenant's tasks have no events.
+    pub fn for_tenant(&self, tenant: &str) -> Option<taskgate_shared::store::OutboxLimits> {
+        (self.tenants.is_empty() || self.tenants.contains(tenant)).then_some(self.outbox)
+    }
 }
 
 /// What the gateway says of itself as an OAuth protected resource.
@@ -375,6 +400,12 @@ impl Config {
         if !(0.0..=1.0).contains(&cli.poll_tolerance) {
             errors.push(ConfigError::PollTolerance);
         }
+        let has_key = credentials.as_ref().is_some_and(Option::is_some);
+        let webhooks = cli
+            .webhooks
+            .settings(has_key)
+            .map_err(|errs| errors.extend(errs.into_iter().map(ConfigError::from)))
+            .unwrap_or(None);
         let (Some(redis), Some(auth), Some(request_state_keys), Some(master_secret), Some(credentials), true) =
             (redis, auth, request_state_keys, master_secret, credentials, errors.is_empty())
         else {
@@ -461,7 +492,17 @@ impl Config {
                 max_held_per_principal: cli.max_held_polls_per_principal,
                 snapshot_cache_bytes: cli.snapshot_cache_bytes,
             },
+            events: cli.events.then(|| EventsSettings {
+                tenants: cli.events_tenants.iter().filter(|t| !t.is_empty()).cloned().collect(),
+                outbox: taskgate_shared::store::OutboxLimits {
+                    retention_ms: cli.events_retention_ms.max(1_000),
+                    cap: cli.events_max_per_stream.max(1),
+                },
+                poll_interval_ms: cli.events_poll_interval_ms,
+                max_poll_events: cli.events_max_poll_events.max(1),
+            }),
             log_format: cli.log_format,
+            webhooks,
         })
     }
 }

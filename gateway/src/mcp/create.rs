@@ -81,6 +81,7 @@ pub(crate) async fn write_task(
         history: state.config.console.is_some(),
         fingerprint: shape.fingerprint,
         weight: state.config.tenants.weight(&owner.tenant),
+        events: state.config.events.as_ref().and_then(|e| e.for_tenant(&owner.tenant)),
     };
     tracing::Span::current().record("task_id", id.as_str());
     let durable = match durability {

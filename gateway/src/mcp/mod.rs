@@ -12,11 +12,13 @@
 mod binding;
 mod create;
 mod hidden;
+pub(crate) mod hooks;
 pub(crate) mod idempotency;
 mod inline;
 pub(crate) mod listen;
 mod methods;
 pub(crate) mod mirror;
+pub(crate) mod occurrences;
 mod pages;
 mod reply;
 
@@ -83,6 +85,10 @@ pub(crate) async fn handle(
         Method::ResourcesTemplatesList => methods::resources_list::templates(&call).await.map(Reply::Result),
         Method::ResourcesRead => methods::resources_read::run(&call).await,
         Method::CompletionComplete => methods::completion_complete::run(&call).await,
+        Method::EventsSubscribe => methods::events_subscribe::run(&call).await.map(Reply::Result),
+        Method::EventsUnsubscribe => methods::events_unsubscribe::run(&call).await.map(Reply::Result),
+        Method::EventsList => methods::events_list::run(&call).map(Reply::Result),
+        Method::EventsPoll => methods::events_poll::run(&call).await.map(Reply::Result),
     }
 }
 

@@ -27,6 +27,16 @@ pub enum ErrorKind {
     /// `-31428`: the tool's upstream server acts as the caller, and no credential is stored
     /// for the caller there (`data` names the server and what to configure).
     CredentialRequired,
+    /// `-32023` (Events extension): no such event type or subscription (`data.kind`).
+    NotFound,
+    /// `-32024` (Events extension): the principal may not do this (a webhook without
+    /// authentication, a URL outside the allow-list).
+    EventsForbidden,
+    /// `-32025` (Events extension): a limit (`data.limit`, `data.max`).
+    ResourceExhausted,
+    /// `-32027` (Events extension): the callback endpoint failed verification or could not be
+    /// reached (`data.reason`, a `lastError` category).
+    CallbackEndpointError,
     /// A code defined by a tool (outside the ranges the spec reserves), passed through.
     Application(i64),
 }
@@ -42,6 +52,10 @@ impl ErrorKind {
             -32020 => Self::HeaderMismatch,
             -32021 => Self::MissingRequiredClientCapability,
             -32022 => Self::UnsupportedProtocolVersion,
+            -32023 => Self::NotFound,
+            -32024 => Self::EventsForbidden,
+            -32025 => Self::ResourceExhausted,
+            -32027 => Self::CallbackEndpointError,
             -31401 => Self::Unauthorized,
             -31403 => Self::Forbidden,
             -31429 => Self::RateLimited,
@@ -62,6 +76,10 @@ impl ErrorKind {
             Self::HeaderMismatch => -32020,
             Self::MissingRequiredClientCapability => -32021,
             Self::UnsupportedProtocolVersion => -32022,
+            Self::NotFound => -32023,
+            Self::EventsForbidden => -32024,
+            Self::ResourceExhausted => -32025,
+            Self::CallbackEndpointError => -32027,
             Self::Unauthorized => -31401,
             Self::Forbidden => -31403,
             Self::RateLimited => -31429,

@@ -24,6 +24,12 @@ pub enum Method {
     ResourcesTemplatesList,
     ResourcesRead,
     CompletionComplete,
+    /// The Events extension (`io.modelcontextprotocol/events`, docs/events.md): answered only
+    /// with `--events`, else `-32601` like an unknown method.
+    EventsList,
+    EventsPoll,
+    EventsSubscribe,
+    EventsUnsubscribe,
 }
 
 /// Whether an `Mcp-Name` header must accompany the method.
@@ -66,6 +72,10 @@ impl Method {
             Self::ResourcesTemplatesList => "resources/templates/list",
             Self::ResourcesRead => "resources/read",
             Self::CompletionComplete => "completion/complete",
+            Self::EventsList => "events/list",
+            Self::EventsPoll => "events/poll",
+            Self::EventsSubscribe => "events/subscribe",
+            Self::EventsUnsubscribe => "events/unsubscribe",
         }
     }
 
@@ -105,7 +115,12 @@ impl Method {
             | Self::PromptsList
             | Self::ResourcesList
             | Self::ResourcesTemplatesList
-            | Self::CompletionComplete => NameHeader::None,
+            | Self::CompletionComplete
+            | Self::EventsSubscribe
+            | Self::EventsUnsubscribe
+            // The extension defines no `Mcp-Name` for its methods.
+            | Self::EventsList
+            | Self::EventsPoll => NameHeader::None,
         }
     }
 
@@ -123,7 +138,11 @@ impl Method {
             | Self::ResourcesList
             | Self::ResourcesTemplatesList
             | Self::ResourcesRead
-            | Self::CompletionComplete => false,
+            | Self::CompletionComplete
+            | Self::EventsSubscribe
+            | Self::EventsUnsubscribe
+            | Self::EventsList
+            | Self::EventsPoll => false,
         }
     }
 
@@ -143,7 +162,11 @@ impl Method {
             | Self::SubscriptionsListen
             | Self::PromptsList
             | Self::ResourcesList
-            | Self::ResourcesTemplatesList => Admission::Request,
+            | Self::ResourcesTemplatesList
+            | Self::EventsSubscribe
+            | Self::EventsUnsubscribe
+            | Self::EventsList
+            | Self::EventsPoll => Admission::Request,
         }
     }
 

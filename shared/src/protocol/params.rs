@@ -38,6 +38,17 @@ pub struct Params<'a> {
     pub argument: Option<&'a RawValue>,
     #[serde(default, borrow, deserialize_with = "present")]
     pub context: Option<&'a RawValue>,
+    /// `events/subscribe` and `events/unsubscribe`: where to deliver.
+    #[serde(default, borrow, deserialize_with = "present")]
+    pub delivery: Option<&'a RawValue>,
+    /// `events/subscribe`: the suggested lifetime (`null` asks for no expiry).
+    #[serde(rename = "ttlMs", default, borrow, deserialize_with = "present")]
+    pub ttl_ms: Option<&'a RawValue>,
+    /// `events/poll`.
+    #[serde(rename = "maxAgeMs", default, borrow, deserialize_with = "present")]
+    pub max_age_ms: Option<&'a RawValue>,
+    #[serde(rename = "maxEvents", default, borrow, deserialize_with = "present")]
+    pub max_events: Option<&'a RawValue>,
 }
 
 impl<'a> Params<'a> {

@@ -263,7 +263,6 @@ impl Store {
         by: &str,
         why: &str,
     ) -> Result<OperatorFail, StoreError> {
-        let keys = self.keys().task(id);
         let (events, signal_prefix) = (self.events_channel(id), self.keys().signal_prefix());
         let args = fail_task::Args {
             task_id: id.as_str(),
@@ -273,7 +272,10 @@ impl Store {
             signal_prefix: &signal_prefix,
             operator: (by, why),
         };
-        let (outcome, slot) = fail_task::call(&mut self.conn(), (&keys).into(), args).await?;
+        // An operator does not know the owner: the script names its outbox when it has one.
+        let (outcome, slot) = self
+            .on_outbox(id, None, |keys| async move { fail_task::call(&mut self.conn(), (&keys).into(), args).await })
+            .await?;
         if let OperatorFail::Failed { from } = outcome {
             let transition = Transition::new(Some(from), TaskStatus::Failed, Actor::Operator);
             self.ended(id, transition, slot.as_deref()).await;

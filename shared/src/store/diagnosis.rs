@@ -20,7 +20,7 @@ impl StoreError {
             Self::Config(_) => return CONFIG,
             Self::PoolExhausted { .. } => return EXHAUSTED,
             Self::NoPrimary(_) => return NO_PRIMARY,
-            Self::UnexpectedReply(_) | Self::Corrupt(_) | Self::KeyReused => return UNEXPECTED,
+            Self::UnexpectedReply(_) | Self::Corrupt(_) | Self::KeyReused | Self::OtherOutbox(_) => return UNEXPECTED,
         };
         classify(&code, &text)
     }

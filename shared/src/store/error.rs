@@ -24,6 +24,10 @@ pub enum StoreError {
     /// An idempotency key that made a task for another tool or other arguments.
     #[error("the idempotency key was used for another call")]
     KeyReused,
+    /// A transition found its record's outbox is this owner's, not the one declared; nothing
+    /// was written. `Store::on_outbox` sends it again with that key: it never leaves the store.
+    #[error("the task's outbox belongs to another owner")]
+    OtherOutbox(String),
 }
 
 impl StoreError {

@@ -71,6 +71,11 @@ pub struct TaskKeys {
     /// (RFC 8693); written by the gateway before the create, expiring with the token or the
     /// task, whichever is first.
     pub subject: String,
+    /// STREAM: the outbox the task's status changes are appended to (docs/events.md, 2.3):
+    /// its owner's on the shard. [`Keys::task`] fills the shard's placeholder (`outbox:-`,
+    /// never written); a caller that knows the owner sets [`Keys::outbox`], and a script whose
+    /// record names another outbox answers with it, writing nothing (`other_outbox`).
+    pub outbox: String,
 }
 
 /// A tenant's fleet-wide limit keys.
@@ -125,6 +130,27 @@ pub struct QueueKeys {
     pub fair: String,
 }
 
+/// The keys of one webhook subscription, in its tenant's hook bucket (`{hNN}`): every
+/// subscription of a tenant is in one slot, so one script sees its caps exactly.
+#[derive(Debug, Clone)]
+pub struct HookKeys {
+    /// HASH: the subscription record (docs/events.md, 2.8); expires with the grant.
+    pub record: String,
+    /// LIST: its dead letters, newest first, capped; expires with the record.
+    pub dead: String,
+    /// ZSET: the bucket's subscriptions, id -> lease expiry (ms; 0 = free to claim).
+    pub index: String,
+    /// ZSET: the tenant's subscription ids -> expiry (ms; +inf = none): its cap.
+    pub tenant: String,
+    /// ZSET: the principal's subscription ids -> expiry: its cap.
+    pub principal: String,
+    /// STRING: a verified (principal, URL), with a TTL.
+    pub verified: String,
+}
+
+/// How many webhook hook buckets there are: fixed, so every deliverer scans the same keys.
+pub const HOOK_BUCKETS: u8 = 16;
+
 /// The keys of one queue shard.
 #[derive(Debug, Clone)]
 pub struct ShardKeys {
@@ -154,7 +180,15 @@ impl Keys {
             leases: format!("{ns}:{tag}:leases"),
             timeline: format!("{ns}:{tag}:task:{id}:timeline"),
             subject: format!("{ns}:{tag}:task:{id}:subject"),
+            outbox: format!("{ns}:{tag}:outbox:{OUTBOX_PLACEHOLDER}"),
         }
+    }
+
+    /// STREAM: one owner's outbox on a shard (docs/events.md, 2.3): an entry per status change
+    /// of a task of `owner` (its [`owner_digest`]) on `shard`, in the shard's hash tag so the
+    /// transition's own script appends it.
+    pub fn outbox(&self, shard: u8, owner: &str) -> String {
+        format!("{}:{}:outbox:{owner}", self.ns, shard_tag(shard))
     }
 
     /// ZSET of a shard's tasks, task id -> expiry (ms): what the console lists, with `tenant`
@@ -205,6 +239,34 @@ impl Keys {
     /// SET: the tenants that have (or had) an upstream credential.
     pub fn credential_tenants(&self) -> String {
         format!("{}:credentials:tenants", self.ns)
+    }
+
+    /// The keys of webhook subscription `id` of `tenant`, created by `principal` (an owner
+    /// digest, hex), the verification key naming the `(principal, url)` digest `verified`.
+    pub fn hook(&self, tenant: &str, principal: &str, id: &str, verified: &str) -> HookKeys {
+        let ns = &self.ns;
+        let bucket = hook_bucket(tenant);
+        let tag = format!("{{h{bucket:02x}}}");
+        HookKeys {
+            record: format!("{ns}:{tag}:hook:{id}"),
+            dead: format!("{ns}:{tag}:hook:{id}:dead"),
+            index: self.hook_index(bucket),
+            tenant: format!("{ns}:{tag}:hooks:tenant:{}", tenant_tag(tenant)),
+            principal: format!("{ns}:{tag}:hooks:by:{principal}"),
+            verified: format!("{ns}:{tag}:verified:{verified}"),
+        }
+    }
+
+    /// ZSET: the subscriptions of hook bucket `bucket`, id -> lease expiry (ms).
+    pub fn hook_index(&self, bucket: u8) -> String {
+        format!("{}:{{h{bucket:02x}}}:hooks", self.ns)
+    }
+
+    /// The record and dead-letter keys of subscription `id` in `bucket` (what a deliverer that
+    /// found the id in the bucket's index names).
+    pub fn hook_in(&self, bucket: u8, id: &str) -> (String, String) {
+        let (ns, tag) = (&self.ns, format!("{{h{bucket:02x}}}"));
+        (format!("{ns}:{tag}:hook:{id}"), format!("{ns}:{tag}:hook:{id}:dead"))
     }
 
     /// The catalogue's keys, in one Cluster slot so one script keeps them consistent.
@@ -274,8 +336,32 @@ impl Keys {
     }
 }
 
+/// What stands for the owner in an outbox key when the caller does not know it (the reaper).
+const OUTBOX_PLACEHOLDER: &str = "-";
+
+/// An owner as outbox keys name it: the hex of the first 16 bytes of SHA-256 over
+/// [`Owner::key`](crate::task::Owner::key). A plain digest, not keyed by a gateway secret:
+/// workers run the scripts that append, and need it too.
+pub fn owner_digest(owner: &crate::task::Owner) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(owner.key().as_bytes());
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `text` can be an [`owner_digest`]: 32 lowercase hex digits, so a value read back
+/// from a record never carries a hash tag into a key.
+pub fn is_owner_digest(text: &str) -> bool {
+    text.len() == 32 && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 fn shard_tag(shard: u8) -> String {
     format!("{{s{shard:02x}}}")
+}
+
+/// A tenant's hook bucket: a hash of the tenant, so all its subscriptions share one slot.
+pub(super) fn hook_bucket(tenant: &str) -> u8 {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(tenant.as_bytes())[0] % HOOK_BUCKETS
 }
 
 /// A tenant's hash tag: hashed, so no tenant name can break the tag.
@@ -307,6 +393,7 @@ mod tests {
             &k.leases,
             &k.timeline,
             &k.subject,
+            &k.outbox,
         ] {
             assert!(key.starts_with("tg:{s0a}:"), "{key}");
         }
@@ -316,6 +403,20 @@ mod tests {
         assert_eq!(gpu.stream, "tg:{s0a}:pool:gpu:queue");
         for key in [&gpu.ready, &gpu.fair] {
             assert!(key.starts_with("tg:{s0a}:pool:gpu:queue:"), "{key}");
+        }
+    }
+
+    #[test]
+    fn an_owners_outbox_is_in_the_shards_hash_tag() {
+        let keys = Keys::new("tg");
+        let owner = crate::task::Owner { tenant: "acme".into(), principal: "alice".into() };
+        let digest = owner_digest(&owner);
+        assert!(is_owner_digest(&digest), "{digest}");
+        assert_eq!(keys.outbox(10, &digest), format!("tg:{{s0a}}:outbox:{digest}"));
+        let other = crate::task::Owner { tenant: "acme/alice".into(), principal: String::new() };
+        assert_ne!(owner_digest(&other), digest, "the escaped key keeps owners apart");
+        for bad in ["", "-", "{s00}", &"A".repeat(32), &"a".repeat(31)] {
+            assert!(!is_owner_digest(bad), "{bad}");
         }
     }
 

@@ -19,9 +19,11 @@ mod dedicated;
 mod diagnosis;
 mod endpoint;
 mod error;
+mod hooks;
 mod keys;
 mod leases;
 mod limits;
+mod outbox;
 mod outcomes;
 mod pools;
 mod reply;
@@ -41,15 +43,18 @@ pub use dedicated::{Exclusive, Held, MAX_BLOCK, ShardSubscriber, Subscriber};
 pub use diagnosis::Diagnosis;
 pub use endpoint::{Endpoint, SentinelLogin, TlsPem, redact};
 pub use error::StoreError;
+pub use hooks::NewHook;
 pub use keys::{
-    CatalogueKeys, DEFAULT_POOL, Keys, MAX_POOL_LEN, QueueKeys, ShardKeys, TaskKeys, TenantKeys, WORKER_GROUP,
-    is_pool_name,
+    CatalogueKeys, DEFAULT_POOL, HOOK_BUCKETS, HookKeys, Keys, MAX_POOL_LEN, QueueKeys, ShardKeys, TaskKeys,
+    TenantKeys, WORKER_GROUP, is_owner_digest, is_pool_name, owner_digest,
 };
 pub use leases::{Backlog, Delivery, Finish, Lease, MAX_REDIRECTS, entry_ms};
 pub use limits::{Rate, TaskAdmission};
+pub use outbox::{EventCursor, OutboxEntry, OutboxRead, Position, ReadRequest, cursor};
 pub use outcomes::{
-    Admission, Answered, CancelOutcome, Claim, Created, HeldAnswer, Hold, Leased, Limit, NewTask, OperatorFail, Parked,
-    Polled, Reclaimed, Released, Renewal, Started,
+    Admission, Answered, CancelOutcome, Claim, Created, HeldAnswer, Hold, HookAck, HookClaim, HookRenewal, HookWrite,
+    Leased, Limit, NewTask, OperatorFail, OutboxLimits, Parked, Polled, Reclaimed, Released, Renewal, Started,
+    Upserted,
 };
 pub use secrets::{Adopted, Replicas, SharedSecret};
 pub use tasks::KeyedTask;

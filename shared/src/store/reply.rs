@@ -23,6 +23,9 @@ pub(super) mod code {
     pub(crate) const KEY_REUSED: i64 = -5;
     /// `{-10, pool}`: the task belongs to another pool's queue (the prelude's `other_pool`).
     pub(crate) const OTHER_POOL: i64 = -10;
+    /// `{-11, owner}`: the record's outbox is this owner's, not the declared one (the prelude's
+    /// `other_outbox`): nothing written; the store sends it again with that outbox.
+    pub(crate) const OTHER_OUTBOX: i64 = -11;
     /// `{3, version, tenant, …}`: this script ended the task cancelled, as a cancel was pending
     /// (`release_task`, `reclaim_task`, `request_input`); `tenant` is the one whose active-task
     /// slot the task held, `''` when it did not count (read with [`Reply::counted_tenant`]).
@@ -100,7 +103,14 @@ impl Reply {
     }
 
     /// Fails with `UnexpectedReply` for a code this call does not expect.
+    /// A code the script's module does not expect; [`StoreError::OtherOutbox`] for the prelude's
+    /// `other_outbox`, which any transition may answer and `Store::on_outbox` resends.
     pub(super) fn unexpected_code(&self) -> StoreError {
+        if self.code().ok() == Some(code::OTHER_OUTBOX)
+            && let Ok(owner) = self.string(1)
+        {
+            return StoreError::OtherOutbox(owner);
+        }
         StoreError::UnexpectedReply(format!("{:?}", self.0))
     }
 }

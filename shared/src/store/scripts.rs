@@ -111,16 +111,16 @@ macro_rules! scripts {
 }
 
 scripts! {
-    create_task => CREATE_TASK: 10;
+    create_task => CREATE_TASK: 11;
     claim_task => CLAIM_TASK: 9;
     extend_lease => EXTEND_LEASE: 2;
     set_status => SET_STATUS: 1;
-    request_input => REQUEST_INPUT: 5;
-    accept_input => ACCEPT_INPUT: 7;
-    finish_task => FINISH_TASK: 5;
-    cancel_task => CANCEL_TASK: 4;
-    reclaim_task => RECLAIM_TASK: 7;
-    release_task => RELEASE_TASK: 7;
+    request_input => REQUEST_INPUT: 6;
+    accept_input => ACCEPT_INPUT: 8;
+    finish_task => FINISH_TASK: 6;
+    cancel_task => CANCEL_TASK: 5;
+    reclaim_task => RECLAIM_TASK: 8;
+    release_task => RELEASE_TASK: 8;
     admit => ADMIT: 3;
     lease_requests => LEASE_REQUESTS: 1;
     poll_task => POLL_TASK: 4;
@@ -129,14 +129,20 @@ scripts! {
     publish_tools => PUBLISH_TOOLS: 9;
     read_tools => READ_TOOLS: 3;
     mark_started => MARK_STARTED: 1;
-    hold_for_input => HOLD_FOR_INPUT: 4;
+    hold_for_input => HOLD_FOR_INPUT: 5;
     held_answer => HELD_ANSWER: 2;
     save_state => SAVE_STATE: 1;
-    withdraw_question => WITHDRAW_QUESTION: 3;
-    fail_task => FAIL_TASK: 4;
+    withdraw_question => WITHDRAW_QUESTION: 4;
+    fail_task => FAIL_TASK: 5;
     record_step => RECORD_STEP: 2;
     pass_wakeup => PASS_WAKEUP: 1;
     record_reveal => RECORD_REVEAL: 1;
+    upsert_hook => UPSERT_HOOK: 6;
+    drop_hook => DROP_HOOK: 5;
+    claim_hook => CLAIM_HOOK: 2;
+    renew_hook => RENEW_HOOK: 2;
+    ack_hook => ACK_HOOK: 3;
+    read_outbox => READ_OUTBOX: 1;
 }
 
 /// The script's label for metrics and spans (`script:<name>`), by its SHA-1.
@@ -256,6 +262,7 @@ mod tests {
             ("LEASE_LOST", super::super::reply::code::LEASE_LOST),
             ("KEY_REUSED", super::super::reply::code::KEY_REUSED),
             ("OTHER_POOL", super::super::reply::code::OTHER_POOL),
+            ("OTHER_OUTBOX", super::super::reply::code::OTHER_OUTBOX),
             ("CANCELLED", super::super::reply::code::CANCELLED),
             ("FAILED", super::super::reply::code::FAILED),
             ("ALREADY_ENDED", super::super::reply::code::ALREADY_ENDED),

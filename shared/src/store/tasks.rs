@@ -138,7 +138,6 @@ impl Store {
         resume_message: Option<&str>,
         weight: f64,
     ) -> Result<Answered, StoreError> {
-        let keys = self.keys().task(id);
         let (events, signal_prefix) = (self.events_channel(id), self.keys().signal_prefix());
         let args = accept_input::Args {
             id,
@@ -151,7 +150,10 @@ impl Store {
             weight,
             answers,
         };
-        let answered = accept_input::call(self, &keys, args).await?;
+        let digest = super::owner_digest(owner);
+        let answered = self
+            .on_outbox(id, Some(&digest), |keys| async move { accept_input::call(self, &keys, args).await })
+            .await?;
         if let Answered::Applied { resumed: true, waited, .. } = answered {
             emit(
                 id,
@@ -200,7 +202,6 @@ impl Store {
         message: &str,
         operator: Option<(&str, &str)>,
     ) -> Result<CancelOutcome, StoreError> {
-        let keys = self.keys().task(id);
         let (by, why) = operator.unwrap_or_default();
         let (events, signal_prefix) = (self.events_channel(id), self.keys().signal_prefix());
         let args = cancel_task::Args {
@@ -212,7 +213,13 @@ impl Store {
             signal_prefix: &signal_prefix,
             operator: (by, why),
         };
-        let (outcome, slot) = cancel_task::call(&mut self.conn(), (&keys).into(), args).await?;
+        // An operator does not know the owner: the script names its outbox when it has one.
+        let digest = owner.map(super::owner_digest);
+        let (outcome, slot) = self
+            .on_outbox(id, digest.as_deref(), |keys| async move {
+                cancel_task::call(&mut self.conn(), (&keys).into(), args).await
+            })
+            .await?;
         match outcome {
             CancelOutcome::Cancelled { from, waited } => {
                 let by = if operator.is_some() { Actor::Operator } else { Actor::Client };
@@ -257,13 +264,25 @@ struct Creating {
     /// The shard's task index, and its tenant's.
     indexes: (String, String),
     events: String,
+    /// The record's `obx` ('' when the tenant has events off).
+    outbox: String,
 }
 
 impl Creating {
     fn new(store: &Store, task: &NewTask<'_>) -> Self {
         let shard = task.id.shard();
+        let mut keys = store.keys().task(task.id);
+        let outbox = match task.events {
+            Some(limits) => {
+                let digest = super::owner_digest(task.owner);
+                keys.outbox = store.keys().outbox(shard, &digest);
+                limits.record_field(&digest)
+            }
+            None => String::new(),
+        };
         Self {
-            task: store.keys().task(task.id),
+            outbox,
+            task: keys,
             queue: store.keys().queue(shard, task.pool),
             indexes: (store.keys().task_index(shard, None), store.keys().task_index(shard, Some(&task.owner.tenant))),
             events: store.events_channel(task.id),
@@ -275,7 +294,7 @@ impl Creating {
     }
 
     fn args<'a>(&'a self, task: &'a NewTask<'a>) -> create_task::Args<'a> {
-        create_task::Args { task, events: &self.events }
+        create_task::Args { task, events: &self.events, outbox: &self.outbox }
     }
 }
 

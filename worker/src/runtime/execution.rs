@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use serde_json::Value;
 use taskgate_shared::protocol::RpcError;
-use taskgate_shared::store::{Claim, Finish, Lease, Parked, Released};
-use taskgate_shared::task::TaskId;
+use taskgate_shared::store::{Claim, Finish, Lease, Parked, Released, owner_digest};
+use taskgate_shared::task::{Owner, TaskId};
 use taskgate_shared::telemetry::trace;
 use tracing::Instrument as _;
 
@@ -67,7 +67,9 @@ async fn execute(shared: Arc<Shared>, claim: Claim, sent: Instant) {
     let started = Instant::now();
     let task_id = claim.task_id.clone();
     let (lease, margin) = (shared.config.lease, shared.config.lease_margin());
-    let Some(held) = shared.held.insert(task_id.clone(), claim.fence, sent, lease, margin) else {
+    let owner = Owner { tenant: claim.owner_tenant.clone(), principal: claim.owner_principal.clone() };
+    let outbox: Arc<str> = owner_digest(&owner).into();
+    let Some(held) = shared.held.insert(task_id.clone(), claim.fence, outbox, sent, lease, margin) else {
         // The same claim answered twice (a re-sent claim whose first reply came late, and a
         // takeover of the same entry): this run is already going.
         tracing::warn!(task_id = %task_id, fence = claim.fence, "claim already running here; not run twice");
@@ -173,7 +175,7 @@ async fn park(shared: &Shared, held: &HeldTask, task_id: &TaskId, fence: u64, ct
         return;
     }
     let requests: Vec<(String, String)> = pending.into_iter().map(|(k, r)| (k, r.to_string())).collect();
-    let lease = Lease { task_id, worker: &shared.worker_id, fence };
+    let lease = Lease { task_id, worker: &shared.worker_id, fence, outbox: Some(&*held.outbox) };
     let state = state.map(|s| s.to_string());
     match shared.store.request_input(lease, message.as_deref(), &requests, state.as_deref(), CANCELLED).await {
         Ok(Parked::Parked) => tracing::info!(task_id = %task_id, keys = requests.len(), "parked for input"),
@@ -222,7 +224,7 @@ async fn finish(
 
 /// Writes the outcome.
 async fn write(shared: &Shared, held: &HeldTask, task_id: &TaskId, fence: u64, outcome: Outcome) {
-    let lease = Lease { task_id, worker: &shared.worker_id, fence };
+    let lease = Lease { task_id, worker: &shared.worker_id, fence, outbox: Some(&*held.outbox) };
     let store = &shared.store;
     let written = match outcome {
         Outcome::Done(Ok(output)) => {

@@ -16,6 +16,9 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone)]
 pub(crate) struct HeldTask {
     pub(crate) fence: u64,
+    /// The task owner's digest, naming its outbox in every write the run makes
+    /// (`Lease::outbox`): known from the claim, so no write costs a second round trip.
+    pub(crate) outbox: Arc<str>,
     /// A cancel was requested for the task.
     pub(crate) cancel: CancellationToken,
     /// The answer to a held question came (the answer script signals it).
@@ -71,12 +74,14 @@ impl Held {
         &self,
         id: TaskId,
         fence: u64,
+        outbox: Arc<str>,
         sent: Instant,
         lease: Duration,
         margin: Duration,
     ) -> Option<HeldTask> {
         let task = HeldTask {
             fence,
+            outbox,
             cancel: CancellationToken::new(),
             answered: Arc::default(),
             lost: CancellationToken::new(),

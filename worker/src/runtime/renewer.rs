@@ -22,7 +22,9 @@ pub(super) async fn run(shared: Arc<Shared>) {
         let renewals = held.iter().map(|(id, task)| {
             let store = &shared.store;
             let worker = shared.worker_id.as_str();
-            async move { store.renew(Lease { task_id: id, worker, fence: task.fence }, lease).await }
+            async move {
+                store.renew(Lease { task_id: id, worker, fence: task.fence, outbox: Some(&*task.outbox) }, lease).await
+            }
         });
         for ((id, task), renewal) in held.iter().zip(join_all(renewals).await) {
             match renewal {

@@ -21,6 +21,8 @@ pub struct ToolContext {
     pub(super) tenant: String,
     pub(super) principal: String,
     pub(super) fence: u64,
+    /// The owner's digest, naming its outbox (`Lease::outbox`).
+    pub(super) outbox: String,
     pub(super) worker: String,
     pub(super) store: Store,
     pub(super) answers: HashMap<String, Value>,
@@ -66,6 +68,10 @@ impl ToolContext {
             tenant: claim.owner_tenant.clone(),
             principal: claim.owner_principal.clone(),
             fence: claim.fence,
+            outbox: taskgate_shared::store::owner_digest(&taskgate_shared::task::Owner {
+                tenant: claim.owner_tenant.clone(),
+                principal: claim.owner_principal.clone(),
+            }),
             worker,
             store,
             answers,
@@ -84,7 +90,7 @@ impl ToolContext {
     }
 
     pub(super) fn lease(&self) -> Lease<'_> {
-        Lease { task_id: &self.task_id, worker: &self.worker, fence: self.fence }
+        Lease { task_id: &self.task_id, worker: &self.worker, fence: self.fence, outbox: Some(self.outbox.as_str()) }
     }
 
     /// The `clientCapabilities` of the request that created the task. Ask only for input the

@@ -8,6 +8,7 @@ use taskgate_shared::protocol::{SUPPORTED_VERSIONS, TASKS_EXTENSION, result};
 
 use crate::catalogue::Catalogue;
 use crate::mcp::Call;
+use crate::mcp::occurrences::EVENTS_EXTENSION;
 
 /// The longest discovery may be kept: as long as the lists.
 const MAX_TTL: Duration = Duration::from_secs(60);
@@ -20,6 +21,9 @@ pub(crate) async fn run(call: &Call<'_>) -> Value {
     let catalogue = call.state.catalogue.for_discovery().await;
     let offered = catalogue.capabilities();
     let mut capabilities = json!({ "tools": {}, "extensions": { TASKS_EXTENSION: {} } });
+    if call.state.config.events.is_some() {
+        capabilities["extensions"][EVENTS_EXTENSION] = json!({});
+    }
     if offered.prompts {
         capabilities["prompts"] = json!({});
     }

@@ -4,6 +4,10 @@
 
 pub(super) mod completion_complete;
 pub(super) mod discover;
+pub(super) mod events_list;
+pub(super) mod events_poll;
+pub(super) mod events_subscribe;
+pub(super) mod events_unsubscribe;
 pub(super) mod prompts_get;
 pub(super) mod prompts_list;
 pub(super) mod resources_list;

@@ -72,7 +72,6 @@ impl Store {
     /// Writes a terminal outcome; the store counts the transition, times the run and frees the
     /// task's active-task slot. `false` when the lease was lost (the write was refused).
     pub async fn finish(&self, lease: Lease<'_>, outcome: Finish<'_>) -> Result<bool, StoreError> {
-        let keys = self.keys().task(lease.task_id);
         let (status, field, payload, message) = match outcome {
             Finish::Completed { result, message } => (TaskStatus::Completed, "result", result, message),
             Finish::Failed { error, message } => (TaskStatus::Failed, "error", error, message),
@@ -80,7 +79,12 @@ impl Store {
         };
         let events = self.events_channel(lease.task_id);
         let args = finish_task::Args { lease, status, field, payload, message: message.unwrap_or(""), events: &events };
-        let Some(run) = finish_task::call(&mut self.conn(), (&keys).into(), args).await? else {
+        let run = self
+            .on_outbox(lease.task_id, lease.outbox, |keys| async move {
+                finish_task::call(&mut self.conn(), (&keys).into(), args).await
+            })
+            .await?;
+        let Some(run) = run else {
             return Ok(false);
         };
         // From `working` as far as the store knows: a held task (showing `input_required`)

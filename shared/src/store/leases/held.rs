@@ -19,10 +19,13 @@ impl Store {
         key: &str,
         request: &str,
     ) -> Result<Hold, StoreError> {
-        let keys = self.keys().task(lease.task_id);
         let events = self.events_channel(lease.task_id);
         let args = hold_for_input::Args { lease, message, events: &events, key, request };
-        let hold = hold_for_input::call(&mut self.conn(), (&keys).into(), args).await?;
+        let hold = self
+            .on_outbox(lease.task_id, lease.outbox, |keys| async move {
+                hold_for_input::call(&mut self.conn(), (&keys).into(), args).await
+            })
+            .await?;
         if hold == Hold::Held {
             emit(lease.task_id, Transition::new(Some(TaskStatus::Working), TaskStatus::InputRequired, Actor::Worker));
         }
@@ -32,11 +35,20 @@ impl Store {
     /// Takes a held question back (its asker stopped waiting); the task is working again.
     /// `Ok(false)` when the lease was lost; answered meanwhile counts as taken back.
     pub async fn withdraw_question(&self, lease: Lease<'_>, message: &str) -> Result<bool, StoreError> {
-        let keys = self.keys().task(lease.task_id);
         let events = self.events_channel(lease.task_id);
-        let question = withdraw_question::Keys { record: &keys.record, inputs: &keys.inputs, timeline: &keys.timeline };
         let args = withdraw_question::Args { lease, message, events: &events };
-        Ok(match withdraw_question::call(&mut self.conn(), question, args).await? {
+        let withdrawn = self
+            .on_outbox(lease.task_id, lease.outbox, |keys| async move {
+                let question = withdraw_question::Keys {
+                    record: &keys.record,
+                    inputs: &keys.inputs,
+                    timeline: &keys.timeline,
+                    outbox: &keys.outbox,
+                };
+                withdraw_question::call(&mut self.conn(), question, args).await
+            })
+            .await?;
+        Ok(match withdrawn {
             Withdrawn::TakenBack => {
                 emit(
                     lease.task_id,
@@ -68,7 +80,6 @@ impl Store {
         tool_state: Option<&str>,
         cancelled_message: &str,
     ) -> Result<Parked, StoreError> {
-        let keys = self.keys().task(lease.task_id);
         let events = self.events_channel(lease.task_id);
         let args = request_input::Args {
             lease,
@@ -78,7 +89,11 @@ impl Store {
             tool_state: tool_state.unwrap_or(""),
             requests,
         };
-        let (parked, run) = request_input::call(&mut self.conn(), (&keys).into(), args).await?;
+        let (parked, run) = self
+            .on_outbox(lease.task_id, lease.outbox, |keys| async move {
+                request_input::call(&mut self.conn(), (&keys).into(), args).await
+            })
+            .await?;
         let from = Some(TaskStatus::Working);
         match parked {
             Parked::Parked => {

@@ -21,6 +21,10 @@ pub struct Lease<'a> {
     pub task_id: &'a TaskId,
     pub worker: &'a str,
     pub fence: u64,
+    /// The owner's [`owner_digest`](crate::store::owner_digest), when the lease holder knows it
+    /// (from its claim): a transition then names the owner's outbox at once; `None` costs a
+    /// task with an outbox one more round trip (docs/events.md, 2.3).
+    pub outbox: Option<&'a str>,
 }
 
 impl<'a> Lease<'a> {

@@ -18,7 +18,6 @@ impl Store {
     /// cancel was pending, failed when it holds a question that cannot outlive this worker.
     /// `pool`: the releasing worker's, where the task came from (checked by the script).
     pub async fn release(&self, lease: Lease<'_>, pool: &str, cancelled_message: &str) -> Result<Released, StoreError> {
-        let keys = self.keys().task(lease.task_id);
         let events = self.events_channel(lease.task_id);
         let args = release_task::Args {
             lease,
@@ -27,7 +26,9 @@ impl Store {
             held_lost: (&HELD_LOST_ERROR, HELD_LOST),
             pool,
         };
-        let (released, run) = release_task::call(self, &keys, args).await?;
+        let (released, run) = self
+            .on_outbox(lease.task_id, lease.outbox, |keys| async move { release_task::call(self, &keys, args).await })
+            .await?;
         let ended = match released {
             Released::Cancelled => Some((TaskStatus::Working, TaskStatus::Cancelled)),
             // Only a task holding a question (shown as `input_required`) fails on release.
@@ -69,7 +70,6 @@ impl Store {
         failure_message: &str,
         cancelled_message: &str,
     ) -> Result<Reclaimed, StoreError> {
-        let keys = self.keys().task(task_id);
         let events = self.events_channel(task_id);
         let args = reclaim_task::Args {
             task_id,
@@ -80,7 +80,9 @@ impl Store {
             held_lost: (&HELD_LOST_ERROR, HELD_LOST),
             pool,
         };
-        let (reclaimed, slot) = reclaim_task::call(self, &keys, args).await?;
+        // The reaper does not know the owner: a task with an outbox costs one more round trip.
+        let (reclaimed, slot) =
+            self.on_outbox(task_id, None, |keys| async move { reclaim_task::call(self, &keys, args).await }).await?;
         let ended = match reclaimed {
             Reclaimed::Failed => Some(TaskStatus::Failed),
             Reclaimed::Cancelled => Some(TaskStatus::Cancelled),

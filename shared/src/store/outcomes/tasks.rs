@@ -46,6 +46,10 @@ pub struct NewTask<'a> {
     /// The tenant's share of its pool while several tenants have tasks queued (positive;
     /// 1 unless configured: docs/design.md, "Fair dispatch").
     pub weight: f64,
+    /// The tenant has events on (`--events`, `--events-tenants`): the task's status changes go
+    /// to its owner's outbox, kept this long and this far (docs/events.md, 2.3). `None`: the
+    /// task never has an outbox, and its transitions pay nothing.
+    pub events: Option<super::OutboxLimits>,
 }
 
 /// What a create did.

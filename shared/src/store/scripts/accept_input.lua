@@ -8,6 +8,7 @@
 -- KEYS[1] record: task record   KEYS[2] inputs: inputs hash   KEYS[3] answers: answers hash
 -- KEYS[4] stream: the queue of pool ARGV[7] on the task's shard
 -- KEYS[5] timeline: timeline   KEYS[6] ready: the pool's ready set on the shard   KEYS[7] fair: its fairness tags
+-- KEYS[8] outbox: the owner's outbox on the shard (prelude: other_outbox, announce)
 -- ARGV[1] id (task): task id   ARGV[2..3] owner (owner): tenant, principal
 -- ARGV[4] events: events channel   ARGV[5] resume_message: status message when resumed ('' = keep)
 -- ARGV[6] signal_prefix: signal channel prefix   ARGV[7] pool: the pool whose queue KEYS[4] is
@@ -23,9 +24,12 @@
 local rcall = redis.call
 local record, inputs, answers, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local f = rcall('HMGET', record, 'tenant', 'principal', 'status', 'created', 'ttl', 'parked', 'held', 'holder',
-  'lease', 'pool')
+  'lease', 'pool', 'obx')
 if not f[1] or f[1] ~= ARGV[2] or f[2] ~= ARGV[3] then return {REPLY.NOT_FOUND} end
 if f[3] ~= 'input_required' then return {REPLY.NOTHING} end
+local box = outbox_of(f[11])
+local wrong_outbox = other_outbox(KEYS[8], box)
+if wrong_outbox then return wrong_outbox end
 local now = now_ms()
 -- A held question whose holder's lease lapsed cannot be answered any more (its session is
 -- gone): nothing is taken, and the reaper fails the task.
@@ -60,5 +64,5 @@ end
 rcall('HSET', record, 'updated', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
 timeline(KEYS[5], now, {ev = 'answered', to = status, answers = applied})
-publish_event(ARGV[4], ARGV[1] .. ' ' .. ver .. ' ' .. status)
+announce(ARGV[4], KEYS[8], box, ARGV[1], ver, status, now, resumed == 1)
 return {REPLY.OK, ver, resumed, waited}

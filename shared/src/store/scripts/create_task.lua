@@ -9,6 +9,7 @@
 -- KEYS[7] ready: the pool's ready set on the shard   KEYS[8] fair: its fairness tags (prelude: enqueue)
 -- KEYS[9] args: the task's arguments when too long for the record (prelude: aside)
 -- KEYS[10] steps: the task's durable steps hash
+-- KEYS[11] outbox: the owner's outbox on the shard (prelude: announce)
 -- ARGV[1] task id   ARGV[2] tenant   ARGV[3] principal   ARGV[4] tool   ARGV[5] arguments JSON
 -- ARGV[6] ttl ms    ARGV[7] poll interval ms   ARGV[8] status message ('' = none)
 -- ARGV[9] traceparent ('' = none)   ARGV[10] events channel
@@ -24,10 +25,12 @@
 -- ARGV[17] the idempotency fingerprint ('' = the client sent no key): a digest of the tool and
 --   its arguments, kept in the record; the id itself was derived from the key
 -- ARGV[18] the tenant's weight (its share of the pool when several tenants have tasks queued)
--- ARGV[19] n, the number of durable steps recorded before the task existed: an inline call's
+-- ARGV[19] the record's `obx` for a tenant with events on ('' = none): "<owner digest>
+--   <retention ms> <cap>" (prelude: outbox_of); KEYS[11] is then that owner's outbox
+-- ARGV[20] n, the number of durable steps recorded before the task existed: an inline call's
 --   earlier round recorded them and parked for input; the retry's run replays them
--- ARGV[20..19+2n] step name, result JSON pairs
--- ARGV[20+2n..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
+-- ARGV[21..20+2n] step name, result JSON pairs
+-- ARGV[21+2n..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
 -- Returns {1, createdAtMs} a new task | {2, createdAtMs, '1' if it has ended else '0'} the task
 --         this owner made with this id before (a replay: nothing changed, nothing published)
 --       | {-6} the id exists for another owner or tool
@@ -35,7 +38,7 @@
 -- Idempotent: the same owner repeating the same id for the same tool (a create re-sent after
 -- its reply was lost, or a client's retry with the same idempotency key) gets the task it
 -- made, unchanged, instead of an error it would retry into a duplicate.
--- Publishes "<id> 1 working" on ARGV[10].
+-- Publishes "<id> 1 working" on ARGV[10] (and appends it to the outbox: prelude, announce).
 local rcall = redis.call
 local record, stream, answers = KEYS[1], KEYS[2], KEYS[3]
 local existing = rcall('HMGET', record, 'tenant', 'principal', 'tool', 'created', 'idem', 'status')
@@ -68,15 +71,16 @@ optional('msg', ARGV[8])
 optional('tp', ARGV[9])
 optional('tstate', ARGV[13])
 optional('idem', ARGV[17])
+optional('obx', ARGV[19])
 -- Fields whose value would be the default are left out, to keep the record small: `reclaims`
 -- (absent: 0, and HINCRBY starts from nothing) and `counted` (absent: not counted).
 if ARGV[12] == '1' then optional('counted', '1') end
 if ARGV[14] == '1' then optional('capx', '1') end
 rcall('HSET', record, unpack(fields))
 rcall('PEXPIREAT', record, now + tonumber(ARGV[6]))
-local carried = 20 + 2 * tonumber(ARGV[19])
-if carried > 20 then
-  for i = 20, carried - 1, 2 do rcall('HSET', KEYS[10], ARGV[i], ARGV[i + 1]) end
+local carried = 21 + 2 * tonumber(ARGV[20])
+if carried > 21 then
+  for i = 21, carried - 1, 2 do rcall('HSET', KEYS[10], ARGV[i], ARGV[i + 1]) end
   rcall('PEXPIREAT', KEYS[10], now + tonumber(ARGV[6]))
 end
 if #ARGV >= carried then
@@ -102,5 +106,5 @@ if ARGV[15] == '1' then
   end
 end
 enqueue(stream, KEYS[7], KEYS[8], ARGV[1], ARGV[2], tonumber(ARGV[18]))
-publish_event(ARGV[10], ARGV[1] .. ' 1 working')
+announce(ARGV[10], KEYS[11], outbox_of(ARGV[19] ~= '' and ARGV[19] or nil), ARGV[1], 1, 'working', now, true)
 return {REPLY.OK, now}

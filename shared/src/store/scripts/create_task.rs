@@ -19,6 +19,7 @@ impl<'a> Keys<'a> {
             fair: &queue.fair,
             args: &task.args,
             steps: &task.steps,
+            outbox: &task.outbox,
         }
     }
 }
@@ -26,6 +27,8 @@ impl<'a> Keys<'a> {
 pub(in crate::store) struct Args<'a> {
     pub(in crate::store) task: &'a NewTask<'a>,
     pub(in crate::store) events: &'a str,
+    /// The record's `obx` ('' = the tenant has events off).
+    pub(in crate::store) outbox: &'a str,
 }
 
 /// `{2, createdAtMs}`: the owner made this task with this id before; nothing was written.
@@ -61,6 +64,7 @@ pub(in crate::store) fn invocation(keys: Keys<'_>, args: Args<'_>) -> redis::Scr
         .arg(task.pool)
         .arg(task.fingerprint.unwrap_or(""))
         .arg(task.weight)
+        .arg(args.outbox)
         .arg(task.steps.len())
         .arg(task.steps)
         .arg(task.answers);

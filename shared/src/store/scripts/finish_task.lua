@@ -4,6 +4,7 @@
 -- its holder too: the call ended while its question was still open.
 -- KEYS[1] record: task record   KEYS[2] leases: shard lease index   KEYS[3] inputs: inputs hash   KEYS[4] timeline: timeline
 -- KEYS[5] outcome: outcome (a long outcome goes there: aside)
+-- KEYS[6] outbox: the owner's outbox on the shard (prelude: other_outbox, announce)
 -- ARGV[1..3] lease (lease): task id, worker id, fencing token
 -- ARGV[4] status (status): terminal status
 -- ARGV[5] field: outcome field ('result' | 'error' | '')   ARGV[6] payload: outcome JSON
@@ -18,12 +19,15 @@
 local rcall = redis.call
 local record, leases, inputs = KEYS[1], KEYS[2], KEYS[3]
 local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'ver', 'finisher', 'held', 'created', 'ttl', 'tenant',
-  'counted', 'claimed')
+  'counted', 'claimed', 'obx')
 local slot = f[10] and f[9] or ''
 if f[1] == ARGV[4] and f[5] == ARGV[2] and f[3] == ARGV[3] then return {REPLY.OK, tonumber(f[4]), slot, -1} end
 if (f[1] ~= 'working' and not (f[1] == 'input_required' and f[6])) or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then
   return {REPLY.LEASE_LOST}
 end
+local box = outbox_of(f[12])
+local wrong_outbox = other_outbox(KEYS[6], box)
+if wrong_outbox then return wrong_outbox end
 local now = now_ms()
 -- What only a queued or running task needs goes with its end (a smaller record for its TTL).
 rcall('HDEL', record, 'holder', 'lease', 'held', 'entry', 'queued', 'claimed')
@@ -37,5 +41,5 @@ end
 if ARGV[7] ~= '' then rcall('HSET', record, 'msg', ARGV[7]) end
 local ver = rcall('HINCRBY', record, 'ver', 1)
 timeline(KEYS[4], now, {ev = 'finished', to = ARGV[4], fence = tonumber(ARGV[3]), holder = ARGV[2]})
-publish_event(ARGV[8], ARGV[1] .. ' ' .. ver .. ' ' .. ARGV[4])
+announce(ARGV[8], KEYS[6], box, ARGV[1], ver, ARGV[4], now, true)
 return {REPLY.OK, ver, slot, since(f[11], now)}

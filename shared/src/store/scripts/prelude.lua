@@ -3,7 +3,7 @@
 -- `code` in shared/src/store/reply.rs, which a unit test holds equal. A script's own codes are
 -- literals, listed in its header.
 local REPLY = {
-  NOTHING = 0, OK = 1, NOT_FOUND = -1, LEASE_LOST = -2, KEY_REUSED = -5, OTHER_POOL = -10,
+  NOTHING = 0, OK = 1, NOT_FOUND = -1, LEASE_LOST = -2, KEY_REUSED = -5, OTHER_POOL = -10, OTHER_OUTBOX = -11,
   CANCELLED = 3, FAILED = 4, ALREADY_ENDED = 5,
 }
 -- now_ms: Redis's clock in milliseconds, whole as every record stores it, or with the
@@ -26,6 +26,46 @@ local function publish_event(channel, message)
     return redis.call('SPUBLISH', channel, message)
   end
   return redis.call('PUBLISH', channel, message)
+end
+-- The outbox (docs/events.md, 2.3). A task of a tenant with events on has `obx` in its record,
+-- written by create_task: "<owner digest> <retention ms> <cap>", the owner's outbox (a stream
+-- per shard and owner) and how long and how far it is kept. Every script that changes the
+-- task's status appends one entry there (announce), in the same script as the change.
+-- outbox_of: the record's `obx` read apart; nil for a task without one (it pays nothing).
+local function outbox_of(obx)
+  if not obx then return nil end
+  local owner, retention, cap = string.match(obx, '^(%x+) (%d+) (%d+)$')
+  if not owner then return nil end
+  return {owner = owner, retention = tonumber(retention), cap = tonumber(cap)}
+end
+-- other_outbox: a script is handed its outbox as a declared key (invariant 2: no script builds
+-- a key); a caller that does not know the owner (the reaper) declares the shard's placeholder.
+-- When the record's outbox is not the declared key the script writes nothing and names the
+-- owner, and the caller sends it again with that key. Returns nil when they agree (or there is
+-- no outbox). Call it before the first write.
+local function other_outbox(declared, box)
+  if box and string.sub(declared, -(#box.owner + 1)) ~= ':' .. box.owner then
+    return {REPLY.OTHER_OUTBOX, box.owner}
+  end
+  return nil
+end
+-- announce: a task's change, published ("<id> <version> <status>", with the owner digest as a
+-- fourth word when it has an outbox, which readers of three words ignore) and, when the status
+-- changed (`changed`) and the record has an outbox (`box`), appended to it: `t` id, `s` status,
+-- `v` version, `u` updated (ms). Trimmed at each append: MINID ~ now - retention, and MAXLEN ~
+-- cap once over it; the stream lives for twice the retention after its last append.
+local function announce(channel, outbox, box, id, ver, status, now, changed)
+  local message = id .. ' ' .. ver .. ' ' .. status
+  if box then
+    message = message .. ' ' .. box.owner
+    if changed then
+      redis.call('XADD', outbox, 'MINID', '~', tostring(math.max(now - box.retention, 0)), '*',
+        't', id, 's', status, 'v', ver, 'u', now)
+      if redis.call('XLEN', outbox) > box.cap then redis.call('XTRIM', outbox, 'MAXLEN', '~', box.cap) end
+      redis.call('PEXPIRE', outbox, 2 * box.retention)
+    end
+  end
+  return publish_event(channel, message)
 end
 -- other_pool: a script that enqueues a task is handed one pool's queue as a declared key and
 -- that pool's name; when the record belongs to another pool (a record without `pool` is the

@@ -7,6 +7,7 @@
 -- the run, so the marker of a started side effect is cleared: the next run starts afresh.
 -- KEYS[1] record: task record   KEYS[2] leases: shard lease index   KEYS[3] inputs: inputs hash   KEYS[4] issued: issued set
 -- KEYS[5] timeline: timeline
+-- KEYS[6] outbox: the owner's outbox on the shard (prelude: other_outbox, announce)
 -- ARGV[1..3] lease (lease): task id, worker id, fencing token
 -- ARGV[4] message: status message ('' = keep)   ARGV[5] events: events channel
 -- ARGV[6] cancelled_message: cancelled status message   ARGV[7] tool_state: tool state ('' = none)
@@ -19,11 +20,14 @@
 local rcall = redis.call
 local record, leases, inputs, issued = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'cancel', 'created', 'ttl', 'tenant', 'counted',
-  'claimed')
+  'claimed', 'obx')
 if f[1] ~= 'working' or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then return {REPLY.LEASE_LOST} end
 for i = 8, #ARGV, 2 do
   if rcall('SISMEMBER', issued, ARGV[i]) == 1 then return {REPLY.KEY_REUSED, ARGV[i]} end
 end
+local box = outbox_of(f[10])
+local wrong_outbox = other_outbox(KEYS[6], box)
+if wrong_outbox then return wrong_outbox end
 local now = now_ms()
 local expires = tonumber(f[5]) + tonumber(f[6])
 rcall('HDEL', record, 'holder', 'lease', 'claimed')
@@ -47,7 +51,7 @@ end
 local ver = rcall('HINCRBY', record, 'ver', 1)
 timeline(KEYS[5], now, {ev = status == 'cancelled' and 'cancelled' or 'asked, parked', to = status,
   fence = tonumber(ARGV[3]), holder = ARGV[2]})
-publish_event(ARGV[5], ARGV[1] .. ' ' .. ver .. ' ' .. status)
+announce(ARGV[5], KEYS[6], box, ARGV[1], ver, status, now, true)
 local ran = since(f[9], now)
 if status == 'cancelled' then return {REPLY.CANCELLED, ver, f[8] and f[7] or '', ran} end
 return {REPLY.OK, ver, ran}

@@ -1,0 +1,335 @@
+//! One held subscription: read, POST in order, retry, dead-letter, acknowledge.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use taskgate_shared::credentials::{Holder, Sealed};
+use taskgate_shared::store::{HookAck, HookClaim, HookWrite};
+
+use super::outbox::{self, Occurrence};
+use super::{Deliverer, Held};
+use crate::egress::{Answered, Failure, Post, WebhookSecret, random_token, unix_seconds};
+use crate::metrics::METRICS;
+
+/// Events read at once.
+const BATCH: usize = 64;
+/// Acknowledgements are written at most this often, or every [`ACK_EVERY_EVENTS`].
+const ACK_EVERY: Duration = Duration::from_millis(50);
+const ACK_EVERY_EVENTS: usize = 32;
+/// How long a quiet subscription waits before reading again (a backstop for lost wake-ups).
+const BACKSTOP: Duration = Duration::from_millis(300);
+/// The longest retry delay.
+const MAX_DELAY: Duration = Duration::from_secs(300);
+
+/// How one event ended.
+enum Delivered {
+    Acked,
+    /// Dead-lettered: the reason, the attempts, and whether it counts toward suspension.
+    Dead {
+        reason: &'static str,
+        attempts: u32,
+        counts: bool,
+    },
+    /// The lease is gone or the process stops: nothing more may be written or sent.
+    Stopped,
+}
+
+/// What this subscription has acknowledged and not yet written.
+struct Pending {
+    position: Option<String>,
+    ok: bool,
+    error: Option<&'static str>,
+    events: usize,
+    since: Instant,
+}
+
+struct Sub {
+    deliverer: Arc<Deliverer>,
+    id: String,
+    claim: HookClaim,
+    held: Arc<Held>,
+    url: reqwest::Url,
+    task_ids: Option<Vec<String>>,
+    statuses: Option<Vec<String>>,
+    pending: Pending,
+    /// Where the next read starts: the last position advanced to, written or not.
+    cursor: String,
+}
+
+pub(super) async fn run(deliverer: Arc<Deliverer>, id: String, claim: HookClaim, held: Arc<Held>) {
+    let Ok(url) = reqwest::Url::parse(&claim.url) else {
+        tracing::warn!(subscription = %id, "webhook subscription with an unusable URL; left to expire");
+        return;
+    };
+    let args: Value = serde_json::from_str(&claim.args).unwrap_or(Value::Null);
+    let list = |name: &str| {
+        args.get(name)
+            .and_then(Value::as_array)
+            .map(|items| items.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+    };
+    let mut sub = Sub {
+        task_ids: list("taskIds"),
+        statuses: list("statuses"),
+        deliverer,
+        id,
+        held,
+        url,
+        pending: Pending { position: None, ok: false, error: None, events: 0, since: Instant::now() },
+        cursor: claim.position.clone(),
+        claim,
+    };
+    sub.serve().await;
+}
+
+impl Sub {
+    async fn serve(&mut self) {
+        loop {
+            if self.held.stop.is_cancelled() || !self.held.lease_valid() {
+                break;
+            }
+            let (task_ids, statuses) = (&self.task_ids, &self.statuses);
+            let keep = |entry: &taskgate_shared::store::OutboxEntry| {
+                task_ids.as_ref().is_none_or(|ids| ids.contains(&entry.task_id))
+                    && statuses.as_ref().is_none_or(|s| s.contains(&entry.status))
+            };
+            let outbox = self.deliverer.outbox;
+            let read = outbox::read(self.deliverer.store(), outbox, &self.claim.owner, &self.cursor, BATCH, keep);
+            let batch = match read.await {
+                Ok(batch) => batch,
+                Err(err) => {
+                    tracing::warn!(error = %err, subscription = %self.id, "reading a webhook outbox failed");
+                    if self.wait(BACKSTOP).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            if batch.gap {
+                METRICS.webhook_deliveries.with_label_values(&["gap"]).inc();
+                let body = json!({ "type": "gap", "cursor": batch.end });
+                let id = format!("msg_gap_{}", random_token());
+                match self.deliver(&id, body).await {
+                    Delivered::Stopped => break,
+                    Delivered::Acked | Delivered::Dead { .. } => {}
+                }
+            }
+            let quiet = batch.events.is_empty();
+            for event in batch.events {
+                if !self.wanted(&event) {
+                    self.advance(event.cursor);
+                    continue;
+                }
+                let mut body = event.body;
+                if let Some(object) = body.as_object_mut() {
+                    object.insert("cursor".into(), event.cursor.clone().into());
+                }
+                match self.deliver(&event.event_id, body).await {
+                    Delivered::Acked => {
+                        self.pending.ok = true;
+                        self.pending.error = None;
+                        self.advance(event.cursor.clone());
+                    }
+                    Delivered::Dead { reason, attempts, counts } => {
+                        self.advance(event.cursor.clone());
+                        let letter = json!({
+                            "eventId": event.event_id,
+                            "at": taskgate_shared::task::now_ms(),
+                            "reason": reason,
+                            "attempts": attempts,
+                        })
+                        .to_string();
+                        if !self.flush(Some((&letter, counts)), false).await {
+                            return;
+                        }
+                    }
+                    Delivered::Stopped => break,
+                }
+                let due = self.pending.events >= ACK_EVERY_EVENTS || self.pending.since.elapsed() >= ACK_EVERY;
+                if due && !self.flush(None, false).await {
+                    return;
+                }
+            }
+            if quiet && batch.end != self.cursor {
+                self.advance(batch.end);
+            }
+            let unwritten = self.pending.events > 0 || self.pending.ok || self.pending.error.is_some();
+            if unwritten && !self.flush(None, false).await {
+                return;
+            }
+            if quiet && self.wait(BACKSTOP).await {
+                break;
+            }
+        }
+        // Positions first, then the lease (only while it is still ours to write).
+        if self.held.lease_valid() {
+            self.flush(None, true).await;
+        }
+    }
+
+    fn wanted(&self, event: &Occurrence) -> bool {
+        self.task_ids.as_ref().is_none_or(|ids| ids.contains(&event.task_id))
+            && self.statuses.as_ref().is_none_or(|statuses| statuses.contains(&event.status))
+    }
+
+    fn advance(&mut self, position: String) {
+        if self.pending.events == 0 {
+            self.pending.since = Instant::now();
+        }
+        self.cursor.clone_from(&position);
+        self.pending.position = Some(position);
+        self.pending.events += 1;
+    }
+
+    /// Writes what is pending (and a dead letter), fenced; false when the write was refused
+    /// or the subscription is now suspended: this deliverer stops.
+    async fn flush(&mut self, letter: Option<(&str, bool)>, release: bool) -> bool {
+        let write = HookWrite {
+            position: self.pending.position.as_deref(),
+            ok: self.pending.ok,
+            error: self.pending.error,
+            dead_letter: letter,
+            release,
+        };
+        let suspend_after = u64::from(self.deliverer.settings.suspend_after);
+        let held = &self.held;
+        let written = self
+            .deliverer
+            .store()
+            .ack_hook(held.bucket, &self.id, &self.deliverer.holder, held.fence, &write, suspend_after)
+            .await;
+        match written {
+            Ok(HookAck::Written { active }) => {
+                if let Some(position) = self.pending.position.take() {
+                    self.claim.position = position;
+                }
+                self.pending = Pending { position: None, ok: false, error: None, events: 0, since: Instant::now() };
+                if !active {
+                    tracing::warn!(subscription = %self.id, "webhook subscription suspended after dead letters in a row");
+                }
+                active
+            }
+            Ok(HookAck::Refused) => {
+                tracing::info!(subscription = %self.id, "webhook acknowledgement refused (stale fence or gone); stopping");
+                self.held.stop.cancel();
+                false
+            }
+            Err(err) => {
+                // Unknown whether it was written: keep it pending and try again at the next write.
+                tracing::warn!(error = %err, subscription = %self.id, "webhook acknowledgement failed");
+                true
+            }
+        }
+    }
+
+    /// Waits `delay` unless stopped first; true when stopped.
+    async fn wait(&self, delay: Duration) -> bool {
+        tokio::select! {
+            () = self.held.stop.cancelled() => true,
+            () = tokio::time::sleep(delay) => false,
+        }
+    }
+
+    /// The signatures of one attempt: the current secret's, and the replaced one's during its
+    /// grace. `None` when the secret cannot be opened.
+    fn signatures(&self, id: &str, timestamp: i64, body: &[u8]) -> Option<String> {
+        let keyring = self.deliverer.state.credential_keys.as_ref()?;
+        let secrets = self.held.secrets.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let holder =
+            Holder { tenant: self.claim.principal.clone(), principal: None, upstream: format!("webhook:{}", self.id) };
+        let open = |sealed: &str| -> Option<WebhookSecret> {
+            let sealed = Sealed::from_json(sealed).ok()?;
+            let credential = keyring.open(&holder, &sealed).ok()?;
+            WebhookSecret::parse(credential.get("secret")?)
+        };
+        let mut signatures = vec![open(&secrets.secret)?.sign(id, timestamp, body)];
+        if !secrets.secret_old.is_empty() && secrets.old_until_ms > taskgate_shared::task::now_ms() {
+            signatures.extend(open(&secrets.secret_old).map(|old| old.sign(id, timestamp, body)));
+        }
+        Some(signatures.join(" "))
+    }
+
+    /// POSTs one body until it is accepted, refused for good, or out of attempts.
+    async fn deliver(&mut self, webhook_id: &str, body: Value) -> Delivered {
+        let settings = &self.deliverer.settings;
+        let body = Bytes::from(body.to_string());
+        let mut attempts = 0;
+        loop {
+            if self.held.stop.is_cancelled() || !self.held.lease_valid() {
+                return Delivered::Stopped;
+            }
+            attempts += 1;
+            let timestamp = unix_seconds();
+            let Some(signature) = self.signatures(webhook_id, timestamp, &body) else {
+                tracing::error!(subscription = %self.id, "cannot open a webhook subscription's secret; stopping");
+                self.held.stop.cancel();
+                return Delivered::Stopped;
+            };
+            let post = Post {
+                url: &self.url,
+                body: body.clone(),
+                headers: vec![
+                    ("webhook-id", webhook_id.to_owned()),
+                    ("webhook-timestamp", timestamp.to_string()),
+                    ("webhook-signature", signature),
+                    ("x-mcp-subscription-id", self.id.clone()),
+                ],
+            };
+            let (failure, retry_after) = match self.deliverer.egress.post(post).await {
+                Answered::Status { status: 200..=299, .. } => {
+                    METRICS.webhook_deliveries.with_label_values(&["ok"]).inc();
+                    return Delivered::Acked;
+                }
+                Answered::Status { status: 410, .. } => return self.dead("gone", attempts, false),
+                Answered::Status { status: 413, .. } => return self.dead("too_large", attempts, false),
+                Answered::Status { status, retry_after, .. } => (Failure::of_status(status), retry_after),
+                Answered::Failed(failure) => (failure, None),
+            };
+            self.pending.error = Some(failure.category());
+            if attempts >= settings.max_attempts {
+                return self.dead(failure.category(), attempts, true);
+            }
+            METRICS.webhook_deliveries.with_label_values(&["retry"]).inc();
+            let delay = backoff(settings.retry_base, attempts).max(retry_after.unwrap_or_default().min(MAX_DELAY));
+            if self.wait(delay).await {
+                return Delivered::Stopped;
+            }
+        }
+    }
+
+    fn dead(&self, reason: &'static str, attempts: u32, counts: bool) -> Delivered {
+        let outcome = match reason {
+            "gone" | "too_large" => reason,
+            _ => "dead",
+        };
+        METRICS.webhook_deliveries.with_label_values(&[outcome]).inc();
+        METRICS.webhook_dead_lettered.with_label_values(&[reason]).inc();
+        tracing::info!(subscription = %self.id, reason, attempts, "webhook event dead-lettered");
+        Delivered::Dead { reason, attempts, counts }
+    }
+}
+
+/// The delay before attempt `attempts + 1`: the base doubled per attempt made, at most
+/// [`MAX_DELAY`], jittered between half and all of it.
+fn backoff(base: Duration, attempts: u32) -> Duration {
+    let full = base.saturating_mul(2u32.saturating_pow(attempts.saturating_sub(1))).min(MAX_DELAY);
+    full.mul_f64(0.5 + rand::random::<f64>() * 0.5)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_within_half_and_all_and_is_capped() {
+        let base = Duration::from_secs(1);
+        for attempts in 1..=12 {
+            let full = Duration::from_secs(1 << (attempts - 1)).min(MAX_DELAY);
+            for _ in 0..50 {
+                let delay = backoff(base, attempts);
+                assert!(delay >= full / 2 && delay <= full, "attempt {attempts}: {delay:?} of {full:?}");
+            }
+        }
+    }
+}
