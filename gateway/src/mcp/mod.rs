@@ -18,6 +18,7 @@ pub(crate) mod listen;
 mod methods;
 pub(crate) mod mirror;
 mod pages;
+mod related;
 mod reply;
 
 use axum::http::HeaderMap;

@@ -71,6 +71,10 @@ pub struct TaskKeys {
     /// (RFC 8693); written by the gateway before the create, expiring with the token or the
     /// task, whichever is first.
     pub subject: String,
+    /// STRING: the caller's own task ids this task relates to (a JSON array; `relatedTaskIds`),
+    /// written by the gateway before the create, only when there are any; read with the claim;
+    /// expires with the task.
+    pub rel: String,
 }
 
 /// A tenant's fleet-wide limit keys.
@@ -154,6 +158,7 @@ impl Keys {
             leases: format!("{ns}:{tag}:leases"),
             timeline: format!("{ns}:{tag}:task:{id}:timeline"),
             subject: format!("{ns}:{tag}:task:{id}:subject"),
+            rel: format!("{ns}:{tag}:task:{id}:rel"),
         }
     }
 
@@ -307,6 +312,7 @@ mod tests {
             &k.leases,
             &k.timeline,
             &k.subject,
+            &k.rel,
         ] {
             assert!(key.starts_with("tg:{s0a}:"), "{key}");
         }

@@ -24,6 +24,7 @@ mod leases;
 mod limits;
 mod outcomes;
 mod pools;
+mod related;
 mod reply;
 mod scripts;
 mod secrets;
@@ -51,6 +52,7 @@ pub use outcomes::{
     Admission, Answered, CancelOutcome, Claim, Created, HeldAnswer, Hold, Limit, NewTask, OperatorFail, Parked, Polled,
     Reclaimed, Released, Renewal, Started,
 };
+pub use related::RelatedTask;
 pub use secrets::{Adopted, Replicas, SharedSecret};
 pub use tasks::KeyedTask;
 pub use wire::{Conn, ShardEvent, ShardSubscription};
