@@ -173,7 +173,12 @@ async fn stopped_after_two(client: &McpClient, dir: &std::path::Path) -> String 
 }
 
 /// A ledger call naming `related`, run to where it asks to continue: the steps it ran by then.
-async fn steps_before_the_question(client: &McpClient, dir: &std::path::Path, arguments: Value, related: &str) -> Vec<u64> {
+async fn steps_before_the_question(
+    client: &McpClient,
+    dir: &std::path::Path,
+    arguments: Value,
+    related: &str,
+) -> Vec<u64> {
     let r = call_with(client, "ledger", arguments, json!([related])).await;
     let task = r.result()["taskId"].as_str().unwrap_or_else(|| panic!("a task: {}", r.text)).to_owned();
     client.wait_for_status(&task, "input_required", PATIENCE).await;

@@ -131,7 +131,9 @@ pub enum ConfigError {
 
 /// A `name=ms` override that does not parse or names no served tool.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid tool override {0:?}: expected NAME=MS (NAME alone for --reuse-steps) naming a served tool, with MS >= 1")]
+#[error(
+    "invalid tool override {0:?}: expected NAME=MS (NAME alone for --reuse-steps) naming a served tool, with MS >= 1"
+)]
 pub struct BadOverride(pub String);
 
 /// A per-tool override of a built-in tool's spec (`--tool-ttl-ms`, `--tool-poll-ms`).
