@@ -37,12 +37,13 @@ async fn call_with(client: &McpClient, tool: &str, arguments: Value, related: Va
     client.call("tools/call", json!({"name": tool, "arguments": arguments, "_meta": meta})).await
 }
 
-/// The reply's bytes with what differs between any two creates (the new task's id and its
-/// timestamps) replaced by fixed text.
+/// The reply's bytes with what differs between any two creates (the request's id, the new
+/// task's id and its timestamps) replaced by fixed text.
 fn normalized(reply: &taskgate_tests::Reply) -> String {
     let result = reply.result();
     assert_eq!(result["resultType"], "task", "{}", reply.text);
-    let mut text = reply.text.clone();
+    // The JSON-RPC id is the request's own.
+    let mut text = reply.text.replace(&format!("\"id\":{}", reply.body["id"]), "\"id\":\"id\"");
     for field in ["taskId", "createdAt", "lastUpdatedAt"] {
         let value = result[field].as_str().unwrap_or_else(|| panic!("{field} in {}", reply.text));
         text = text.replace(value, field);
