@@ -24,8 +24,9 @@ use std::path::Path;
 
 /// The store's key sets a script's keys are filled from, with their fields (`store/keys.rs`).
 /// `stream` is a queue's: a task's keys name its pool's queue, never the default one.
-const TASK: &[&str] =
-    &["record", "inputs", "answers", "issued", "steps", "poll", "outcome", "args", "leases", "timeline", "outbox"];
+const TASK: &[&str] = &[
+    "record", "inputs", "answers", "issued", "steps", "poll", "outcome", "args", "leases", "timeline", "outbox", "rel",
+];
 const QUEUE: &[&str] = &["stream", "ready", "fair"];
 const SETS: &[(&str, &[&str])] = &[
     ("TaskKeys", TASK),

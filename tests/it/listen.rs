@@ -25,14 +25,23 @@ async fn listen(client: &McpClient, ids: &[&str]) -> (Value, SseStream) {
     client.open_stream("subscriptions/listen", json!({"notifications": {"taskIds": ids}})).await
 }
 
-/// The params of a `notifications/tasks` message, checked for the subscription id.
+/// The params of a `notifications/tasks` message, checked for the subscription id, with the
+/// sequence number and version (checked for their type) taken out of its `_meta`.
 fn snapshot(message: &Value, subscription: &Value) -> Value {
+    numbered(message, subscription).0
+}
+
+/// [`snapshot`], with the notification's `io.taskgate/seq` and `io.taskgate/version`.
+fn numbered(message: &Value, subscription: &Value) -> (Value, u64, u64) {
     assert_eq!(message["method"], "notifications/tasks", "{message}");
     assert!(message.get("id").is_none());
-    let params = &message["params"];
+    let mut params = message["params"].clone();
+    let meta = params["_meta"].as_object_mut().expect("a _meta");
+    let seq = meta.remove("io.taskgate/seq").and_then(|s| s.as_u64()).expect("a numeric io.taskgate/seq");
+    let version = meta.remove("io.taskgate/version").and_then(|v| v.as_u64()).expect("a numeric io.taskgate/version");
     assert_eq!(params["_meta"], json!({"io.modelcontextprotocol/subscriptionId": subscription}));
     assert!(params.get("resultType").is_none());
-    params.clone()
+    (params, seq, version)
 }
 
 /// `tasks/get`'s result in the form a notification carries it.
@@ -352,4 +361,48 @@ async fn at_the_default_share_one_principal_holds_a_quarter_of_the_streams_on_an
     .await;
     let acknowledged = reopened.next_message(PATIENCE).await.expect("the acknowledgement");
     assert_eq!(acknowledged["method"], "notifications/subscriptions/acknowledged", "{acknowledged}");
+}
+
+/// `io.taskgate/seq` counts a stream's notifications with no hole, across all its tasks, and
+/// `io.taskgate/version` is each task's version: rising, and the record's at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seq_and_version() {
+    let stack = taskgate_tests::Stack::builder().spawn().await;
+    let client = stack.client(0);
+    let approval = client.create_task("dual_approval", json!({"change": "z"})).await;
+    let report = client.create_task("generate_report", json!({})).await;
+    client.wait_for_status(&approval, "input_required", PATIENCE).await;
+    client.wait_for_status(&report, "input_required", PATIENCE).await;
+    let (request, mut stream) = listen(&client, &[&approval, &report]).await;
+    let subscription = request["id"].clone();
+    assert_eq!(stream.next_message(PATIENCE).await.unwrap()["method"], "notifications/subscriptions/acknowledged");
+
+    let accept = json!({"action": "accept", "content": {"approved": true}});
+    client.update_task(&approval, json!({"legal_approval": accept})).await;
+    client.update_task(&report, json!({"approve_outline": accept})).await;
+    client.update_task(&approval, json!({"finance_approval": accept})).await;
+
+    let mut seqs = Vec::new();
+    let mut versions: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    loop {
+        let message = stream.next_message(PATIENCE).await.expect("the stream stays open");
+        if message.get("result").is_some() {
+            assert_closing_result(&message, &subscription);
+            break;
+        }
+        let (params, seq, version) = numbered(&message, &subscription);
+        seqs.push(seq);
+        versions.entry(params["taskId"].as_str().unwrap().to_owned()).or_default().push(version);
+    }
+    let expected: Vec<u64> = (1..=seqs.len() as u64).collect();
+    assert_eq!(seqs, expected, "1, 2, 3… with no hole");
+    assert!(seqs.len() >= 4, "each task's parked and terminal snapshots at least: {seqs:?}");
+    let store = stack.store();
+    for task in [&approval, &report] {
+        let seen = &versions[task.as_str()];
+        assert!(seen.windows(2).all(|w| w[0] < w[1]), "{task}: versions rise: {seen:?}");
+        let record = store.keys().task(&TaskId::parse(task).unwrap()).record;
+        let stored: u64 = redis::cmd("HGET").arg(record).arg("ver").query_async(&mut store.conn()).await.unwrap();
+        assert_eq!(seen.last(), Some(&stored), "{task}: the last is the terminal record's version");
+    }
 }

@@ -35,6 +35,7 @@ mod pools_routing;
 mod record_size;
 mod recovery;
 mod redis_tls;
+mod related;
 mod run_local;
 mod sentinel;
 mod shared_secrets;

@@ -62,6 +62,12 @@ pub struct Cli {
     #[arg(long, env = "TASKGATE_TOOL_POLL_MS", value_delimiter = ',')]
     pub tool_poll_ms: Vec<String>,
 
+    /// Built-in tools, comma separated, whose new calls start from the durable steps of a failed
+    /// or cancelled task of the same caller, tool and arguments that the call names in
+    /// `_meta["io.modelcontextprotocol/relatedTaskIds"]` (see docs/wire.md).
+    #[arg(long, env = "TASKGATE_REUSE_STEPS", value_delimiter = ',')]
+    pub reuse_steps: Vec<String>,
+
     /// Tools run at once by this worker.
     #[arg(long, env = "TASKGATE_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub concurrency: u32,
@@ -125,7 +131,9 @@ pub enum ConfigError {
 
 /// A `name=ms` override that does not parse or names no served tool.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid tool override {0:?}: expected NAME=MS naming a served tool, with MS >= 1")]
+#[error(
+    "invalid tool override {0:?}: expected NAME=MS (NAME alone for --reuse-steps) naming a served tool, with MS >= 1"
+)]
 pub struct BadOverride(pub String);
 
 /// A per-tool override of a built-in tool's spec (`--tool-ttl-ms`, `--tool-poll-ms`).
@@ -162,6 +170,8 @@ pub struct Config {
     pub catalogue_ttl: Duration,
     pub tool_ttl: Vec<ToolOverride>,
     pub tool_poll: Vec<ToolOverride>,
+    /// Built-in tools that opt in to step reuse (`--reuse-steps`).
+    pub reuse_steps: Vec<String>,
     pub concurrency: u32,
     pub lease: Duration,
     pub max_reclaims: u32,
@@ -224,6 +234,7 @@ impl Config {
             catalogue_ttl: Duration::from_millis(cli.catalogue_ttl_ms),
             tool_ttl,
             tool_poll,
+            reuse_steps: cli.reuse_steps.into_iter().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()).collect(),
             concurrency: cli.concurrency,
             lease: Duration::from_millis(cli.lease_ms),
             max_reclaims: cli.max_reclaims,
@@ -252,6 +263,9 @@ impl Config {
                     spec.poll_interval_ms = entry.ms;
                 }
             }
+        }
+        for tool in &self.reuse_steps {
+            specs.get_mut(tool).ok_or_else(|| BadOverride(tool.clone()))?.reuse_steps = true;
         }
         Ok(specs.into_values().collect())
     }

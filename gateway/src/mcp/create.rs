@@ -23,6 +23,9 @@ pub(crate) struct TaskShape<'a> {
     pub(crate) fingerprint: Option<&'a str>,
     /// The tool's server exchanges the caller's own token: hand it to the worker, sealed.
     pub(crate) subject_token: bool,
+    /// The caller's own related task ids (`relatedTaskIds`, checked): kept beside the task for
+    /// its worker. Empty for none.
+    pub(crate) related: &'a [String],
 }
 
 /// How sure a new task must be before its handle leaves.
@@ -54,6 +57,12 @@ pub(crate) async fn write_task(
     if shape.subject_token {
         // Before the create, so that a worker never claims the task before its token is there.
         hand_over_subject_token(call, id, shape.ttl_ms).await?;
+    }
+    if !shape.related.is_empty() {
+        // Before the create too, so that the claim finds them: one `SET`, only when the call
+        // named tasks of its caller's own.
+        let ids = serde_json::to_string(shape.related).unwrap_or_else(|_| "[]".into());
+        state.store.put_related(id, &ids, shape.ttl_ms).await?;
     }
     let answers: Vec<(String, String)> = gathered.answers.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
     let steps: Vec<(String, String)> = gathered.carried.steps.iter().map(|(k, v)| (k.clone(), v.clone())).collect();

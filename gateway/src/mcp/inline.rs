@@ -52,6 +52,7 @@ pub(crate) fn hidden_shape<'a>(
         status_message: None,
         fingerprint: None,
         subject_token,
+        related: &[],
     }
 }
 

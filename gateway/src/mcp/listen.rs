@@ -9,6 +9,10 @@
 //! "Differs" is by (version, last update time), not "has a higher version": a failover that
 //! loses the latest writes sends a record's version backwards, and a stream that only took
 //! higher versions would then drop every later snapshot, the terminal one included.
+//!
+//! Each `notifications/tasks` carries `io.taskgate/seq` (1, 2, 3… on this stream, no holes) and
+//! `io.taskgate/version` (the snapshot's), so a client tells a notification lost on the way (a
+//! hole in `seq`) from coalescing (a jump in `version`). Both come from memory.
 
 use std::collections::VecDeque;
 
@@ -97,6 +101,8 @@ pub(crate) struct Listen {
     task_filter: bool,
     /// This stream's count; also the replica's open streams and its turns to re-read.
     slot: StreamSlot,
+    /// The `io.taskgate/seq` of the last `notifications/tasks` sent (0: none yet).
+    seq: u64,
 }
 
 impl Listen {
@@ -131,6 +137,7 @@ impl Listen {
             phase: Phase::Ack,
             task_filter,
             slot,
+            seq: 0,
         }
     }
 
@@ -148,14 +155,19 @@ impl Listen {
     }
 
     /// The DetailedTask, as `tasks/get` would return it, minus `resultType`: written straight
-    /// into one buffer, the stored result spliced in.
-    fn notification(&self, snapshot: &Snapshot) -> StreamItem {
-        // Room for the `_meta` with the subscription id too.
-        let mut members = Vec::with_capacity(snapshot.encoded_len_hint() + 128);
+    /// into one buffer, the stored result spliced in. Numbered: call it only for a
+    /// notification that is sent.
+    fn notification(&mut self, snapshot: &Snapshot) -> StreamItem {
+        self.seq += 1;
+        // Room for the `_meta` with the subscription id, the sequence number and version too.
+        let mut members = Vec::with_capacity(snapshot.encoded_len_hint() + 192);
         snapshot.write_detailed(&mut members);
         members.extend_from_slice(br#","_meta":"#);
+        let mut meta = self.meta();
+        meta[meta_keys::SEQ] = self.seq.into();
+        meta[meta_keys::VERSION] = snapshot.version.into();
         // Into a Vec, of a Value: writing cannot fail.
-        let _ = serde_json::to_writer(&mut members, &self.meta());
+        let _ = serde_json::to_writer(&mut members, &meta);
         StreamItem::Notice(Notice { method: "notifications/tasks", params: NoticeParams::Members(members) })
     }
 

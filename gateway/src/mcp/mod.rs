@@ -20,6 +20,7 @@ mod methods;
 pub(crate) mod mirror;
 pub(crate) mod occurrences;
 mod pages;
+mod related;
 mod reply;
 
 use axum::http::HeaderMap;

@@ -25,6 +25,11 @@ pub struct ValidMeta {
     /// `_meta["io.taskgate/idempotencyKey"]`: the body's form of the `Idempotency-Key` header,
     /// for clients that cannot set a header per request. Checked where it is used.
     pub idempotency_key: Option<String>,
+    /// `_meta["io.modelcontextprotocol/relatedTaskIds"]`: task ids the client says this call
+    /// relates to, advisory (an Agents working group draft extending the Tasks extension).
+    /// Duplicates removed, in the order first sent; empty when absent or empty. Nothing here
+    /// says whether they exist or whose they are: the call checks them as `tasks/get` would.
+    pub related_task_ids: Vec<String>,
 }
 
 impl ValidMeta {
@@ -55,10 +60,16 @@ struct Members<'a> {
     log_level: Option<&'a RawValue>,
     #[serde(rename = "io.taskgate/idempotencyKey", default, borrow, deserialize_with = "present")]
     idempotency_key: Option<&'a RawValue>,
+    #[serde(rename = "io.modelcontextprotocol/relatedTaskIds", default, borrow, deserialize_with = "present")]
+    related_task_ids: Option<&'a RawValue>,
 }
 
 /// The `_meta` member that carries an idempotency key.
 pub const IDEMPOTENCY_KEY_META: &str = "io.taskgate/idempotencyKey";
+
+/// The `_meta` member that names a call's related tasks (read on `tools/call`, passed on to an
+/// upstream server's `tools/call` with the caller's own ids only).
+pub const RELATED_TASK_IDS_META: &str = "io.modelcontextprotocol/relatedTaskIds";
 
 /// Validates `params._meta` in the order the conformance suite expects: `_meta`, version string, version support,
 /// capabilities, then `clientInfo` when present.
@@ -96,6 +107,10 @@ pub fn validate(
                 .into_owned(),
         ),
     };
+    let related_task_ids = match meta.related_task_ids {
+        None => Vec::new(),
+        Some(raw) => related_ids(raw)?,
+    };
     Ok(ValidMeta {
         protocol_version: version.into_owned(),
         capabilities,
@@ -103,8 +118,31 @@ pub fn validate(
         progress_token,
         log_level: text(meta.log_level).map(Cow::into_owned),
         idempotency_key,
+        related_task_ids,
     })
 }
+
+/// The related task ids as sent, duplicates dropped, the first [`MAX_RELATED_TASK_IDS`]
+/// distinct ones kept (the rest are ignored, not refused): an array of strings, or a `_meta`
+/// error (a client bug is better found than hidden; `null` is not an array either).
+fn related_ids(raw: &RawValue) -> Result<Vec<String>, RpcError> {
+    let refused = || RpcError::invalid_params(format!("{RELATED_TASK_IDS_META} must be an array of task id strings"));
+    let ids: Vec<Cow<'_, str>> = serde_json::from_str(raw.get()).map_err(|_| refused())?;
+    let mut kept: Vec<String> = Vec::new();
+    for id in ids {
+        if kept.len() == MAX_RELATED_TASK_IDS {
+            // Still read to the end: a non-string past the cap is refused all the same.
+            continue;
+        }
+        if !kept.iter().any(|k| k.as_str() == id.as_ref()) {
+            kept.push(id.into_owned());
+        }
+    }
+    Ok(kept)
+}
+
+/// How many distinct related task ids one call uses; entries past them are ignored.
+pub const MAX_RELATED_TASK_IDS: usize = 16;
 
 /// `_meta.traceparent` alone, for the request's span before the method runs. Most requests
 /// carry none, and those are not parsed for it.

@@ -29,4 +29,9 @@ pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 pub mod meta_keys {
     pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
     pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+    /// On each `notifications/tasks` of a listen stream: 1, 2, 3… per stream, so a client sees
+    /// a notification lost on the way as a hole.
+    pub const SEQ: &str = "io.taskgate/seq";
+    /// On each `notifications/tasks`: the task's version (a jump is coalescing, not a loss).
+    pub const VERSION: &str = "io.taskgate/version";
 }

@@ -38,7 +38,7 @@ pub fn stored_capabilities(capabilities: &Map<String, Value>) -> (String, bool) 
 
 /// What a record holds in place of a value kept in a key of its own (`aside` in the scripts'
 /// prelude, which spells it too): long arguments, results and errors.
-const ASIDE: &str = "@aside";
+pub(super) const ASIDE: &str = "@aside";
 
 /// A whole record as read (`HGETALL`), with `fields` set aside put back from `value`, the
 /// content of their key.

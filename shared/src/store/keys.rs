@@ -76,6 +76,10 @@ pub struct TaskKeys {
     /// never written); a caller that knows the owner sets [`Keys::outbox`], and a script whose
     /// record names another outbox answers with it, writing nothing (`other_outbox`).
     pub outbox: String,
+    /// STRING: the caller's own task ids this task relates to (a JSON array; `relatedTaskIds`),
+    /// written by the gateway before the create, only when there are any; read with the claim;
+    /// expires with the task.
+    pub rel: String,
 }
 
 /// A tenant's fleet-wide limit keys.
@@ -181,6 +185,7 @@ impl Keys {
             timeline: format!("{ns}:{tag}:task:{id}:timeline"),
             subject: format!("{ns}:{tag}:task:{id}:subject"),
             outbox: format!("{ns}:{tag}:outbox:{OUTBOX_PLACEHOLDER}"),
+            rel: format!("{ns}:{tag}:task:{id}:rel"),
         }
     }
 
@@ -394,6 +399,7 @@ mod tests {
             &k.timeline,
             &k.subject,
             &k.outbox,
+            &k.rel,
         ] {
             assert!(key.starts_with("tg:{s0a}:"), "{key}");
         }

@@ -26,6 +26,7 @@ mod limits;
 mod outbox;
 mod outcomes;
 mod pools;
+mod related;
 mod reply;
 mod scripts;
 mod secrets;
@@ -56,6 +57,7 @@ pub use outcomes::{
     Leased, Limit, NewTask, OperatorFail, OutboxLimits, Parked, Polled, Reclaimed, Released, Renewal, Started,
     Upserted,
 };
+pub use related::RelatedTask;
 pub use secrets::{Adopted, Replicas, SharedSecret};
 pub use tasks::KeyedTask;
 pub use wire::{Conn, ShardEvent, ShardSubscription};

@@ -92,6 +92,13 @@ pub struct ToolSpec {
     /// gateway never lists it (`tools/list` shows the descriptor and the execution only).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub subject_token: bool,
+    /// A new call naming, in `_meta["io.modelcontextprotocol/relatedTaskIds"]`, a failed or
+    /// cancelled task of the same caller, tool and arguments starts with that task's durable
+    /// steps recorded, so it runs only the steps still missing. Opt-in per tool: it is right
+    /// only for a tool whose recorded steps stay valid for a new run. Internal, as
+    /// `subject_token`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reuse_steps: bool,
 }
 
 impl ToolSpec {
@@ -121,6 +128,7 @@ impl ToolSpec {
             status_message: None,
             pre_task_inputs: BTreeMap::new(),
             subject_token: false,
+            reuse_steps: false,
         }
     }
 }

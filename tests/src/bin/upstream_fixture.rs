@@ -361,6 +361,10 @@ impl ServerHandler for Fixture {
         // The idempotency key the worker passes: a retried call must carry the same one.
         let key = context.meta.get("io.taskgate/idempotencyKey").and_then(Value::as_str).unwrap_or("-");
         log(&format!("key {} {tag} {key}", request.name));
+        // The related task ids the worker passed on, as received (`-`: none).
+        let related =
+            context.meta.get("io.modelcontextprotocol/relatedTaskIds").map_or_else(|| "-".to_owned(), Value::to_string);
+        log(&format!("related {} {tag} {related}", request.name));
         match request.name.as_ref() {
             "echo" => Ok(text(args.get("text").and_then(Value::as_str).unwrap_or("").to_owned())),
             "slow" => {

@@ -43,6 +43,9 @@ pub struct ToolContext {
     /// Bytes of step results recorded so far, the claim's and this run's (against
     /// [`MAX_STEPS_TOTAL_BYTES`]).
     pub(super) steps_bytes: Mutex<usize>,
+    /// The caller's own tasks the call named as related (`relatedTaskIds`), checked by the
+    /// gateway.
+    pub(super) related_tasks: Vec<String>,
 }
 
 /// What a suspended call leaves for the park: its requests, the status message, the state.
@@ -86,6 +89,7 @@ impl ToolContext {
             recorded_steps: claim.steps.iter().cloned().collect(),
             steps_seen: Mutex::default(),
             steps_bytes: Mutex::new(claim.steps.iter().map(|(name, result)| name.len() + result.len()).sum()),
+            related_tasks: claim.related_tasks.clone(),
         }
     }
 
@@ -113,6 +117,13 @@ impl ToolContext {
     /// The principal that created the task.
     pub fn principal(&self) -> &str {
         &self.principal
+    }
+
+    /// The ids of the tasks the call named as related (`_meta["io.modelcontextprotocol/
+    /// relatedTaskIds"]`), only those the task's own caller owned when it was created, in the
+    /// order sent: advisory, so a tool may reuse a predecessor's work. Empty for none.
+    pub fn related_tasks(&self) -> &[String] {
+        &self.related_tasks
     }
 
     pub fn task_id(&self) -> &str {

@@ -145,6 +145,7 @@ mod tests {
             queued_for: None,
             owner_tenant: "t".into(),
             owner_principal: "p".into(),
+            related_tasks: Vec::new(),
         };
         let store = Store::connect_lazy(&Endpoint::new("redis://127.0.0.1:1"), "t", Duration::from_millis(50))
             .expect("a lazy store");

@@ -161,6 +161,8 @@ impl Upstreams {
             pre_task_inputs: BTreeMap::new(),
             // The gateway hands the caller's own token over only for these tools.
             subject_token: config.oauth.as_ref().is_some_and(config::OAuthConfig::exchanges),
+            // An upstream server's tool records no durable steps here: nothing to reuse.
+            reuse_steps: false,
         };
         Ok(tool::UpstreamTool {
             upstream: server.clone(),

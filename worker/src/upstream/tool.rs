@@ -12,7 +12,7 @@ use rmcp::model::{
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 use serde_json::Value;
 use taskgate_shared::protocol::capabilities::check_input_requests;
-use taskgate_shared::protocol::meta::IDEMPOTENCY_KEY_META;
+use taskgate_shared::protocol::meta::{IDEMPOTENCY_KEY_META, RELATED_TASK_IDS_META};
 use taskgate_shared::protocol::{ErrorKind, RpcError};
 use taskgate_shared::tools::ToolSpec;
 use tokio::sync::mpsc;
@@ -201,6 +201,11 @@ impl UpstreamTool {
         // A task made with a client's key has an id derived from that key.
         let meta = options.meta.get_or_insert_with(Default::default);
         meta.insert(IDEMPOTENCY_KEY_META.to_owned(), Value::from(ctx.task_id()));
+        // The caller's own related tasks only (the gateway dropped the rest): ids of taskgate's
+        // tasks, which the server may know from earlier calls made for them.
+        if !ctx.related_tasks().is_empty() {
+            meta.insert(RELATED_TASK_IDS_META.to_owned(), Value::from(ctx.related_tasks().to_vec()));
+        }
         let in_flight = METRICS.upstream_in_flight.with_label_values(&[upstream]);
         in_flight.inc();
         let _in_flight = scopeguard::guard((), move |()| in_flight.dec());

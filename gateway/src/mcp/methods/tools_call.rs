@@ -20,6 +20,7 @@ use taskgate_shared::tools::Execution;
 use crate::catalogue::Tool;
 use crate::error::GatewayError;
 use crate::mcp::inline::{self, Forwarding, InlineRun};
+use crate::mcp::related::{self, Named};
 use crate::mcp::{Call, Durability, Reply, TaskShape, idempotency, mirror, task_not_found, write_task};
 use crate::mrtr;
 
@@ -77,15 +78,22 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
         )));
     }
 
+    // Steps are reused by tasks only: an inline run's steps travel in its MRTR state, which is
+    // bounded well below what a task may have recorded.
+    let named = Named::new(&call.meta, name, spec.reuse_steps && as_task, &arguments);
     if as_task {
-        let snapshot = task(call, &tool, name, stored, &arguments, &gathered).await?;
+        let snapshot = task(call, &tool, name, stored, &arguments, &gathered, &named).await?;
         return Ok(Reply::Result(result::with_type(result::TASK, snapshot.task_fields())));
     }
     // An inline call keeps no task for the client to find again: it runs once per request and
     // ignores an idempotency key.
     let id = TaskId::generate(call.state.config.redis.queue_shards);
     crate::limits::admit_task(call.state, &call.principal, &id, inline::hidden_ttl_ms(&call.state.config)).await?;
-    let shape = inline::hidden_shape(&call.state.config, &tool.pool, spec.poll_interval_ms, spec.subject_token);
+    let resolved = named.resolve(call.state, &call.principal.owner()).await?;
+    let shape = TaskShape {
+        related: &resolved.owned,
+        ..inline::hidden_shape(&call.state.config, &tool.pool, spec.poll_interval_ms, spec.subject_token)
+    };
     let run = InlineRun::start(call, id, name, stored, shape, &gathered).await?;
     let forwarding = Forwarding::new(
         call.meta.progress_token.clone(),
@@ -119,6 +127,7 @@ async fn task(
     arguments: &str,
     parsed: &Value,
     gathered: &mrtr::Gathered,
+    named: &Named<'_>,
 ) -> Result<Snapshot, GatewayError> {
     let spec = &tool.spec;
     let shape = |fingerprint| TaskShape {
@@ -128,16 +137,17 @@ async fn task(
         status_message: spec.status_message.as_deref(),
         fingerprint,
         subject_token: spec.subject_token,
+        related: &[],
     };
     let Some(key) = idempotency::key(call.headers, call.meta.idempotency_key.as_deref())? else {
         let id = TaskId::generate(call.state.config.redis.queue_shards);
-        return create(call, &id, name, arguments, gathered, shape(None)).await;
+        return create(call, &id, name, arguments, gathered, shape(None), named).await;
     };
     let owner = call.principal.owner();
     let id = idempotency::task_id(call.state, &owner, &key).await?;
     let fingerprint = idempotency::fingerprint(name, parsed, &gathered.answers);
     let Some(existing) = call.state.store.keyed_task(&id, &owner).await? else {
-        return create(call, &id, name, arguments, gathered, shape(Some(&fingerprint))).await;
+        return create(call, &id, name, arguments, gathered, shape(Some(&fingerprint)), named).await;
     };
     crate::limits::admit_request(call.state, &call.principal).await?;
     if existing.tool != name || existing.fingerprint.as_deref() != Some(fingerprint.as_str()) {
@@ -157,7 +167,8 @@ async fn task(
 /// Admits and writes a new task, confirmed durable before any handle leaves (a handle that
 /// later answers "not found" is never acceptable). Its snapshot is the one `create_task` wrote,
 /// unless another request with the same key created the task in the moment since it was looked
-/// up: then it is that task, as it is now.
+/// up: then it is that task, as it is now. The related ids are checked once admitted, and the
+/// task starts with the steps of a failed run of the same call when its tool reuses them.
 async fn create(
     call: &Call<'_>,
     id: &TaskId,
@@ -165,10 +176,15 @@ async fn create(
     arguments: &str,
     gathered: &mrtr::Gathered,
     shape: TaskShape<'_>,
+    named: &Named<'_>,
 ) -> Result<Snapshot, GatewayError> {
     let (ttl_ms, poll_interval_ms) = (shape.ttl_ms, shape.poll_interval_ms);
     let status_message = shape.status_message.map(str::to_owned);
     crate::limits::admit_task(call.state, &call.principal, id, ttl_ms).await?;
+    let resolved = named.resolve(call.state, &call.principal.owner()).await?;
+    let reused = related::with_steps(gathered, &resolved.steps);
+    let gathered = reused.as_ref().unwrap_or(gathered);
+    let shape = TaskShape { related: &resolved.owned, ..shape };
     let created_at_ms = match write_task(call, id, tool, arguments, shape, gathered, Durability::Replicated).await? {
         Created::New { created_at_ms } => created_at_ms,
         Created::Replayed { .. } => return replayed(call, id).await,

@@ -93,3 +93,29 @@ fn traceparent_is_read_only_when_sent() {
     assert_eq!(traceparent(Some(&params(json!({"x": 1})))), None);
     assert_eq!(traceparent(None), None);
 }
+
+#[test]
+fn related_task_ids_are_an_array_of_strings_deduplicated_and_capped() {
+    let with = |ids: Value| {
+        validate(
+            &params(json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                           "io.modelcontextprotocol/clientCapabilities": {},
+                           "io.modelcontextprotocol/relatedTaskIds": ids})),
+            ok_headers,
+        )
+    };
+    assert!(with(json!([])).unwrap().related_task_ids.is_empty(), "empty is none");
+    assert_eq!(with(json!(["a", "b", "a"])).unwrap().related_task_ids, ["a", "b"]);
+    let many: Vec<String> = (0..20).map(|i| format!("t{i}")).collect();
+    let kept = with(json!(many)).unwrap().related_task_ids;
+    assert_eq!(kept, many[..MAX_RELATED_TASK_IDS], "past the cap ignored, not refused");
+    let message = "io.modelcontextprotocol/relatedTaskIds must be an array of task id strings";
+    for bad in [json!("a"), json!(null), json!({}), json!(["a", 1]), json!([["a"]])] {
+        let err = with(bad.clone()).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidParams, "{bad}");
+        assert_eq!(err.message, message, "{bad}");
+    }
+    let mut past_the_cap: Vec<Value> = many.iter().map(|s| json!(s)).collect();
+    past_the_cap.push(json!(7));
+    assert!(with(Value::Array(past_the_cap)).is_err(), "a non-string past the cap is refused too");
+}

@@ -31,6 +31,9 @@ pub struct Claim {
     pub owner_tenant: String,
     /// The owner's principal: whose identity a per-principal upstream acts as.
     pub owner_principal: String,
+    /// The task ids the call named as related (`relatedTaskIds`) that its owner owned when the
+    /// task was created; empty for none.
+    pub related_tasks: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,13 +19,14 @@
 -- worker's pool's on the shard)   KEYS[3] leases: shard lease index   KEYS[4] answers: candidate's answers hash
 -- KEYS[5] timeline: candidate's timeline   KEYS[6] steps: candidate's steps hash   KEYS[7] ready: the pool's ready set on
 -- the shard   KEYS[8] fair: its fairness tags   KEYS[9] args: candidate's arguments set aside (prelude: aside)
+-- KEYS[10] rel: candidate's related task ids (a JSON array the gateway wrote before the create; absent: none)
 -- ARGV[1] entry_id: stream entry id   ARGV[2] task_id (task): candidate task id
 -- ARGV[3] worker: worker id   ARGV[4] lease_ms (u64): lease ms   ARGV[5] group: consumer group
 -- Returns {1, fence, tool, args, traceparent|'', cancelRequested 0|1, answers (flat k,v list),
 --          the creator's clientCapabilities JSON,
 --          the state the last park saved else '', '1' if the clientCapabilities JSON left out
 --          the Tasks extension's declaration else '0', recorded steps (flat name,result list),
---          when it was queued (ms) else '', tenant, principal}
+--          when it was queued (ms) else '', tenant, principal, related task ids JSON else ''}
 --       | {0} nothing claimable (nothing queued, or the task taken had ended)
 --       | {-11, task id} that task is at the front instead: nothing written, ask again with it.
 local rcall = redis.call
@@ -34,7 +35,8 @@ local f = rcall('HMGET', record, 'status', 'holder', 'tool', 'args', 'tp', 'canc
   'fence', 'tstate', 'capx', 'queued', 'principal')
 local function granted(fence)
   return {REPLY.OK, fence, f[3], from_aside(f[4], KEYS[9]), f[5] or '', f[6] and 1 or 0, rcall('HGETALL', answers), f[7] or '{}',
-    f[11] or '', f[12] or '0', rcall('HGETALL', KEYS[6]), f[13] or '', f[8] or '', f[14] or ''}
+    f[11] or '', f[12] or '0', rcall('HGETALL', KEYS[6]), f[13] or '', f[8] or '', f[14] or '',
+    rcall('GET', KEYS[10]) or ''}
 end
 -- drop_spent_tags: moves the floor of `fair` to `floor` (the tag just taken) and forgets
 -- tenants' tags that say nothing any more. A tag at or below the floor is one (an enqueue

@@ -49,6 +49,13 @@ fn decode(reply: Reply, task_id: &TaskId) -> Result<ClaimStep, StoreError> {
                 }),
                 owner_tenant: reply.string(12)?,
                 owner_principal: reply.string(13)?,
+                // Written by the gateway, checked there: ids the task's owner owns. Absent (a
+                // task created before this field existed) is none.
+                related_tasks: reply
+                    .string(14)
+                    .ok()
+                    .and_then(|json| serde_json::from_str(&json).ok())
+                    .unwrap_or_default(),
             }))))
         }
         _ => Err(reply.unexpected_code()),
