@@ -19,6 +19,7 @@ mod metrics;
 mod mrtr;
 mod origin;
 mod polls;
+mod request_slices;
 pub mod runtime;
 mod secrets;
 mod snapshots;
