@@ -21,6 +21,7 @@ mod origin;
 mod polls;
 pub mod runtime;
 mod secrets;
+mod slices;
 mod snapshots;
 mod state;
 mod stream_slots;

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::origin::OriginPolicy;
-use crate::{auth, catalogue, egress, events, limits, metrics, mrtr, polls, secrets, snapshots, stream_slots};
+use crate::{auth, catalogue, egress, events, metrics, mrtr, polls, secrets, slices, snapshots, stream_slots};
 
 /// A gateway that cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +58,7 @@ pub struct Shared {
     /// `tasks/get` answers kept for their owners (`--snapshot-cache-bytes`).
     pub(crate) snapshots: Arc<snapshots::SnapshotCache>,
     /// This replica's leased slices of its tenants' request rates.
-    pub(crate) request_slices: Arc<limits::slices::Slices>,
+    pub(crate) request_slices: Arc<slices::Slices>,
     /// Set once Redis has proved usable (login, scripts, a read in the namespace): readiness
     /// waits for it, so a replica with a wrong password or ACL never takes traffic.
     pub(crate) redis_usable: Arc<std::sync::atomic::AtomicBool>,
@@ -118,7 +118,7 @@ impl AppState {
             listen_streams: Arc::default(),
             polls,
             snapshots,
-            request_slices: Arc::new(limits::slices::Slices::new(config_slice)),
+            request_slices: Arc::new(slices::Slices::new(config_slice)),
             redis_usable: Arc::default(),
             secrets,
             egress,

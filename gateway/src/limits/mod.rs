@@ -13,8 +13,6 @@ use crate::auth::Principal;
 use crate::error::GatewayError;
 use crate::state::AppState;
 
-pub(crate) mod slices;
-
 /// The error for a refused request.
 pub(crate) fn refused(limit: Limit, retry_after_ms: u64) -> GatewayError {
     GatewayError::RateLimited { limit, retry_after_ms }
@@ -32,7 +30,7 @@ fn outcome(admission: Result<Admission, StoreError>) -> Result<(), GatewayError>
 }
 
 /// One request against the caller's tenant request rate, from this replica's slice of it
-/// ([`slices`]). Fails open when Redis cannot be reached: a request that needs Redis fails on
+/// ([`crate::slices`]). Fails open when Redis cannot be reached: a request that needs Redis fails on
 /// its own, and one that does not (discovery, listing) keeps working through an outage.
 pub(crate) async fn admit_request(state: &AppState, principal: &Principal) -> Result<(), GatewayError> {
     let rate = requests(state);
