@@ -499,3 +499,112 @@ async fn a_dead_deliverers_subscription_is_taken_over_on_an_idle_fleet() {
     .await;
     assert_eq!(holder_of(&stack, "acme", &id).await, holder, "renewed by the same holder, not lost");
 }
+
+/// The console's webhooks page: a subscription whose receiver always fails is listed as
+/// suspended with its dead letters, by host (never the URL's path or query, nor the secret);
+/// a tenant admin of another tenant does not see it; an operator ends it, audited.
+#[tokio::test]
+async fn the_console_lists_subscriptions_with_dead_letters_and_an_operator_ends_one() {
+    use crate::console::{As, Console};
+
+    let mut stack = Stack::builder().gateways(0).workers(0).spawn().await;
+    let receiver = Receiver::start().await;
+    let flags = [
+        "--events-webhook-allow-private",
+        "127.0.0.0/8",
+        "--events-webhook-retry-base-ms",
+        "20",
+        "--events-webhook-max-attempts",
+        "3",
+        "--console",
+    ];
+    let args = webhook_args(&stack, Some(&receiver), &flags);
+    // The console's scopes: an operator, and a tenant admin of another tenant than alice's.
+    let keys: String =
+        [("alice", "acme", ""), ("op", "ops", "taskgate:operator"), ("admin", "other", "taskgate:tenant-admin")]
+            .iter()
+            .map(|(who, tenant, scopes)| {
+                format!("{} {tenant} {who} {scopes}", hash(&format!("key-{who}"))).trim_end().to_owned() + "\n"
+            })
+            .collect();
+    std::fs::write(stack.scratch_dir().join("api-keys"), keys).unwrap();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let g = stack.add_gateway_with_auth(&args).await;
+    stack.add_worker(&[]).await;
+    let alice = client(&stack, g, "alice");
+    let path = "/hooks/tok-PATHSECRET7";
+    let url = receiver.url(&format!("{path}?key=QUERYSECRET7"));
+    let hook_secret = secret(6);
+    let reply = subscribe(&alice, &url, &hook_secret, json!({})).await;
+    let id = reply.result()["id"].as_str().unwrap_or_else(|| panic!("an id: {}", reply.text)).to_owned();
+    receiver.answer(path, Answer::Status(500));
+    for _ in 0..2 {
+        let task = alice.create_task("sleep", json!({ "ms": 0 })).await;
+        alice.wait_for_status(&task, "completed", PATIENCE).await;
+    }
+
+    let console = Console::new(&alice);
+    let op = As::Bearer("key-op");
+    let page = eventually(PATIENCE, "the console shows it suspended", || {
+        let console = &console;
+        async move {
+            let page = console.get("/console/webhooks", op).await;
+            (page.status == 200 && page.body.contains("suspended")).then_some(page)
+        }
+    })
+    .await;
+    let body = &page.body;
+    assert!(body.contains(&id), "{body}");
+    assert!(body.contains(&receiver.url("")), "the scheme, host and port: {body}");
+    for hidden in
+        ["PATHSECRET7", "QUERYSECRET7", "/hooks/", hook_secret.as_str(), hook_secret.trim_start_matches("whsec_")]
+    {
+        assert!(!body.contains(hidden), "{hidden} shown: {body}");
+    }
+    // The dead letters, by event id, as the deliverer wrote them.
+    let store = stack.store();
+    let (_, dead) = store.keys().hook_in(taskgate_shared::store::Store::hook_bucket_of("acme"), &id);
+    let mut conn = stack.redis.connection().await;
+    let letters: Vec<String> = redis::cmd("LRANGE").arg(&dead).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
+    assert_eq!(letters.len(), 3, "{letters:?}");
+    for letter in &letters {
+        let letter: Value = serde_json::from_str(letter).unwrap();
+        let event_id = letter["eventId"].as_str().unwrap();
+        assert!(body.contains(event_id), "dead letter {event_id} listed: {body}");
+    }
+    assert!(body.contains("http_5xx"), "the reason: {body}");
+
+    // Another tenant's admin sees nothing of it, and may not end it.
+    let admin = As::Bearer("key-admin");
+    let theirs = console.get("/console/webhooks", admin).await;
+    assert_eq!(theirs.status, 200, "{}", theirs.body);
+    assert!(!theirs.body.contains(&id) && !theirs.body.contains("acme"), "{}", theirs.body);
+    let end = format!("/console/webhooks/{id}/end");
+    let csrf = page.csrf();
+    let admins_csrf = theirs.csrf();
+    let refused = console
+        .post(&end, admin, &[("csrf", &admins_csrf), ("tenant", "acme"), ("reason", "x")], Some(&console.origin()))
+        .await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let forged = console
+        .post(&end, op, &[("csrf", "forged"), ("tenant", "acme"), ("reason", "x")], Some(&console.origin()))
+        .await;
+    assert_eq!(forged.status, 403, "a wrong CSRF token");
+
+    // The operator ends it: gone for its subscriber, off the page, and in the audit log.
+    let ended = console
+        .post(&end, op, &[("csrf", &csrf), ("tenant", "acme"), ("reason", "receiver is gone")], Some(&console.origin()))
+        .await;
+    assert_eq!(ended.status, 303, "{}", ended.body);
+    let params = json!({ "name": EVENT, "arguments": {}, "delivery": { "url": url } });
+    let gone = alice.call("events/unsubscribe", params).await;
+    assert_eq!(gone.error_code(), Some(-32023), "{}", gone.text);
+    let after = console.get("/console/webhooks", op).await;
+    assert!(!after.body.contains(&id), "{}", after.body);
+    let log = stack.gateways[0].log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("console: webhook subscription ended") && l.contains("ops/op") && l.contains(&id)),
+        "the audit log line"
+    );
+}

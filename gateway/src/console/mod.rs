@@ -16,6 +16,7 @@ mod model;
 mod overview;
 mod tasks;
 mod views;
+mod webhooks;
 
 use std::sync::Arc;
 
@@ -47,6 +48,8 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/console/overview", get(overview_fragment))
         .route("/console/tasks", get(task_list))
         .route("/console/credentials", get(credentials::page))
+        .route("/console/webhooks", get(webhooks::page))
+        .route("/console/webhooks/{id}/end", post(webhooks::end))
         .route("/console/tasks/{id}", get(task))
         .route("/console/tasks/{id}/live", get(task_fragment))
         .route("/console/tasks/{id}/cancel", post(cancel))

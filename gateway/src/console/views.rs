@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use maud::{DOCTYPE, Markup, html};
-use taskgate_shared::store::{Cursor, Inspection, Page, Row};
+use taskgate_shared::store::{Cursor, Inspection, ListedHook, Page, Row};
 use taskgate_shared::task::iso8601_ms;
 
 use super::model::{Overview, Tally, Viewer};
@@ -37,6 +37,7 @@ pub(super) fn page(title: &str, viewer: Option<&Viewer>, body: Markup) -> Markup
                             a href="/console/" { "Overview" }
                             a href="/console/tasks" { "Tasks" }
                             a href="/console/credentials" { "Credentials" }
+                            a href="/console/webhooks" { "Webhooks" }
                         }
                         @if let Some(viewer) = viewer {
                             span.who { "Signed in as " strong { (viewer.name()) } @if !viewer.may_act { " (read-only)" } }
@@ -93,6 +94,74 @@ pub(super) fn credentials(viewer: &Viewer, entries: &[crate::admin::CredentialEn
                                     td { (row.set_at) }
                                     td { (row.set_by) }
                                 }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// Webhook subscriptions per tenant: where they deliver (scheme, host and port only), their
+/// state and failures, and their newest dead letters; an operator may end one.
+pub(super) fn webhooks(viewer: &Viewer, hooks: &[ListedHook], max: usize) -> Markup {
+    let mut by_tenant: BTreeMap<&str, Vec<&ListedHook>> = BTreeMap::new();
+    for hook in hooks {
+        by_tenant.entry(hook.tenant.as_str()).or_default().push(hook);
+    }
+    let at = |ms: u64| iso8601_ms(i64::try_from(ms).unwrap_or(i64::MAX));
+    page(
+        "Webhooks",
+        Some(viewer),
+        html! {
+            h1 { "Webhook subscriptions" }
+            p.note { "Only each URL's scheme, host and port are shown; never its path, its query or the secret." }
+            @if hooks.len() >= max { p.note { "Showing the first " (max) "." } }
+            @if by_tenant.is_empty() { p #no-webhooks { "No webhook subscription." } }
+            @for (tenant, rows) in &by_tenant {
+                h2 { "Tenant " code { (tenant) } }
+                @for hook in rows {
+                    section.webhook data-tenant=(tenant) data-id=(hook.id) {
+                        h3 { code { (hook.id) } }
+                        dl {
+                            dt { "Principal" } dd { code { (hook.principal) } }
+                            dt { "Event" } dd { code { (hook.name) } }
+                            dt { "Delivers to" } dd.origin { code { (hook.origin) } }
+                            dt { "State" } dd.state { @if hook.active { "active" } @else { "suspended" } }
+                            dt { "Expires" } dd { @if let Some(ms) = hook.expires_ms { (at(ms)) } @else { "never" } }
+                            dt { "Last delivery" } dd { @if let Some(ms) = hook.last_delivery_ms { (at(ms)) } @else { "none" } }
+                            dt { "Last error" } dd { @if let Some(e) = &hook.last_error { code { (e) } } @else { "none" } }
+                            dt { "Failing since" } dd { @if let Some(ms) = hook.failed_since_ms { (at(ms)) } @else { "-" } }
+                            dt { "Dead letters" } dd.dead-count { (hook.dead_letters) }
+                        }
+                        @if !hook.newest_dead.is_empty() {
+                            div.scroll {
+                                table.dead-letters {
+                                    thead { tr {
+                                        th scope="col" { "Event id" } th scope="col" { "At" }
+                                        th scope="col" { "Reason" } th scope="col" { "Attempts" }
+                                    } }
+                                    tbody {
+                                        @for letter in &hook.newest_dead {
+                                            tr {
+                                                td { code { (letter.event_id) } }
+                                                td { (at(letter.at_ms)) }
+                                                td { code { (letter.reason) } }
+                                                td { (letter.attempts) }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        @if viewer.may_act {
+                            form.stack method="post" action={ "/console/webhooks/" (hook.id) "/end" } {
+                                input type="hidden" name="csrf" value=(viewer.csrf);
+                                input type="hidden" name="tenant" value=(tenant);
+                                label for={ "end-" (hook.id) } { "Why end it" }
+                                input id={ "end-" (hook.id) } name="reason" maxlength="500" required;
+                                button type="submit" { "End the subscription" }
                             }
                         }
                     }

@@ -9,6 +9,43 @@ use super::outcomes::{HookAck, HookClaim, HookRenewal, HookWrite, Upserted};
 use super::scripts::{ack_hook, claim_hook, drop_hook, renew_hook, upsert_hook};
 use super::{Store, StoreError};
 
+/// A subscription as the operator console lists it: never its secret, nor its URL's path or
+/// query (they often carry tokens).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedHook {
+    pub tenant: String,
+    /// The subscriber within its tenant.
+    pub principal: String,
+    pub id: String,
+    /// The event type.
+    pub name: String,
+    /// The URL's scheme, host and port only.
+    pub origin: String,
+    /// False once dead letters in a row suspended it.
+    pub active: bool,
+    pub expires_ms: Option<u64>,
+    pub last_delivery_ms: Option<u64>,
+    /// The last failure's category.
+    pub last_error: Option<String>,
+    pub failed_since_ms: Option<u64>,
+    /// Dead letters kept (at most 100).
+    pub dead_letters: u64,
+    /// The newest dead letters, newest first.
+    pub newest_dead: Vec<DeadLetter>,
+}
+
+/// One event a subscription gave up on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    pub event_id: String,
+    pub at_ms: u64,
+    pub reason: String,
+    pub attempts: u64,
+}
+
+/// The record fields the listing reads, in `HMGET` order (never `secret`).
+const LISTED: [&str; 8] = ["principal", "url", "name", "active", "exp", "last_ok", "last_err", "failed_since"];
+
 /// A subscription as `events/subscribe` writes it.
 #[derive(Debug, Clone)]
 pub struct NewHook<'a> {
@@ -168,5 +205,180 @@ impl Store {
             release: u64::from(write.release),
         };
         ack_hook::call(&mut self.conn(), keys, args).await
+    }
+
+    /// Up to `max` subscriptions (of `tenant`, or of every tenant), each with its newest
+    /// `letters` dead letters, sorted by tenant and id. Two round trips: the ids (one command
+    /// per bucket read, sent together), then one pipeline per bucket for the records and
+    /// dead letters (a bucket is one Cluster slot).
+    pub async fn list_hooks(
+        &self,
+        tenant: Option<&str>,
+        max: usize,
+        letters: usize,
+    ) -> Result<Vec<ListedHook>, StoreError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let now = crate::task::now_ms();
+        let buckets: Vec<u8> = match tenant {
+            Some(tenant) => vec![hook_bucket(tenant)],
+            None => Self::hook_buckets().collect(),
+        };
+        let reads = buckets.iter().map(|&bucket| {
+            let key = match tenant {
+                // The tenant's set is scored by expiry: a lapsed id is not read.
+                Some(tenant) => self.keys().hook(tenant, "", "", "").tenant,
+                None => self.keys().hook_index(bucket),
+            };
+            let (from, to) = if tenant.is_some() {
+                (now.to_string(), "+inf".to_owned())
+            } else {
+                ("-inf".to_owned(), "+inf".to_owned())
+            };
+            let mut conn = self.conn();
+            async move {
+                let ids: Vec<String> = redis::cmd("ZRANGE")
+                    .arg(&key)
+                    .arg(from)
+                    .arg(to)
+                    .arg("BYSCORE")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(max)
+                    .query_async(&mut conn)
+                    .await?;
+                Ok::<_, StoreError>((bucket, ids))
+            }
+        });
+        let mut left = max;
+        let mut wanted: Vec<(u8, Vec<String>)> = Vec::new();
+        for (bucket, mut ids) in futures::future::try_join_all(reads).await? {
+            ids.truncate(left);
+            left -= ids.len();
+            if !ids.is_empty() {
+                wanted.push((bucket, ids));
+            }
+        }
+        let last = isize::try_from(letters).unwrap_or(isize::MAX) - 1;
+        let records = wanted.into_iter().map(|(bucket, ids)| {
+            let mut pipe = redis::pipe();
+            for id in &ids {
+                let (record, dead) = self.keys().hook_in(bucket, id);
+                pipe.cmd("HMGET").arg(&record).arg(&LISTED[..]);
+                pipe.cmd("LLEN").arg(&dead);
+                pipe.cmd("LRANGE").arg(&dead).arg(0).arg(last);
+            }
+            let mut conn = self.conn();
+            async move {
+                let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
+                Ok::<_, StoreError>((ids, replies))
+            }
+        });
+        let mut listed = Vec::new();
+        for (ids, replies) in futures::future::try_join_all(records).await? {
+            let mut replies = replies.into_iter();
+            for id in ids {
+                let (Some(fields), Some(count), Some(dead)) = (replies.next(), replies.next(), replies.next()) else {
+                    return Err(StoreError::UnexpectedReply("hook listing".into()));
+                };
+                let fields: Vec<Option<String>> = decode(fields)?;
+                let (count, dead): (u64, Vec<String>) = (decode(count)?, decode(dead)?);
+                if let Some(hook) = listed_hook(id, &fields, count, &dead, letters)
+                    && tenant.is_none_or(|t| t == hook.tenant)
+                {
+                    listed.push(hook);
+                }
+            }
+        }
+        listed.sort_by(|a, b| (&a.tenant, &a.id).cmp(&(&b.tenant, &b.id)));
+        Ok(listed)
+    }
+
+    /// Ends subscription `id` of `tenant` whoever made it (the console's end action); false
+    /// when there was none. The owner comes from the record: an id names one owner for good.
+    pub async fn drop_hook_of_tenant(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
+        let record = self.keys().hook(tenant, "", id, "").record;
+        let owner: Option<String> = self.conn().hget(&record, "owner").await?;
+        match owner {
+            Some(owner) => self.drop_hook(tenant, &owner, id).await,
+            None => Ok(false),
+        }
+    }
+}
+
+fn decode<T: redis::FromRedisValue>(value: redis::Value) -> Result<T, StoreError> {
+    redis::from_redis_value(value).map_err(|e| StoreError::UnexpectedReply(e.to_string()))
+}
+
+/// A listing row from a record's fields (`LISTED`); `None` when the record is gone.
+fn listed_hook(
+    id: String,
+    fields: &[Option<String>],
+    count: u64,
+    dead: &[String],
+    letters: usize,
+) -> Option<ListedHook> {
+    let field = |i: usize| fields.get(i).cloned().flatten().filter(|v| !v.is_empty());
+    let number = |i: usize| field(i).and_then(|v| v.parse::<u64>().ok());
+    let (tenant, principal) = split_owner(&field(0)?);
+    Some(ListedHook {
+        tenant,
+        principal,
+        id,
+        name: field(2).unwrap_or_default(),
+        origin: field(1).map(|url| url_origin(&url)).unwrap_or_default(),
+        active: field(3).as_deref() != Some("0"),
+        expires_ms: number(4).filter(|&exp| exp > 0),
+        last_delivery_ms: number(5),
+        last_error: field(6),
+        failed_since_ms: number(7),
+        dead_letters: count,
+        newest_dead: dead.iter().take(letters).filter_map(|letter| dead_letter(letter)).collect(),
+    })
+}
+
+fn dead_letter(json: &str) -> Option<DeadLetter> {
+    let value: serde_json::Value = serde_json::from_str(json).ok()?;
+    Some(DeadLetter {
+        event_id: value.get("eventId")?.as_str()?.to_owned(),
+        at_ms: value.get("at").and_then(serde_json::Value::as_u64).unwrap_or(0),
+        reason: value.get("reason").and_then(serde_json::Value::as_str).unwrap_or("").to_owned(),
+        attempts: value.get("attempts").and_then(serde_json::Value::as_u64).unwrap_or(0),
+    })
+}
+
+/// `Owner::key` back into its tenant and principal.
+fn split_owner(key: &str) -> (String, String) {
+    let unescape = |part: &str| part.replace("%2F", "/").replace("%25", "%");
+    match key.split_once('/') {
+        Some((tenant, principal)) => (unescape(tenant), unescape(principal)),
+        None => (unescape(key), String::new()),
+    }
+}
+
+/// A URL's scheme, host and port: everything before the path, the query or the fragment,
+/// less any user info (the path and query often carry tokens).
+fn url_origin(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    if scheme.is_empty() { host.to_owned() } else { format!("{scheme}://{host}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_origin_keeps_scheme_host_and_port_only() {
+        assert_eq!(url_origin("https://hooks.example:8443/p/tok?key=s3cret#x"), "https://hooks.example:8443");
+        assert_eq!(url_origin("https://u:pw@h.example?t=1"), "https://h.example");
+        assert_eq!(url_origin("https://[::1]:9/a"), "https://[::1]:9");
+    }
+
+    #[test]
+    fn an_owner_key_splits_and_unescapes() {
+        assert_eq!(split_owner("a%2Fb/c%25d%2Fe"), ("a/b".to_owned(), "c%d/e".to_owned()));
     }
 }

@@ -44,7 +44,7 @@ pub use dedicated::{Exclusive, Held, MAX_BLOCK, ShardSubscriber, Subscriber};
 pub use diagnosis::Diagnosis;
 pub use endpoint::{Endpoint, SentinelLogin, TlsPem, redact};
 pub use error::StoreError;
-pub use hooks::NewHook;
+pub use hooks::{DeadLetter, ListedHook, NewHook};
 pub use keys::{
     CatalogueKeys, DEFAULT_POOL, HOOK_BUCKETS, HookKeys, Keys, MAX_POOL_LEN, QueueKeys, ShardKeys, TaskKeys,
     TenantKeys, WORKER_GROUP, is_owner_digest, is_pool_name, owner_digest,
