@@ -29,8 +29,28 @@ struct Slice {
     left: u64,
     /// When the slice lapses (`None`: never leased).
     until: Option<Instant>,
+    /// Cells the slice was leased with, and when: what may be given back is bounded by them.
+    cells: u64,
+    leased_at: Option<Instant>,
     /// Redis refused the last lease: until then nothing fits, and requests are refused here.
     refused_until: Option<Instant>,
+    /// The last lease failed (Redis unreachable): until then requests are admitted without
+    /// asking, so an outage costs each tenant one timeout per slice, not one per request.
+    open_until: Option<Instant>,
+}
+
+impl Slice {
+    /// The unused cells whose time has not come yet: a lapsed slice's cells the clock has
+    /// already passed are lapsed for the GCRA too, so giving them back would credit them twice.
+    fn returnable(&self, now: Instant, rate: Rate) -> u64 {
+        let Some(leased_at) = self.leased_at else { return 0 };
+        if rate.per_second <= 0.0 {
+            return 0;
+        }
+        let passed = now.saturating_duration_since(leased_at).as_secs_f64() * rate.per_second;
+        let ahead = (self.cells as f64 - passed).floor().max(0.0) as u64;
+        self.left.min(ahead)
+    }
 }
 
 pub(crate) struct Slices {
@@ -62,19 +82,34 @@ impl Slices {
             slice.left -= 1;
             return Ok(Admission::Admitted);
         }
+        if slice.open_until.is_some_and(|until| now < until) {
+            return Ok(Admission::Admitted);
+        }
         if let Some(wait) = slice.refused_until.and_then(|until| until.checked_duration_since(now)) {
             let retry_after_ms = (wait.as_millis() as u64).max(1);
             return Ok(Admission::Refused { limit: Limit::Requests, retry_after_ms });
         }
-        // A lapsed slice's cells go back; a spent live one has none.
-        let unused = std::mem::take(&mut slice.left);
+        // A lapsed slice's cells go back, those not yet due; a spent live one has none.
+        let unused = slice.returnable(now, rate);
+        slice.left = 0;
         slice.until = None;
+        slice.leased_at = None;
         let leased = store.lease_requests(tenant, rate, self.slice_size(rate), unused).await;
         crate::metrics::METRICS.request_slices.with_label_values(&[outcome(&leased)]).inc();
-        match leased? {
+        let leased = match leased {
+            Ok(leased) => leased,
+            Err(err) => {
+                slice.open_until = Some(now + self.lifetime.max(Duration::from_millis(100)));
+                return Err(err);
+            }
+        };
+        match leased {
             Leased::Granted(cells) => {
                 slice.refused_until = None;
+                slice.open_until = None;
                 slice.left = cells - 1;
+                slice.cells = cells;
+                slice.leased_at = Some(now);
                 slice.until = Some(now + self.lifetime);
                 Ok(Admission::Admitted)
             }
@@ -94,9 +129,12 @@ impl Slices {
         }
         if tenants.len() >= KEPT {
             let now = Instant::now();
-            // A slot in use (locked) or live stays; the rest lapse with their cells.
-            tenants
-                .retain(|_, slot| slot.try_lock().map_or(true, |slice| slice.until.is_some_and(|until| now < until)));
+            // A slot in use (handed out or locked) or live stays; the rest lapse with their
+            // cells, so one tenant never holds two slices here.
+            tenants.retain(|_, slot| {
+                Arc::strong_count(slot) > 1
+                    || slot.try_lock().map_or(true, |slice| slice.until.is_some_and(|until| now < until))
+            });
         }
         tenants.entry(tenant.to_owned()).or_default().clone()
     }
@@ -113,6 +151,19 @@ fn outcome(leased: &Result<Leased, StoreError>) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_cells_not_yet_due_are_given_back() {
+        let rate = Rate { per_second: 100.0, burst: 1_000 };
+        let at = Instant::now();
+        let slice = Slice { left: 8, cells: 10, leased_at: Some(at), ..Slice::default() };
+        // Leased 10 cells of 10 ms: 8 unused; 50 ms later 5 are still ahead, 8 at once.
+        assert_eq!(slice.returnable(at, rate), 8);
+        assert_eq!(slice.returnable(at + Duration::from_millis(50), rate), 5);
+        assert_eq!(slice.returnable(at + Duration::from_millis(100), rate), 0);
+        assert_eq!(slice.returnable(at + Duration::from_secs(60), rate), 0, "an idle spell gives nothing back");
+        assert_eq!(Slice::default().returnable(at, rate), 0, "never leased");
+    }
 
     #[test]
     fn a_slice_is_the_rate_over_its_time_within_one_and_the_burst() {

@@ -178,6 +178,7 @@ impl WebhookArgs {
         }
         let (Some(ports), true) = (ports, errors.is_empty()) else { return Err(errors) };
         let ms = Duration::from_millis;
+        let lease = ms(self.events_webhook_lease_ms.max(1_000));
         Ok(Some(WebhookSettings {
             delivery: self.events_delivery.unwrap_or(DeliveryMode::On),
             allow: self.events_webhook_allow.iter().map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect(),
@@ -190,11 +191,13 @@ impl WebhookArgs {
             no_expiry: self.events_webhook_no_expiry,
             max_per_principal: self.events_webhook_max_per_principal,
             max_per_tenant: self.events_webhook_max_per_tenant,
-            timeout: ms(self.events_webhook_timeout_ms.max(100)),
+            // At most half the lease: renewed every third of it, a valid lease always has more
+            // than a POST's time left, and a POST never outlives it (delivery checks).
+            timeout: ms(self.events_webhook_timeout_ms.max(100)).min(lease / 2),
             retry_base: ms(self.events_webhook_retry_base_ms.max(1)),
             max_attempts: self.events_webhook_max_attempts,
             suspend_after: self.events_webhook_suspend_after,
-            lease: ms(self.events_webhook_lease_ms.max(1_000)),
+            lease,
             verified_ttl: ms(self.events_webhook_verified_ttl_ms.max(1_000)),
         }))
     }

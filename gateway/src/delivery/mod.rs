@@ -50,7 +50,13 @@ pub(super) struct Secrets {
 
 impl Held {
     pub(super) fn lease_valid(&self) -> bool {
-        Instant::now() < *self.valid_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.lease_valid_for(std::time::Duration::ZERO)
+    }
+
+    /// Whether the lease is still valid `span` from now: a POST that may take `span` is sent
+    /// only then, so it cannot outlive the lease and overlap a successor's.
+    pub(super) fn lease_valid_for(&self, span: std::time::Duration) -> bool {
+        Instant::now() + span < *self.valid_until.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -256,7 +256,7 @@ impl Sub {
         let body = Bytes::from(body.to_string());
         let mut attempts = 0;
         loop {
-            if self.held.stop.is_cancelled() || !self.held.lease_valid() {
+            if self.held.stop.is_cancelled() || !self.held.lease_valid_for(settings.timeout) {
                 return Delivered::Stopped;
             }
             attempts += 1;

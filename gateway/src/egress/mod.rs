@@ -235,13 +235,13 @@ impl Egress {
     }
 
     /// The allow-list prefix `url` is under, if any: same scheme, host and port, and a path
-    /// that starts with the prefix's.
+    /// at or below the prefix's, segment by segment (`/acme` covers `/acme/x`, not `/acme-evil`).
     pub(crate) fn allow_listed(&self, url: &Url) -> Option<&Url> {
         self.policy.allow.iter().find(|prefix| {
             prefix.scheme() == url.scheme()
                 && prefix.host_str() == url.host_str()
                 && prefix.port_or_known_default() == url.port_or_known_default()
-                && url.path().starts_with(prefix.path())
+                && under(url.path(), prefix.path())
         })
     }
 
@@ -286,6 +286,15 @@ async fn read_bounded(mut response: reqwest::Response) -> Bytes {
 }
 
 /// The category of a failed send, and the refused-address metric when that was the cause.
+/// Whether `path` is `prefix` or below it: a prefix ending in `/` covers what starts with it;
+/// otherwise the next character must start a new segment.
+fn under(path: &str, prefix: &str) -> bool {
+    match path.strip_prefix(prefix) {
+        Some(rest) => prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/'),
+        None => false,
+    }
+}
+
 fn classify(err: &reqwest::Error) -> Failure {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(cause) = source {
@@ -298,7 +307,14 @@ fn classify(err: &reqwest::Error) -> Failure {
     if err.is_timeout() {
         return Failure::Timeout;
     }
-    let text = format!("{err:?}").to_ascii_lowercase();
+    // The causes only: the error itself names the URL, whose path may say anything.
+    let mut text = String::new();
+    let mut cause = std::error::Error::source(err);
+    while let Some(inner) = cause {
+        text.push_str(&inner.to_string().to_ascii_lowercase());
+        text.push(' ');
+        cause = inner.source();
+    }
     if text.contains("certificate") || text.contains("tls") || text.contains("handshake") {
         Failure::TlsError
     } else {
@@ -358,6 +374,16 @@ pub(crate) fn unix_seconds() -> i64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_allow_listed_prefix_covers_whole_segments() {
+        assert!(super::under("/acme", "/acme"));
+        assert!(super::under("/acme/hooks", "/acme"));
+        assert!(super::under("/acme/hooks", "/acme/"));
+        assert!(super::under("/anything", "/"));
+        assert!(!super::under("/acme-evil", "/acme"));
+        assert!(!super::under("/acm", "/acme"));
+    }
+
     use super::*;
 
     fn egress(allow: &[&str], private: &[&str], ports: Ports, hosts: Option<PathBuf>) -> Egress {

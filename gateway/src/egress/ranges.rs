@@ -43,14 +43,22 @@ pub(super) const REFUSED: &[(&str, &str)] = &[
 static NETS: LazyLock<Vec<IpNet>> =
     LazyLock::new(|| REFUSED.iter().map(|(cidr, _)| cidr.parse().expect("a valid CIDR in the table")).collect());
 
-/// The IPv4 address an IPv6 one stands for: IPv4-mapped (`::ffff:a.b.c.d`) and the NAT64
-/// well-known prefix (`64:ff9b::/96`).
+/// The IPv4 address an IPv6 one stands for: IPv4-mapped (`::ffff:a.b.c.d`), IPv4-translated
+/// (`::ffff:0:a.b.c.d`), IPv4-compatible (`::a.b.c.d`) and the NAT64 well-known prefix
+/// (`64:ff9b::/96`).
 fn carried_v4(v6: &Ipv6Addr) -> Option<Ipv4Addr> {
     if let Some(v4) = v6.to_ipv4_mapped() {
         return Some(v4);
     }
     let s = v6.segments();
-    (s[..6] == [0x64, 0xff9b, 0, 0, 0, 0]).then(|| Ipv4Addr::from(((s[6] as u32) << 16) | s[7] as u32))
+    let tail = Ipv4Addr::from(((s[6] as u32) << 16) | s[7] as u32);
+    match s[..6] {
+        // NAT64's well-known prefix, and the IPv4-translated form (`::ffff:0:a.b.c.d`).
+        [0x64, 0xff9b, 0, 0, 0, 0] | [0, 0, 0, 0, 0xffff, 0] => Some(tail),
+        // The deprecated IPv4-compatible form (`::a.b.c.d`); `::` and `::1` are IPv6's own.
+        [0, 0, 0, 0, 0, 0] if (s[6], s[7]) != (0, 0) && (s[6], s[7]) != (0, 1) => Some(tail),
+        _ => None,
+    }
 }
 
 /// The address judged: an IPv6 one carrying an IPv4 address is that IPv4 address.
@@ -121,7 +129,15 @@ mod tests {
 
     #[test]
     fn ipv4_carried_in_ipv6_is_judged_as_ipv4() {
-        for carried in ["::ffff:127.0.0.1", "::ffff:10.0.0.1", "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe"] {
+        for carried in [
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "64:ff9b::7f00:1",
+            "64:ff9b::a9fe:a9fe",
+            "::127.0.0.1",
+            "::ffff:0:7f00:1",
+            "::ffff:0:a00:1",
+        ] {
             assert!(!allowed(carried.parse().unwrap(), &[]), "{carried}");
         }
         let loopback: IpNet = "127.0.0.0/8".parse().unwrap();

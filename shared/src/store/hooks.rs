@@ -296,13 +296,18 @@ impl Store {
     }
 
     /// Ends subscription `id` of `tenant` whoever made it (the console's end action); false
-    /// when there was none. The owner comes from the record: an id names one owner for good.
+    /// when there was none, or when the record is another tenant's (the bucket is a hash of the
+    /// tenant, so another tenant's id can share it: a tenant admin ends only its own). The owner
+    /// comes from the record: an id names one owner for good.
     pub async fn drop_hook_of_tenant(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
         let record = self.keys().hook(tenant, "", id, "").record;
-        let owner: Option<String> = self.conn().hget(&record, "owner").await?;
-        match owner {
-            Some(owner) => self.drop_hook(tenant, &owner, id).await,
-            None => Ok(false),
+        let (owner, subscriber): (Option<String>, Option<String>) =
+            redis::cmd("HMGET").arg(&record).arg("owner").arg("principal").query_async(&mut self.conn()).await?;
+        match (owner, subscriber) {
+            (Some(owner), Some(subscriber)) if split_owner(&subscriber).0 == tenant => {
+                self.drop_hook(tenant, &owner, id).await
+            }
+            _ => Ok(false),
         }
     }
 }

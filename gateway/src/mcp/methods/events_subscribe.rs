@@ -55,7 +55,10 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
     let position = match call.params.cursor.map(|raw| raw.get()) {
         None | Some("null") => None,
         Some(_) => match params::text(call.params.cursor) {
-            Some(cursor) => Some(cursor.into_owned()),
+            // A cursor that does not decode would quietly start delivery at "now" and skip
+            // events with no gap reported: refused, as a poll refuses it.
+            Some(cursor) if taskgate_shared::store::EventCursor::decode(&cursor).is_ok() => Some(cursor.into_owned()),
+            Some(_) => return Err(RpcError::invalid_params("invalid cursor").into()),
             None => return Err(RpcError::invalid_params("cursor must be a string or null").into()),
         },
     };
