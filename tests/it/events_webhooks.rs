@@ -246,8 +246,11 @@ async fn a_stale_fence_is_refused() {
     let store = stack.store();
     let bucket = taskgate_shared::store::Store::hook_bucket_of("acme");
     let first = store.claim_hook(bucket, &id, "deliverer-a", 1).await.unwrap().expect("claimed");
-    tokio::time::sleep(Duration::from_millis(5)).await;
-    let second = store.claim_hook(bucket, &id, "deliverer-b", 60_000).await.unwrap().expect("claimed again");
+    // The 1 ms lease runs out; the next claim takes it over.
+    let second = taskgate_tests::eventually(Duration::from_secs(5), "the lease to run out", || async {
+        store.claim_hook(bucket, &id, "deliverer-b", 60_000).await.unwrap()
+    })
+    .await;
     assert!(second.fence > first.fence);
     let write = taskgate_shared::store::HookWrite { position: Some("stale"), ok: true, ..Default::default() };
     let stale = store.ack_hook(bucket, &id, "deliverer-a", first.fence, &write, 3).await.unwrap();

@@ -139,9 +139,11 @@ impl Receiver {
             return;
         }
         let addr: SocketAddr = format!("127.0.0.1:{}", self.port).parse().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let listener = loop {
             match TcpListener::bind(addr).await {
                 Ok(listener) => break listener,
+                Err(err) if std::time::Instant::now() > deadline => panic!("the receiver's port {addr}: {err}"),
                 Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
             }
         };
