@@ -31,6 +31,7 @@ pub(crate) struct GatewayMetrics {
     pub(crate) webhook_dead_lettered: IntCounterVec,
     pub(crate) webhook_refused: IntCounterVec,
     pub(crate) webhook_held: IntGauge,
+    pub(crate) webhook_lag: Histogram,
 }
 
 pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMetrics {
@@ -86,6 +87,13 @@ pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMe
         "taskgate_events_webhook_held",
         "Webhook subscriptions this deliverer holds a lease on.",
     ),
+    webhook_lag: prometheus::register_histogram!(
+        "taskgate_events_webhook_lag_seconds",
+        "From a task change (Redis's clock) to the receiver's 2xx for its webhook (this \
+         replica's clock), retries included.",
+        LATENCY_BUCKETS.to_vec()
+    )
+    .expect("a valid histogram definition"),
     tasks_created: metrics::counter_vec("taskgate_tasks_created_total", "Tasks created, by tool.", &["tool"]),
     sse_streams: metrics::gauge("taskgate_gateway_sse_streams", "Open subscriptions/listen streams."),
     request_slices: metrics::counter_vec(

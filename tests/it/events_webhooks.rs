@@ -611,3 +611,74 @@ async fn the_console_lists_subscriptions_with_dead_letters_and_an_operator_ends_
         "the audit log line"
     );
 }
+
+/// A subscription whose sealed secret does not open on its deliverer (a damaged record, or a
+/// replica whose key ring lacks the sealing key) is parked with the cause on its record rather
+/// than claimed and dropped on every pass, and nothing is sent unsigned; built by hand in Redis.
+#[tokio::test]
+async fn a_secret_that_does_not_open_parks_the_subscription() {
+    let mut stack = Stack::builder().gateways(0).workers(0).spawn().await;
+    let receiver = Receiver::start().await;
+    let private = ["--events-webhook-allow-private", "127.0.0.0/8"];
+    let api = add_gateway(&mut stack, Some(&receiver), &[&private[..], &["--events-delivery", "off"]].concat()).await;
+    stack.add_worker(&[]).await;
+    let alice = client(&stack, api, "alice");
+    let reply = subscribe(&alice, &receiver.url("/p"), &secret(1), json!({})).await;
+    let id = reply.result()["id"].as_str().expect("an id").to_owned();
+    let store = stack.store();
+    let bucket = taskgate_shared::store::Store::hook_bucket_of("acme");
+    let (record, _) = store.keys().hook_in(bucket, &id);
+    let index = store.keys().hook_index(bucket);
+    let mut conn = stack.redis.connection().await;
+    let () =
+        redis::cmd("HSET").arg(&record).arg("secret").arg(r#"{"damaged":true}"#).query_async(&mut conn).await.unwrap();
+    let task = alice.create_task("sleep", json!({ "ms": 0 })).await;
+    alice.wait_for_status(&task, "completed", PATIENCE).await;
+    let deliverer =
+        add_gateway(&mut stack, Some(&receiver), &[&private[..], &["--events-webhook-lease-ms", "2000"]].concat())
+            .await;
+    eventually(PATIENCE, "the cause written on the record", || {
+        let (mut conn, record) = (conn.clone(), record.clone());
+        async move {
+            let cause: Option<String> =
+                redis::cmd("HGET").arg(&record).arg("last_err").query_async(&mut conn).await.ok()?;
+            (cause.as_deref() == Some("secret")).then_some(())
+        }
+    })
+    .await;
+    let now = taskgate_shared::task::now_ms() as f64;
+    let parked: f64 = redis::cmd("ZSCORE").arg(&index).arg(&id).query_async(&mut conn).await.unwrap();
+    assert!(parked > now + 30_000.0, "parked for a while, not free at once: {parked} at {now}");
+    let holder: Option<String> = redis::cmd("HGET").arg(&record).arg("holder").query_async(&mut conn).await.unwrap();
+    assert_eq!(holder, None, "released");
+    assert!(events_to(&receiver, "/p").is_empty(), "nothing sent without a signature");
+    assert!(stack.gateways[deliverer].log().contains("parked"), "{}", stack.gateways[deliverer].log());
+}
+
+/// A dead letter written again after the first write's reply was lost is kept once and
+/// counted once toward suspension; another letter is counted.
+#[tokio::test]
+async fn a_dead_letter_sent_again_is_kept_once() {
+    let mut stack = Stack::builder().gateways(0).workers(0).spawn().await;
+    let receiver = Receiver::start().await;
+    let private = ["--events-webhook-allow-private", "127.0.0.0/8"];
+    let api = add_gateway(&mut stack, Some(&receiver), &[&private[..], &["--events-delivery", "off"]].concat()).await;
+    let alice = client(&stack, api, "alice");
+    let reply = subscribe(&alice, &receiver.url("/d"), &secret(1), json!({})).await;
+    let id = reply.result()["id"].as_str().expect("an id").to_owned();
+    let store = stack.store();
+    let bucket = taskgate_shared::store::Store::hook_bucket_of("acme");
+    let claim = store.claim_hook(bucket, &id, "gw-x", 60_000).await.unwrap().expect("claimed");
+    let (record, dead) = store.keys().hook_in(bucket, &id);
+    let mut conn = stack.redis.connection().await;
+    let letters = [r#"{"eventId":"e1","reason":"timeout"}"#, r#"{"eventId":"e2","reason":"timeout"}"#];
+    for (letter, run) in [(letters[0], "1"), (letters[0], "1"), (letters[1], "2")] {
+        let write = taskgate_shared::store::HookWrite { dead_letter: Some((letter, true)), ..Default::default() };
+        let written = store.ack_hook(bucket, &id, "gw-x", claim.fence, &write, 3).await.unwrap();
+        assert_eq!(written, taskgate_shared::store::HookAck::Written { active: true });
+        let counted: String = redis::cmd("HGET").arg(&record).arg("dead_run").query_async(&mut conn).await.unwrap();
+        assert_eq!(counted, run);
+    }
+    let kept: Vec<String> = redis::cmd("LRANGE").arg(&dead).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
+    assert_eq!(kept, [letters[1], letters[0]]);
+}

@@ -20,6 +20,8 @@ pub(super) struct Occurrence {
     /// up to this one (a safe watermark: everything before it on every shard is acknowledged
     /// or abandoned).
     pub(super) cursor: String,
+    /// When the task changed (ms, Redis's clock): the start of the delivery lag.
+    pub(super) changed_ms: u64,
 }
 
 /// A read past a position.
@@ -80,6 +82,7 @@ pub(super) async fn read(
                     "data": { "taskId": entry.task_id, "status": entry.status, "version": entry.version },
                 }),
                 cursor: cut.encode(),
+                changed_ms: entry.updated_ms,
             }
         })
         .collect();

@@ -22,6 +22,10 @@ const ACK_EVERY_EVENTS: usize = 32;
 const BACKSTOP: Duration = Duration::from_millis(300);
 /// The longest retry delay.
 const MAX_DELAY: Duration = Duration::from_secs(300);
+/// How long a subscription whose secret does not open here is left unclaimed: another replica
+/// (with the right key ring) may take it then; meanwhile no replica claims and drops it every
+/// pass.
+const PARK_UNOPENABLE: Duration = Duration::from_secs(60);
 
 /// How one event ended.
 enum Delivered {
@@ -37,12 +41,26 @@ enum Delivered {
 }
 
 /// What this subscription has acknowledged and not yet written.
+#[derive(Default)]
 struct Pending {
     position: Option<String>,
     ok: bool,
     error: Option<&'static str>,
+    /// A dead letter not yet confirmed written, and whether it counts toward suspension: kept
+    /// through a failed write (the script drops it when the lost write did land).
+    letter: Option<(String, bool)>,
     events: usize,
-    since: Instant,
+    since: Option<Instant>,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.events == 0 && !self.ok && self.error.is_none() && self.letter.is_none()
+    }
+
+    fn due(&self) -> bool {
+        self.events >= ACK_EVERY_EVENTS || self.since.is_some_and(|since| since.elapsed() >= ACK_EVERY)
+    }
 }
 
 struct Sub {
@@ -76,7 +94,7 @@ pub(super) async fn run(deliverer: Arc<Deliverer>, id: String, claim: HookClaim,
         id,
         held,
         url,
-        pending: Pending { position: None, ok: false, error: None, events: 0, since: Instant::now() },
+        pending: Pending::default(),
         cursor: claim.position.clone(),
         claim,
     };
@@ -127,6 +145,8 @@ impl Sub {
                 }
                 match self.deliver(&event.event_id, body).await {
                     Delivered::Acked => {
+                        let lag_ms = taskgate_shared::task::now_ms().saturating_sub(event.changed_ms);
+                        METRICS.webhook_lag.observe(lag_ms as f64 / 1000.0);
                         self.pending.ok = true;
                         self.pending.error = None;
                         self.advance(event.cursor.clone());
@@ -140,22 +160,21 @@ impl Sub {
                             "attempts": attempts,
                         })
                         .to_string();
-                        if !self.flush(Some((&letter, counts)), false).await {
+                        self.pending.letter = Some((letter, counts));
+                        if !self.flush(false).await {
                             return;
                         }
                     }
                     Delivered::Stopped => break,
                 }
-                let due = self.pending.events >= ACK_EVERY_EVENTS || self.pending.since.elapsed() >= ACK_EVERY;
-                if due && !self.flush(None, false).await {
+                if self.pending.due() && !self.flush(false).await {
                     return;
                 }
             }
             if quiet && batch.end != self.cursor {
                 self.advance(batch.end);
             }
-            let unwritten = self.pending.events > 0 || self.pending.ok || self.pending.error.is_some();
-            if unwritten && !self.flush(None, false).await {
+            if !self.pending.is_empty() && !self.flush(false).await {
                 return;
             }
             if quiet && self.wait(BACKSTOP).await {
@@ -164,7 +183,7 @@ impl Sub {
         }
         // Positions first, then the lease (only while it is still ours to write).
         if self.held.lease_valid() {
-            self.flush(None, true).await;
+            self.flush(true).await;
         }
     }
 
@@ -174,23 +193,29 @@ impl Sub {
     }
 
     fn advance(&mut self, position: String) {
-        if self.pending.events == 0 {
-            self.pending.since = Instant::now();
+        if self.pending.since.is_none() {
+            self.pending.since = Some(Instant::now());
         }
         self.cursor.clone_from(&position);
         self.pending.position = Some(position);
         self.pending.events += 1;
     }
 
-    /// Writes what is pending (and a dead letter), fenced; false when the write was refused
-    /// or the subscription is now suspended: this deliverer stops.
-    async fn flush(&mut self, letter: Option<(&str, bool)>, release: bool) -> bool {
+    /// Writes what is pending (a dead letter with it), fenced; false when the write was
+    /// refused or the subscription is now suspended: this deliverer stops.
+    async fn flush(&mut self, release: bool) -> bool {
+        self.write(release, Duration::ZERO).await
+    }
+
+    /// [`Self::flush`], releasing the lease parked for `park` when `release`.
+    async fn write(&mut self, release: bool, park: Duration) -> bool {
         let write = HookWrite {
             position: self.pending.position.as_deref(),
             ok: self.pending.ok,
             error: self.pending.error,
-            dead_letter: letter,
+            dead_letter: self.pending.letter.as_ref().map(|(letter, counts)| (letter.as_str(), *counts)),
             release,
+            park_ms: u64::try_from(park.as_millis()).unwrap_or(u64::MAX),
         };
         let suspend_after = u64::from(self.deliverer.settings.suspend_after);
         let held = &self.held;
@@ -204,7 +229,7 @@ impl Sub {
                 if let Some(position) = self.pending.position.take() {
                     self.claim.position = position;
                 }
-                self.pending = Pending { position: None, ok: false, error: None, events: 0, since: Instant::now() };
+                self.pending = Pending::default();
                 if !active {
                     tracing::warn!(subscription = %self.id, "webhook subscription suspended after dead letters in a row");
                 }
@@ -262,7 +287,13 @@ impl Sub {
             attempts += 1;
             let timestamp = unix_seconds();
             let Some(signature) = self.signatures(webhook_id, timestamp, &body) else {
-                tracing::error!(subscription = %self.id, "cannot open a webhook subscription's secret; stopping");
+                // A key ring without the sealing key (a replica configured apart from the
+                // rest) or a damaged record: nothing can be signed here. Parked, with the cause
+                // on the record for the console, so that no replica claims and drops it every
+                // pass; the client's next refresh with its secret seals it again.
+                tracing::error!(subscription = %self.id, "cannot open a webhook subscription's secret; parked");
+                self.pending.error = Some("secret");
+                self.write(true, PARK_UNOPENABLE).await;
                 self.held.stop.cancel();
                 return Delivered::Stopped;
             };

@@ -203,6 +203,7 @@ impl Store {
             counts: u64::from(write.dead_letter.is_some_and(|(_, counts)| counts)),
             suspend_after,
             release: u64::from(write.release),
+            park_ms: write.park_ms,
         };
         ack_hook::call(&mut self.conn(), keys, args).await
     }

@@ -71,4 +71,8 @@ pub struct HookWrite<'a> {
     pub dead_letter: Option<(&'a str, bool)>,
     /// Give the lease up.
     pub release: bool,
+    /// With `release`: no deliverer claims the subscription again for this long (0: free at
+    /// once). A deliverer that cannot serve it (its secret does not open here) parks it rather
+    /// than letting every replica claim and drop it every pass.
+    pub park_ms: u64,
 }

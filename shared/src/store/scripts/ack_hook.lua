@@ -14,6 +14,7 @@
 -- ARGV[8] counts (u64): 1 when the dead letter counts toward suspension
 -- ARGV[9] suspend_after (u64): dead letters in a row that suspend
 -- ARGV[10] release (u64): 1 to give the lease up (expiry 0: free to claim at once)
+-- ARGV[11] park_ms (u64): with release, free to claim only this many ms from now (0 = at once)
 -- Returns {1, active (0|1)} written | {-2} refused: stale fence, another holder, or gone.
 local rcall = redis.call
 local now = now_ms()
@@ -29,7 +30,9 @@ if ARGV[6] ~= '' then
   if rcall('HEXISTS', KEYS[1], 'failed_since') == 0 then rcall('HSET', KEYS[1], 'failed_since', now) end
 end
 local active = 1
-if ARGV[7] ~= '' then
+-- A letter equal to the newest one is the same write sent again after its reply was lost (the
+-- deliverer keeps a letter until a write of it is confirmed): it is not counted twice.
+if ARGV[7] ~= '' and rcall('LINDEX', KEYS[2], 0) ~= ARGV[7] then
   rcall('LPUSH', KEYS[2], ARGV[7])
   rcall('LTRIM', KEYS[2], 0, 99)
   local exp = tonumber(f[3] or '')
@@ -45,6 +48,11 @@ if ARGV[7] ~= '' then
 end
 if ARGV[10] == '1' or active == 0 then
   rcall('HDEL', KEYS[1], 'holder')
-  if active == 1 then rcall('ZADD', KEYS[3], 0, ARGV[1]) else rcall('ZADD', KEYS[3], tonumber(f[3] or '') or (now + 3600000), ARGV[1]) end
+  local free_at = tonumber(f[3] or '') or (now + 3600000)
+  if active == 1 then
+    local park = tonumber(ARGV[11])
+    free_at = park > 0 and (now + park) or 0
+  end
+  rcall('ZADD', KEYS[3], free_at, ARGV[1])
 end
 return {REPLY.OK, active}
