@@ -682,3 +682,90 @@ async fn a_dead_letter_sent_again_is_kept_once() {
     let kept: Vec<String> = redis::cmd("LRANGE").arg(&dead).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
     assert_eq!(kept, [letters[1], letters[0]]);
 }
+
+/// What the Standard Webhooks reference library (Python, pinned by scripts/interop-clients)
+/// says of each `(secret, request)`: true when it verifies.
+async fn reference_verifies(cases: &[(String, Recorded)]) -> Vec<bool> {
+    let input: Vec<Value> = cases
+        .iter()
+        .map(|(secret, request)| {
+            json!({
+                "secret": secret,
+                "body": base64::engine::general_purpose::STANDARD.encode(&request.body),
+                "headers": request.headers,
+            })
+        })
+        .collect();
+    let script = "import base64, json, sys\n\
+        from standardwebhooks.webhooks import Webhook, WebhookVerificationError\n\
+        out = []\n\
+        for case in json.load(sys.stdin):\n\
+        \x20   try:\n\
+        \x20       Webhook(case['secret']).verify(base64.b64decode(case['body']), case['headers'])\n\
+        \x20       out.append(True)\n\
+        \x20   except WebhookVerificationError:\n\
+        \x20       out.append(False)\n\
+        print(json.dumps(out))\n";
+    let mut child = tokio::process::Command::new(taskgate_tests::interop::python())
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    tokio::io::AsyncWriteExt::write_all(&mut stdin, Value::from(input).to_string().as_bytes()).await.unwrap();
+    drop(stdin);
+    let output = child.wait_with_output().await.unwrap();
+    assert!(output.status.success(), "the reference verifier ran");
+    serde_json::from_slice(&output.stdout).expect("a JSON list of verdicts")
+}
+
+/// Deliveries verify with the Standard Webhooks reference library, which rejects another
+/// secret and a flipped body byte; after a refresh with a new secret, deliveries carry two
+/// signatures during the rotation grace, each verifying on its own.
+#[tokio::test]
+async fn the_reference_library_verifies_and_a_refresh_signs_with_both_secrets() {
+    let mut stack = Stack::builder().gateways(0).workers(0).spawn().await;
+    let receiver = Receiver::start().await;
+    let g = add_gateway(&mut stack, Some(&receiver), &["--events-webhook-allow-private", "127.0.0.0/8"]).await;
+    stack.add_worker(&[]).await;
+    let alice = client(&stack, g, "alice");
+    let reply = subscribe(&alice, &receiver.url("/v"), &secret(3), json!({})).await;
+    let id = reply.result()["id"].as_str().expect("an id").to_owned();
+    let delivered = |task: String| {
+        let receiver = &receiver;
+        async move {
+            eventually(PATIENCE, "the task's completion delivered", || {
+                let task = task.clone();
+                async move {
+                    events_to(receiver, "/v")
+                        .into_values()
+                        .find(|r| r.json()["data"]["taskId"] == task.as_str() && r.json()["data"]["status"] == "completed")
+                }
+            })
+            .await
+        }
+    };
+    let before = alice.create_task("sleep", json!({ "ms": 0 })).await;
+    let first = delivered(before).await;
+    let refreshed = subscribe(&alice, &receiver.url("/v"), &secret(4), json!({})).await;
+    assert_eq!(refreshed.result()["id"], id.as_str(), "a refresh keeps the id");
+    let after = alice.create_task("sleep", json!({ "ms": 0 })).await;
+    let second = delivered(after).await;
+
+    let mut flipped = first.clone();
+    let mut body = flipped.body.to_vec();
+    body[0] ^= 1;
+    flipped.body = body.into();
+    let cases = [
+        (secret(3), first.clone()),
+        (secret(5), first.clone()),
+        (secret(3), flipped),
+        (secret(4), second.clone()),
+        (secret(3), second.clone()),
+    ];
+    assert_eq!(reference_verifies(&cases).await, [true, false, false, true, true]);
+    assert_eq!(first.header("webhook-signature").unwrap().split(' ').count(), 1, "one secret, one signature");
+    assert_eq!(second.header("webhook-signature").unwrap().split(' ').count(), 2, "old and new during the grace");
+    assert!(verify(&secret(4), &second) && verify(&secret(3), &second));
+}

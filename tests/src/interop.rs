@@ -25,7 +25,7 @@ fn install(script: &str, ready: impl Fn() -> bool) {
     assert!(status.success() && ready(), "scripts/{script} could not install what the interop tests need");
 }
 
-/// The pinned Python SDK's interpreter, installed by `scripts/interop-clients` when missing.
+/// The interpreter of the pinned Python SDK (and the Standard Webhooks library), installed by `scripts/interop-clients` when missing.
 pub fn python() -> PathBuf {
     let python = root().join(".cache/interop/venv/bin/python");
     // The venv alone is not enough: `interop-servers` makes it too, for another package.
@@ -35,7 +35,11 @@ pub fn python() -> PathBuf {
 
 fn python_has_sdk(python: &Path) -> bool {
     std::process::Command::new(python)
-        .args(["-c", "import importlib.metadata as m; assert m.version('mcp') == '2.3.0'"])
+        .args([
+            "-c",
+            "import importlib.metadata as m; assert m.version('mcp') == '2.3.0'; \
+             assert m.version('standardwebhooks') == '1.3.0'",
+        ])
         .status()
         .is_ok_and(|s| s.success())
 }
