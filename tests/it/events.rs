@@ -1,5 +1,5 @@
 //! Task status changes as MCP Events (docs/events.md): the outbox the transition scripts append
-//! to, and `events/list` / `events/poll` reading it, through the real binaries.
+//! to, and `events/list` / `events/poll` / `events/stream` reading it, through the real binaries.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use sha2::Digest as _;
 use taskgate_shared::store::{DEFAULT_POOL, OutboxLimits, Store, WORKER_GROUP};
 use taskgate_shared::task::{Owner, TaskId};
-use taskgate_tests::{McpClient, Stack, Topology, eventually};
+use taskgate_tests::{McpClient, SseStream, Stack, Topology, eventually};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 const NAME: &str = "taskgate.task.status";
@@ -496,4 +496,218 @@ async fn only_listed_tenants_write_an_outbox() {
     let acme_digest = taskgate_shared::store::owner_digest(&Owner { tenant: "acme".into(), principal: "alice".into() });
     let keys = outbox_keys(&stack.store()).await;
     assert!(!keys.is_empty() && keys.iter().all(|k| k.ends_with(&acme_digest)), "{keys:?}");
+}
+
+/// Opens an `events/stream` of the status type: an SSE stream, and the request's id.
+async fn open_stream(client: &McpClient, cursor: &Value, arguments: Value) -> (Value, SseStream) {
+    let params = json!({ "name": NAME, "arguments": arguments, "cursor": cursor });
+    let (request, stream) = client.open_stream("events/stream", params).await;
+    assert_eq!(stream.status, 200);
+    let content_type = stream.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
+    assert!(content_type.starts_with("text/event-stream"), "{content_type}");
+    (request["id"].clone(), stream)
+}
+
+/// The stream's next notification (method, params), checked to name the stream's request id.
+async fn notice(stream: &mut SseStream, id: &Value) -> (String, Value) {
+    let message = stream.next_message(PATIENCE).await.expect("a notification before the stream ends");
+    assert_eq!(message["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], *id, "{message}");
+    (message["method"].as_str().unwrap_or_default().to_owned(), message["params"].clone())
+}
+
+/// The stream's `active` notification: its cursor, checked not truncated.
+async fn active(stream: &mut SseStream, id: &Value) -> Value {
+    let (method, params) = notice(stream, id).await;
+    assert_eq!(method, "notifications/events/active", "{params}");
+    assert_eq!(params["truncated"], false, "{params}");
+    assert!(params["cursor"].is_string(), "{params}");
+    params["cursor"].clone()
+}
+
+/// Events off the stream (heartbeats passed over, anything else refused) until `enough` holds
+/// for those read so far.
+async fn events_until(stream: &mut SseStream, id: &Value, enough: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let mut events = Vec::new();
+    while !enough(&events) {
+        let (method, params) = notice(stream, id).await;
+        match method.as_str() {
+            "notifications/events/event" => {
+                assert!(params["cursor"].is_string(), "every event carries its cursor: {params}");
+                events.push(params);
+            }
+            "notifications/events/heartbeat" => assert!(params["cursor"].is_string(), "{params}"),
+            _ => panic!("unexpected {method}: {params}"),
+        }
+    }
+    events
+}
+
+/// `(taskId, status)` of each event, in the order they came.
+fn changes(events: &[Value]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .map(|e| (e["data"]["taskId"].as_str().unwrap().to_owned(), e["data"]["status"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+fn has(events: &[Value], task: &str, status: &str) -> bool {
+    events.iter().any(|e| e["data"]["taskId"] == task && e["data"]["status"] == status)
+}
+
+/// Push: `active` first, then the backlog from the cursor, then live events, of the caller's
+/// own tasks only (another principal's of the same tenant never appear), in order; every
+/// event's cursor resumes a poll exactly after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_sends_active_backlog_then_live_events_of_its_own() {
+    let mut stack = Stack::builder().gateways(0).gateway_args(&["--events"]).spawn().await;
+    let file = api_keys(&stack, &[("key-a", "acme", "alice"), ("key-b", "acme", "bob")]);
+    stack.add_gateway_with_auth(&["--auth", "api-keys", "--api-keys-file", &file]).await;
+    let (alice, bob) = (stack.client_as(0, "key-a"), stack.client_as(0, "key-b"));
+    let start = now_cursor(&alice).await;
+    let before = alice.create_task("sleep", json!({"ms": 0})).await;
+    let theirs = bob.create_task("sleep", json!({"ms": 0})).await;
+    alice.wait_for_status(&before, "completed", PATIENCE).await;
+    bob.wait_for_status(&theirs, "completed", PATIENCE).await;
+
+    let (id, mut stream) = open_stream(&alice, &start, json!({})).await;
+    let opened_at = active(&mut stream, &id).await;
+    let backlog = events_until(&mut stream, &id, |e| e.len() == 2).await;
+    assert_eq!(
+        changes(&backlog),
+        [(before.clone(), "working".to_owned()), (before.clone(), "completed".to_owned())],
+        "the backlog, in order"
+    );
+
+    // Live: the other principal's task ends first, then the caller's; only the caller's comes.
+    let theirs_live = bob.create_task("sleep", json!({"ms": 0})).await;
+    bob.wait_for_status(&theirs_live, "completed", PATIENCE).await;
+    let live = alice.create_task("sleep", json!({"ms": 0})).await;
+    let later = events_until(&mut stream, &id, |e| has(e, &live, "completed")).await;
+    assert_eq!(changes(&later), [(live.clone(), "working".to_owned()), (live.clone(), "completed".to_owned())]);
+    let all: Vec<Value> = backlog.iter().chain(&later).cloned().collect();
+    let (tasks, duplicates) = by_task(&all);
+    assert_eq!(duplicates, 0);
+    assert_eq!(tasks.keys().cloned().collect::<HashSet<_>>(), HashSet::from([before.clone(), live.clone()]));
+
+    // Cursors: `active`'s reads the whole backlog and what followed; each event's, exactly what
+    // followed it; the last one's, nothing.
+    let (from_active, _) = drain(&alice, &opened_at, &json!({})).await;
+    assert_eq!(changes(&from_active), changes(&all), "the active cursor is the stream's start");
+    for (i, event) in all.iter().enumerate() {
+        let (after, _) = drain(&alice, &event["cursor"], &json!({})).await;
+        assert_eq!(changes(&after), changes(&all[i + 1..]), "after event {i}: {}", event["cursor"]);
+    }
+    let last = poll(&alice, &all[3]["cursor"], json!({}), None).await;
+    assert_eq!(last.result()["events"], json!([]), "{}", last.text);
+    assert_eq!((last.result()["hasMore"].clone(), last.result()["truncated"].clone()), (json!(false), json!(false)));
+}
+
+taskgate_tests::on_topologies!([standalone: Standalone, cluster: Cluster] stream_across_replicas_and_a_lost_subscription);
+
+/// Push across replicas: a stream on one gateway gets the events of tasks created through
+/// another (the change messages come over Redis pub/sub), and killing every pub/sub connection
+/// loses none (the resubscription re-reads every shard).
+async fn stream_across_replicas_and_a_lost_subscription(topology: Topology) {
+    let stack = topology.builder().gateways(2).gateway_args(&["--events"]).spawn().await;
+    let (a, b) = (stack.client(0), stack.client(1));
+    let (id, mut stream) = open_stream(&b, &Value::Null, json!({})).await;
+    active(&mut stream, &id).await;
+    let first = a.create_task("sleep", json!({"ms": 0})).await;
+    let seen = events_until(&mut stream, &id, |e| has(e, &first, "completed")).await;
+    assert_eq!(changes(&seen), [(first.clone(), "working".to_owned()), (first.clone(), "completed".to_owned())]);
+
+    let mut killed = 0;
+    for node in std::iter::once(&stack.redis).chain(&stack.cluster_nodes) {
+        let mut conn = node.connection().await;
+        let n: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query_async(&mut conn).await.unwrap();
+        killed += n;
+    }
+    assert!(killed >= 2, "both gateways' subscriptions were killed: {killed}");
+    let mut created = Vec::new();
+    for _ in 0..5 {
+        created.push(a.create_task("sleep", json!({"ms": 0})).await);
+    }
+    let seen = events_until(&mut stream, &id, |e| created.iter().all(|t| has(e, t, "completed"))).await;
+    let (tasks, duplicates) = by_task(&seen);
+    assert_eq!(duplicates, 0, "no event twice");
+    assert_eq!(tasks.keys().cloned().collect::<HashSet<_>>(), created.iter().cloned().collect());
+    assert!(tasks.values().all(|c| statuses(c) == ["working", "completed"]), "{tasks:?}");
+}
+
+/// Stream rules: an invalid subscription is the error a poll gives, with no stream; a quiet
+/// stream sends heartbeats with a cursor that a poll accepts; a stream holds a listen slot
+/// (the per-principal share counts both kinds); shutdown ends it with the empty result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_rules_heartbeat_slots_and_shutdown() {
+    let mut stack = Stack::builder()
+        .gateway_args(&["--events", "--events-heartbeat-ms", "200", "--listen-max-streams-per-principal", "1"])
+        .spawn()
+        .await;
+    let client = stack.client(0);
+    for (params, code) in [
+        (json!({"name": "mcp.something.else"}), -32023),
+        (json!({"name": NAME, "cursor": "c1.!!"}), -32602),
+        (json!({"name": NAME, "arguments": {"statuses": ["done"]}}), -32602),
+        (json!({"name": NAME, "maxAgeMs": -1}), -32602),
+    ] {
+        let streamed = client.call("events/stream", params.clone()).await;
+        let polled = client.call("events/poll", params.clone()).await;
+        assert_eq!((streamed.status, streamed.error_code()), (200, Some(code)), "{params}: {}", streamed.text);
+        assert_eq!(streamed.body["error"], polled.body["error"], "{params}: the error a poll gives");
+        assert!(streamed.header("content-type").is_some_and(|c| c.starts_with("application/json")), "no stream");
+    }
+
+    let (id, mut stream) = open_stream(&client, &Value::Null, json!({})).await;
+    let opened_at = active(&mut stream, &id).await;
+    // Quiet: heartbeats, each with a cursor a poll reads from without a gap.
+    let mut heartbeats = 0;
+    while heartbeats < 2 {
+        let (method, params) = notice(&mut stream, &id).await;
+        assert_eq!(method, "notifications/events/heartbeat", "{params}");
+        let r = poll(&client, &params["cursor"], json!({}), None).await;
+        assert_eq!((r.result()["events"].clone(), r.result()["truncated"].clone()), (json!([]), json!(false)));
+        heartbeats += 1;
+    }
+    let r = poll(&client, &opened_at, json!({}), None).await;
+    assert_eq!(r.result()["events"], json!([]), "{}", r.text);
+
+    // The principal's one slot is taken: another stream of either kind is 429.
+    for (method, params) in
+        [("events/stream", json!({"name": NAME})), ("subscriptions/listen", json!({"notifications": {"taskIds": []}}))]
+    {
+        let r = client.call(method, params).await;
+        assert_eq!((r.status, r.error_code()), (429, Some(-31429)), "{method}: {}", r.text);
+        assert_eq!(r.body["error"]["data"]["limit"], "listen_streams");
+    }
+
+    stack.gateways[0].signal("TERM");
+    loop {
+        let message = stream.next_message(PATIENCE).await.expect("the result before the end");
+        if message.get("result").is_some() {
+            assert_eq!(message["id"], id);
+            assert_eq!(message["result"]["resultType"], "complete", "{message}");
+            assert_eq!(message["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"], id, "{message}");
+            break;
+        }
+        assert_eq!(message["method"], "notifications/events/heartbeat", "{message}");
+    }
+    assert_eq!(stack.gateways[0].wait_exit(PATIENCE).await, Some(0));
+}
+
+/// A freed slot: a stream that ends frees its listen slot for the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stream_frees_its_slot() {
+    let stack = Stack::builder().gateway_args(&["--events", "--listen-max-streams-per-principal", "1"]).spawn().await;
+    let client = stack.client(0);
+    let (id, mut stream) = open_stream(&client, &Value::Null, json!({})).await;
+    active(&mut stream, &id).await;
+    drop(stream);
+    eventually(PATIENCE, "the slot of a dropped stream to be free", || async {
+        let (request, mut next) = client.open_stream("events/stream", json!({ "name": NAME })).await;
+        if next.status != 200 {
+            return None;
+        }
+        Some(active(&mut next, &request["id"]).await)
+    })
+    .await;
 }
