@@ -113,6 +113,10 @@ impl EventHub {
             let wake = Wake::Changed(task.to_owned());
             self.dispatch(task, &wake);
             if let Some(owner) = words.nth(2).filter(|o| taskgate_shared::store::is_owner_digest(o)) {
+                // Early `events/poll`s of this owner are held no longer.
+                if let Some(polls) = &self.polls {
+                    polls.changed(owner);
+                }
                 self.dispatch(owner, &wake);
             }
         }

@@ -711,3 +711,53 @@ async fn a_closed_stream_frees_its_slot() {
     })
     .await;
 }
+
+/// An early `events/poll` (from the cursor the caller's last answer returned, sooner than the
+/// tolerance) is held: to the end of `nextPollMs` while nothing happens, and only until the
+/// change when one of the caller's tasks changes. A poll from another cursor is not held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_poll_is_held_until_an_event_or_the_interval() {
+    use taskgate_tests::Scrape;
+    let stack = Stack::builder()
+        .gateway_option("--poll-tolerance", "0.5")
+        .gateway_args(&["--events", "--events-poll-interval-ms", "3000"])
+        .spawn()
+        .await;
+    let client = stack.client(0);
+    let metrics = format!("{}/metrics", client.base());
+    let held = || async { Scrape::of(&metrics).await.get("taskgate_gateway_held_polls_total", &[("outcome", "held")]) };
+    // The gateway's pub/sub subscription, once made, forgets what was answered before it (a
+    // change may have been missed): until then a poll may be read at once.
+    let (cursor, waited) = eventually(PATIENCE, "an early poll to be held", || async {
+        let cursor = now_cursor(&client).await;
+        let started = tokio::time::Instant::now();
+        let quiet = poll(&client, &cursor, json!({}), None).await;
+        assert_eq!(quiet.result()["events"], json!([]), "{}", quiet.text);
+        (held().await >= 1.0).then(|| (cursor, started.elapsed()))
+    })
+    .await;
+    assert!(waited >= Duration::from_secs(2), "held to the interval since the last answer: {waited:?}");
+    assert!(waited < Duration::from_secs(20), "{waited:?}");
+    assert_eq!(held().await, 1.0);
+    // A replay from another cursor (the first one again) is read at once.
+    let started = tokio::time::Instant::now();
+    let replay = poll(&client, &cursor, json!({}), None).await;
+    assert_eq!(held().await, 1.0, "not held: {:?}", started.elapsed());
+
+    // From the cursor the last answer returned, again early: held until the change.
+    let next = replay.result()["cursor"].clone();
+    let waiting = {
+        let client = stack.client(0);
+        tokio::spawn(async move { poll(&client, &next, json!({}), None).await })
+    };
+    // Only once the poll is held does the task change.
+    eventually(PATIENCE, "the poll to be held", || async { (held().await >= 2.0).then_some(()) }).await;
+    let changed = tokio::time::Instant::now();
+    let id = client.create_task("sleep", json!({"ms": 0})).await;
+    let woken = waiting.await.unwrap();
+    let after = changed.elapsed();
+    assert_eq!(woken.result()["events"][0]["data"]["taskId"], id.as_str(), "{}", woken.text);
+    assert!(after < Duration::from_secs(2), "answered on the change, not at the interval: {after:?}");
+    let woken_count = Scrape::of(&metrics).await.get("taskgate_gateway_held_polls_total", &[("outcome", "woken")]);
+    assert_eq!(woken_count, 1.0);
+}
