@@ -611,3 +611,33 @@ async fn the_console_lists_subscriptions_with_dead_letters_and_an_operator_ends_
         "the audit log line"
     );
 }
+
+/// A held subscription is woken by a change of its owner's tasks (the event hub's owner
+/// watch) rather than found by its backstop re-read (2.5 s at the soonest after the last
+/// read): each task's events arrive well within that, round after round.
+#[tokio::test]
+async fn a_quiet_subscription_is_woken_by_a_change() {
+    let mut stack = Stack::builder().gateways(0).spawn().await;
+    let receiver = Receiver::start().await;
+    let g = add_gateway(&mut stack, Some(&receiver), &["--events-webhook-allow-private", "127.0.0.0/8"]).await;
+    let alice = client(&stack, g, "alice");
+    let reply = subscribe(&alice, &receiver.url("/w"), &secret(3), json!({})).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert!(reply.result()["id"].is_string(), "{}", reply.text);
+    // The first task's events come once a claim pass has taken the subscription.
+    alice.create_task("sleep", json!({ "ms": 0 })).await;
+    eventually(PATIENCE, "the first task's two events", || async {
+        (events_to(&receiver, "/w").len() >= 2).then_some(())
+    })
+    .await;
+    for round in 0..3 {
+        let before = events_to(&receiver, "/w").len();
+        let created = tokio::time::Instant::now();
+        alice.create_task("sleep", json!({ "ms": 0 })).await;
+        let arrived = eventually(PATIENCE, "the next task's two events", || async {
+            (events_to(&receiver, "/w").len() >= before + 2).then(|| created.elapsed())
+        })
+        .await;
+        assert!(arrived < Duration::from_secs(2), "round {round}: woken, not read by the backstop: {arrived:?}");
+    }
+}
