@@ -246,8 +246,11 @@ impl EventStream {
             }
             if self.dirty.iter().any(|d| *d) {
                 if !self.read_dirty().await {
+                    // Redis is failing: the heartbeat still goes out (its cursor is from
+                    // memory), so the client does not take the stream for dead.
                     tokio::select! {
                         () = self.retry.wait() => {}
+                        () = &mut self.heartbeat => return Some(self.heartbeat_notice()),
                         () = self.shutdown.cancelled() => return Some(self.closing_result()),
                     }
                 }
@@ -264,15 +267,18 @@ impl EventStream {
                     self.backstop.as_mut().reset(tokio::time::Instant::now() + next);
                     self.mark(Wake::Resync);
                 }
-                () = &mut self.heartbeat => {
-                    self.rearm_heartbeat();
-                    let mut params = Map::new();
-                    params.insert("cursor".into(), self.cursor.encode().into());
-                    return Some(self.notice("notifications/events/heartbeat", params));
-                }
+                () = &mut self.heartbeat => return Some(self.heartbeat_notice()),
                 () = self.shutdown.cancelled() => return Some(self.closing_result()),
             }
         }
+    }
+
+    /// `notifications/events/heartbeat` with the cursor past everything read.
+    fn heartbeat_notice(&mut self) -> StreamItem {
+        self.rearm_heartbeat();
+        let mut params = Map::new();
+        params.insert("cursor".into(), self.cursor.encode().into());
+        self.notice("notifications/events/heartbeat", params)
     }
 
     /// A heartbeat is due one interval after the last message sent.
