@@ -1,6 +1,7 @@
 //! One Redis pub/sub subscription per gateway process (on a Cluster, a sharded one per shard),
-//! fanned out in process to whoever watches a task: inline calls waiting for their result, and
-//! listen streams.
+//! fanned out in process to whoever watches a task (inline calls waiting for their result, and
+//! listen streams) or an owner (`events/stream`s: a change message of a task with an outbox
+//! names its owner's digest as a fourth word).
 //!
 //! Messages are wake-ups only (invariant 1, docs/architecture.md): a watcher re-reads the
 //! record. Channels are bounded and a full one drops the wake-up, which is harmless because the
@@ -73,6 +74,13 @@ impl EventHub {
         Watch { hub: self.clone(), id, tasks: tasks.iter().map(|t| (*t).to_owned()).collect(), wakes: rx, overflowed }
     }
 
+    /// Watches every task of an owner (its [`owner_digest`](taskgate_shared::store::owner_digest))
+    /// whose changes are written to an outbox: each change wakes it with `Changed(task id)`.
+    /// Digests and task ids never collide (`t_` vs hex), so both share one map.
+    pub(crate) fn watch_owner(self: &Arc<Self>, owner: &str, capacity: usize) -> Watch {
+        self.watch(&[owner], capacity)
+    }
+
     fn dispatch(&self, task: &str, wake: &Wake) {
         if let Some(senders) = self.watchers.lock().expect("lock poisoned: a holder panicked").get(task) {
             for (_, tx, overflowed) in senders {
@@ -91,16 +99,26 @@ impl EventHub {
         }
     }
 
-    /// A task changed (`"<taskId> <version> <status>"`): tell its watchers and the poll pacer.
+    /// A task changed (`"<taskId> <version> <status>"`, and `" <owner digest>"` when it has an
+    /// outbox): tell its watchers, its owner's watchers and the poll pacer.
     fn on_event(&self, payload: &str) {
-        if let Some(task) = payload.split(' ').next() {
+        let mut words = payload.split(' ');
+        if let Some(task) = words.next() {
             if let Some(polls) = &self.polls {
                 polls.changed(task);
             }
             if let Some(snapshots) = &self.snapshots {
                 snapshots.changed(task);
             }
-            self.dispatch(task, &Wake::Changed(task.to_owned()));
+            let wake = Wake::Changed(task.to_owned());
+            self.dispatch(task, &wake);
+            if let Some(owner) = words.nth(2).filter(|o| taskgate_shared::store::is_owner_digest(o)) {
+                // Early `events/poll`s of this owner are held no longer.
+                if let Some(polls) = &self.polls {
+                    polls.changed(owner);
+                }
+                self.dispatch(owner, &wake);
+            }
         }
     }
 
@@ -283,5 +301,31 @@ impl Drop for Watch {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_owner_watch_hears_its_tasks_with_an_outbox() {
+        let hub = Arc::new(EventHub::default());
+        let owner = taskgate_shared::store::owner_digest(&taskgate_shared::task::Owner {
+            tenant: "acme".into(),
+            principal: "alice".into(),
+        });
+        let mut watch = hub.watch_owner(&owner, 4);
+        hub.on_event("t_a 1 working");
+        hub.on_event(&format!("t_b 2 completed {owner}"));
+        hub.on_event("t_c 1 working 0123456789abcdef0123456789abcdef");
+        hub.on_event(&format!("t_d 1 working {owner}x"));
+        let Some(Wake::Changed(task)) = watch.try_recv() else { panic!("a wake-up for the owner's task") };
+        assert_eq!(task, "t_b");
+        assert!(watch.try_recv().is_none(), "no other owner's, no three-word and no malformed message");
+        hub.resubscribed();
+        assert!(matches!(watch.try_recv(), Some(Wake::Resync)), "a resubscription reaches owner watches too");
+        drop(watch);
+        assert!(hub.watchers.lock().unwrap().is_empty(), "dropping the watch unregisters it");
     }
 }

@@ -95,7 +95,7 @@ pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMe
     )
     .expect("a valid histogram definition"),
     tasks_created: metrics::counter_vec("taskgate_tasks_created_total", "Tasks created, by tool.", &["tool"]),
-    sse_streams: metrics::gauge("taskgate_gateway_sse_streams", "Open subscriptions/listen streams."),
+    sse_streams: metrics::gauge("taskgate_gateway_sse_streams", "Open subscriptions/listen and events/stream streams."),
     request_slices: metrics::counter_vec(
         "taskgate_gateway_request_slices_total",
         "Leases of a slice of a tenant's request rate from Redis (granted, refused: the tenant is \

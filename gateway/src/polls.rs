@@ -21,6 +21,10 @@
 //!
 //! Held requests are bounded per principal and per replica; beyond the bound a poll is refused
 //! as with `--poll-limit refuse`.
+//!
+//! Early `events/poll`s are paced here too (docs/events.md, 2.6), keyed by the owner digest in
+//! place of a task id and by the subscription (name and arguments) in place of the principal:
+//! the event hub tells the pacer of every change by its owner word as well as its task id.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -94,17 +98,28 @@ impl PollPacer {
     /// When this replica answered `principal`'s last poll of `task` less than `tolerance` of
     /// its interval ago: until when to hold the next one (the whole interval since).
     pub(crate) fn early(&self, principal: &str, task: &TaskId, tolerance: f64) -> Option<Instant> {
-        let answered = *lock(&self.answers).answered.get(task.as_str())?.get(principal)?;
+        self.early_for(principal, task.as_str(), tolerance)
+    }
+
+    /// [`early`](Self::early) for any key that [`changed`](Self::changed) is told of: a task
+    /// id, or an owner digest (`events/poll`, where `principal` names the subscription).
+    pub(crate) fn early_for(&self, principal: &str, task: &str, tolerance: f64) -> Option<Instant> {
+        let answered = *lock(&self.answers).answered.get(task)?.get(principal)?;
         let now = Instant::now();
         (now < answered.at + answered.interval.mul_f64(tolerance)).then_some(answered.at + answered.interval)
     }
 
     /// A poll is about to read `task` from Redis.
     pub(crate) fn reading(self: &Arc<Self>, task: &TaskId) -> ReadTicket {
+        self.reading_for(task.as_str())
+    }
+
+    /// [`reading`](Self::reading) for any key, as [`early_for`](Self::early_for).
+    pub(crate) fn reading_for(self: &Arc<Self>, task: &str) -> ReadTicket {
         let mut answers = lock(&self.answers);
-        let reading = answers.reading.entry(task.as_str().to_owned()).or_default();
+        let reading = answers.reading.entry(task.to_owned()).or_default();
         reading.readers += 1;
-        ReadTicket { pacer: self.clone(), task: task.as_str().to_owned(), changes_at_start: reading.changes }
+        ReadTicket { pacer: self.clone(), task: task.to_owned(), changes_at_start: reading.changes }
     }
 
     /// A poll by `principal` was answered now from the read `ticket` stands for. Not
@@ -133,6 +148,16 @@ impl PollPacer {
             }
         }
         answered.entry(ticket.task.clone()).or_default().insert(principal.to_owned(), Answered { at: now, interval });
+    }
+
+    /// [`answered`](Self::answered), dropping first what was remembered for this key under
+    /// names starting with `family` (an `events/poll` subscription's earlier cursors): one
+    /// entry per subscription, whatever the cursors.
+    pub(crate) fn answered_replacing(&self, principal: &str, family: &str, ticket: ReadTicket, interval: Duration) {
+        if let Some(by) = lock(&self.answers).answered.get_mut(&ticket.task) {
+            by.retain(|name, _| !name.starts_with(family));
+        }
+        self.answered(principal, ticket, interval);
     }
 
     /// The task changed: its next poll, by anyone, is read at once.
@@ -223,6 +248,23 @@ mod tests {
         answer(&pacer, "p", &task, Duration::from_secs(10));
         assert!(pacer.early("p", &task, 0.5).is_some(), "a read after the change is remembered");
         assert!(lock(&pacer.answers).reading.is_empty(), "tickets are given back");
+    }
+
+    #[test]
+    fn an_owners_event_polls_keep_one_entry_per_subscription_and_forget_on_a_change() {
+        let pacer = Arc::new(PollPacer::new(10, 10));
+        let owner = "0123456789abcdef0123456789abcdef";
+        for cursor in ["c1.a", "c1.b", "c1.c"] {
+            let ticket = pacer.reading_for(owner);
+            pacer.answered_replacing(&format!("events\nx\n{cursor}"), "events\nx\n", ticket, Duration::from_secs(10));
+        }
+        let ticket = pacer.reading_for(owner);
+        pacer.answered_replacing("events\ny\nc1.a", "events\ny\n", ticket, Duration::from_secs(10));
+        assert_eq!(lock(&pacer.answers).answered[owner].len(), 2, "the last cursor of each subscription");
+        assert!(pacer.early_for("events\nx\nc1.c", owner, 0.5).is_some(), "from the cursor last returned");
+        assert_eq!(pacer.early_for("events\nx\nc1.a", owner, 0.5), None, "an older cursor reads at once");
+        pacer.changed(owner);
+        assert_eq!(pacer.early_for("events\nx\nc1.c", owner, 0.5), None, "a change of the owner's tasks");
     }
 
     #[test]

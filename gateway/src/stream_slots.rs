@@ -1,5 +1,5 @@
-//! Open `subscriptions/listen` streams on this replica, per principal and in all, so one caller
-//! cannot take every stream.
+//! Open `subscriptions/listen` and `events/stream` streams on this replica (counted together),
+//! per principal and in all, so one caller cannot take every stream.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -1,5 +1,5 @@
 //! Task status changes as MCP Events (docs/events.md): the outbox the transition scripts append
-//! to, and `events/list` / `events/poll` reading it, through the real binaries.
+//! to, and `events/list` / `events/poll` / `events/stream` reading it, through the real binaries.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use sha2::Digest as _;
 use taskgate_shared::store::{DEFAULT_POOL, OutboxLimits, Store, WORKER_GROUP};
 use taskgate_shared::task::{Owner, TaskId};
-use taskgate_tests::{McpClient, Stack, Topology, eventually};
+use taskgate_tests::{McpClient, SseStream, Stack, Topology, eventually};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 const NAME: &str = "taskgate.task.status";
@@ -373,8 +373,9 @@ async fn cursor_rules() {
     }
 }
 
-/// (d) Gaps: a cursor older than twice the retention reads `truncated`, never an error; a
-/// fresh cursor on a quiet principal does not.
+/// (d) Gaps: a cursor older than twice the retention reads `truncated`, never an error (and a
+/// stream from it opens with a truncated `active`); a fresh cursor on a quiet principal does
+/// not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gaps() {
     let stack = Stack::builder().gateway_args(&["--events", "--events-retention-ms", "1000"]).spawn().await;
@@ -398,6 +399,15 @@ async fn gaps() {
         assert_eq!(r.result()["truncated"], false, "{}", r.text);
         cursor = r.result()["cursor"].clone();
     }
+    // A stream from that cursor opens with `active` truncated, and a fresh cursor. (Whether a
+    // poll from it is a gap again depends on whether the entries after it expired meanwhile,
+    // which at this retention is a race; the unit tests of the merge hold where it points.)
+    let (sid, mut stream) = open_stream(&client, &old, json!({})).await;
+    let (method, params) = notice(&mut stream, &sid).await;
+    assert_eq!(method, "notifications/events/active", "{params}");
+    assert_eq!(params["truncated"], true, "{params}");
+    assert!(params["cursor"].is_string() && params["cursor"] != old, "{params}");
+    drop(stream);
 }
 
 /// (e) The reaper's reclaim of a task with an outbox (an expired lease with a cancel pending,
@@ -496,4 +506,271 @@ async fn only_listed_tenants_write_an_outbox() {
     let acme_digest = taskgate_shared::store::owner_digest(&Owner { tenant: "acme".into(), principal: "alice".into() });
     let keys = outbox_keys(&stack.store()).await;
     assert!(!keys.is_empty() && keys.iter().all(|k| k.ends_with(&acme_digest)), "{keys:?}");
+}
+
+/// Opens an `events/stream` of the status type: an SSE stream, and the request's id.
+async fn open_stream(client: &McpClient, cursor: &Value, arguments: Value) -> (Value, SseStream) {
+    let params = json!({ "name": NAME, "arguments": arguments, "cursor": cursor });
+    let (request, stream) = client.open_stream("events/stream", params).await;
+    assert_eq!(stream.status, 200);
+    let content_type = stream.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
+    assert!(content_type.starts_with("text/event-stream"), "{content_type}");
+    (request["id"].clone(), stream)
+}
+
+/// The stream's next notification (method, params), checked to name the stream's request id.
+async fn notice(stream: &mut SseStream, id: &Value) -> (String, Value) {
+    let message = stream.next_message(PATIENCE).await.expect("a notification before the stream ends");
+    assert_eq!(message["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], *id, "{message}");
+    (message["method"].as_str().unwrap_or_default().to_owned(), message["params"].clone())
+}
+
+/// The stream's `active` notification: its cursor, checked not truncated.
+async fn active(stream: &mut SseStream, id: &Value) -> Value {
+    let (method, params) = notice(stream, id).await;
+    assert_eq!(method, "notifications/events/active", "{params}");
+    assert_eq!(params["truncated"], false, "{params}");
+    assert!(params["cursor"].is_string(), "{params}");
+    params["cursor"].clone()
+}
+
+/// Events off the stream (heartbeats passed over, anything else refused) until `enough` holds
+/// for those read so far.
+async fn events_until(stream: &mut SseStream, id: &Value, enough: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let mut events = Vec::new();
+    while !enough(&events) {
+        let (method, params) = notice(stream, id).await;
+        match method.as_str() {
+            "notifications/events/event" => {
+                assert!(params["cursor"].is_string(), "every event carries its cursor: {params}");
+                events.push(params);
+            }
+            "notifications/events/heartbeat" => assert!(params["cursor"].is_string(), "{params}"),
+            _ => panic!("unexpected {method}: {params}"),
+        }
+    }
+    events
+}
+
+/// `(taskId, status)` of each event, in the order they came.
+fn changes(events: &[Value]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .map(|e| (e["data"]["taskId"].as_str().unwrap().to_owned(), e["data"]["status"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+fn has(events: &[Value], task: &str, status: &str) -> bool {
+    events.iter().any(|e| e["data"]["taskId"] == task && e["data"]["status"] == status)
+}
+
+/// Push: `active` first, then the backlog from the cursor, then live events, of the caller's
+/// own tasks only (another principal's of the same tenant never appear), in order; every
+/// event's cursor resumes a poll exactly after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_sends_active_backlog_then_live_events_of_its_own() {
+    let mut stack = Stack::builder().gateways(0).gateway_args(&["--events"]).spawn().await;
+    let file = api_keys(&stack, &[("key-a", "acme", "alice"), ("key-b", "acme", "bob")]);
+    stack.add_gateway_with_auth(&["--auth", "api-keys", "--api-keys-file", &file]).await;
+    let (alice, bob) = (stack.client_as(0, "key-a"), stack.client_as(0, "key-b"));
+    let start = now_cursor(&alice).await;
+    let before = alice.create_task("sleep", json!({"ms": 0})).await;
+    let theirs = bob.create_task("sleep", json!({"ms": 0})).await;
+    alice.wait_for_status(&before, "completed", PATIENCE).await;
+    bob.wait_for_status(&theirs, "completed", PATIENCE).await;
+
+    let (id, mut stream) = open_stream(&alice, &start, json!({})).await;
+    let opened_at = active(&mut stream, &id).await;
+    let backlog = events_until(&mut stream, &id, |e| e.len() == 2).await;
+    assert_eq!(
+        changes(&backlog),
+        [(before.clone(), "working".to_owned()), (before.clone(), "completed".to_owned())],
+        "the backlog, in order"
+    );
+
+    // Live: the other principal's task ends first, then the caller's; only the caller's comes.
+    let theirs_live = bob.create_task("sleep", json!({"ms": 0})).await;
+    bob.wait_for_status(&theirs_live, "completed", PATIENCE).await;
+    let created = tokio::time::Instant::now();
+    let live = alice.create_task("sleep", json!({"ms": 0})).await;
+    let later = events_until(&mut stream, &id, |e| has(e, &live, "completed")).await;
+    let took = created.elapsed();
+    assert!(took < Duration::from_secs(5), "woken by the change, not read by the 10 s backstop: {took:?}");
+    assert_eq!(changes(&later), [(live.clone(), "working".to_owned()), (live.clone(), "completed".to_owned())]);
+    let all: Vec<Value> = backlog.iter().chain(&later).cloned().collect();
+    let (tasks, duplicates) = by_task(&all);
+    assert_eq!(duplicates, 0);
+    assert_eq!(tasks.keys().cloned().collect::<HashSet<_>>(), HashSet::from([before.clone(), live.clone()]));
+
+    // Cursors: `active`'s reads the whole backlog and what followed; each event's, exactly what
+    // followed it; the last one's, nothing.
+    let (from_active, _) = drain(&alice, &opened_at, &json!({})).await;
+    assert_eq!(changes(&from_active), changes(&all), "the active cursor is the stream's start");
+    for (i, event) in all.iter().enumerate() {
+        let (after, _) = drain(&alice, &event["cursor"], &json!({})).await;
+        assert_eq!(changes(&after), changes(&all[i + 1..]), "after event {i}: {}", event["cursor"]);
+    }
+    let last = poll(&alice, &all[3]["cursor"], json!({}), None).await;
+    assert_eq!(last.result()["events"], json!([]), "{}", last.text);
+    assert_eq!((last.result()["hasMore"].clone(), last.result()["truncated"].clone()), (json!(false), json!(false)));
+}
+
+taskgate_tests::on_topologies!([standalone: Standalone, cluster: Cluster] stream_across_replicas_and_a_lost_subscription);
+
+/// Push across replicas: a stream on one gateway gets the events of tasks created through
+/// another (the change messages come over Redis pub/sub), and killing every pub/sub connection
+/// loses none (the resubscription re-reads every shard).
+async fn stream_across_replicas_and_a_lost_subscription(topology: Topology) {
+    let stack = topology.builder().gateways(2).gateway_args(&["--events"]).spawn().await;
+    let (a, b) = (stack.client(0), stack.client(1));
+    let (id, mut stream) = open_stream(&b, &Value::Null, json!({})).await;
+    active(&mut stream, &id).await;
+    let first = a.create_task("sleep", json!({"ms": 0})).await;
+    let seen = events_until(&mut stream, &id, |e| has(e, &first, "completed")).await;
+    assert_eq!(changes(&seen), [(first.clone(), "working".to_owned()), (first.clone(), "completed".to_owned())]);
+
+    let mut killed = 0;
+    for node in std::iter::once(&stack.redis).chain(&stack.cluster_nodes) {
+        let mut conn = node.connection().await;
+        let n: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query_async(&mut conn).await.unwrap();
+        killed += n;
+    }
+    assert!(killed >= 2, "both gateways' subscriptions were killed: {killed}");
+    let mut created = Vec::new();
+    for _ in 0..5 {
+        created.push(a.create_task("sleep", json!({"ms": 0})).await);
+    }
+    let seen = events_until(&mut stream, &id, |e| created.iter().all(|t| has(e, t, "completed"))).await;
+    let (tasks, duplicates) = by_task(&seen);
+    assert_eq!(duplicates, 0, "no event twice");
+    assert_eq!(tasks.keys().cloned().collect::<HashSet<_>>(), created.iter().cloned().collect());
+    assert!(tasks.values().all(|c| statuses(c) == ["working", "completed"]), "{tasks:?}");
+}
+
+/// Stream rules: an invalid subscription is the error a poll gives, with no stream; a quiet
+/// stream sends heartbeats with a cursor that a poll accepts; a stream holds a listen slot
+/// (the per-principal share counts both kinds); shutdown ends it with the empty result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_rules_heartbeat_slots_and_shutdown() {
+    let mut stack = Stack::builder()
+        .gateway_args(&["--events", "--events-heartbeat-ms", "200", "--listen-max-streams-per-principal", "1"])
+        .spawn()
+        .await;
+    let client = stack.client(0);
+    for (params, code) in [
+        (json!({"name": "mcp.something.else"}), -32023),
+        (json!({"name": NAME, "cursor": "c1.!!"}), -32602),
+        (json!({"name": NAME, "arguments": {"statuses": ["done"]}}), -32602),
+        (json!({"name": NAME, "maxAgeMs": -1}), -32602),
+    ] {
+        let streamed = client.call("events/stream", params.clone()).await;
+        let polled = client.call("events/poll", params.clone()).await;
+        assert_eq!((streamed.status, streamed.error_code()), (200, Some(code)), "{params}: {}", streamed.text);
+        assert_eq!(streamed.body["error"], polled.body["error"], "{params}: the error a poll gives");
+        assert!(streamed.header("content-type").is_some_and(|c| c.starts_with("application/json")), "no stream");
+    }
+
+    let (id, mut stream) = open_stream(&client, &Value::Null, json!({})).await;
+    let opened_at = active(&mut stream, &id).await;
+    // Quiet: heartbeats, each with a cursor a poll reads from without a gap.
+    let mut heartbeats = 0;
+    while heartbeats < 2 {
+        let (method, params) = notice(&mut stream, &id).await;
+        assert_eq!(method, "notifications/events/heartbeat", "{params}");
+        let r = poll(&client, &params["cursor"], json!({}), None).await;
+        assert_eq!((r.result()["events"].clone(), r.result()["truncated"].clone()), (json!([]), json!(false)));
+        heartbeats += 1;
+    }
+    let r = poll(&client, &opened_at, json!({}), None).await;
+    assert_eq!(r.result()["events"], json!([]), "{}", r.text);
+
+    // The principal's one slot is taken: another stream of either kind is 429.
+    for (method, params) in
+        [("events/stream", json!({"name": NAME})), ("subscriptions/listen", json!({"notifications": {"taskIds": []}}))]
+    {
+        let r = client.call(method, params).await;
+        assert_eq!((r.status, r.error_code()), (429, Some(-31429)), "{method}: {}", r.text);
+        assert_eq!(r.body["error"]["data"]["limit"], "listen_streams");
+    }
+
+    stack.gateways[0].signal("TERM");
+    loop {
+        let message = stream.next_message(PATIENCE).await.expect("the result before the end");
+        if message.get("result").is_some() {
+            assert_eq!(message["id"], id);
+            assert_eq!(message["result"]["resultType"], "complete", "{message}");
+            assert_eq!(message["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"], id, "{message}");
+            break;
+        }
+        assert_eq!(message["method"], "notifications/events/heartbeat", "{message}");
+    }
+    assert_eq!(stack.gateways[0].wait_exit(PATIENCE).await, Some(0));
+}
+
+/// A freed slot: a stream that ends frees its listen slot for the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stream_frees_its_slot() {
+    let stack = Stack::builder().gateway_args(&["--events", "--listen-max-streams-per-principal", "1"]).spawn().await;
+    let client = stack.client(0);
+    let (id, mut stream) = open_stream(&client, &Value::Null, json!({})).await;
+    active(&mut stream, &id).await;
+    drop(stream);
+    eventually(PATIENCE, "the slot of a dropped stream to be free", || async {
+        let (request, mut next) = client.open_stream("events/stream", json!({ "name": NAME })).await;
+        if next.status != 200 {
+            return None;
+        }
+        Some(active(&mut next, &request["id"]).await)
+    })
+    .await;
+}
+
+/// An early `events/poll` (from the cursor the caller's last answer returned, sooner than the
+/// tolerance) is held: to the end of `nextPollMs` while nothing happens, and only until the
+/// change when one of the caller's tasks changes. A poll from another cursor is not held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_poll_is_held_until_an_event_or_the_interval() {
+    use taskgate_tests::Scrape;
+    let stack = Stack::builder()
+        .gateway_option("--poll-tolerance", "0.5")
+        .gateway_args(&["--events", "--events-poll-interval-ms", "3000"])
+        .spawn()
+        .await;
+    let client = stack.client(0);
+    let metrics = format!("{}/metrics", client.base());
+    let held = || async { Scrape::of(&metrics).await.get("taskgate_gateway_held_polls_total", &[("outcome", "held")]) };
+    // The gateway's pub/sub subscription, once made, forgets what was answered before it (a
+    // change may have been missed): until then a poll may be read at once.
+    let (cursor, waited) = eventually(PATIENCE, "an early poll to be held", || async {
+        let cursor = now_cursor(&client).await;
+        let started = tokio::time::Instant::now();
+        let quiet = poll(&client, &cursor, json!({}), None).await;
+        assert_eq!(quiet.result()["events"], json!([]), "{}", quiet.text);
+        (held().await >= 1.0).then(|| (cursor, started.elapsed()))
+    })
+    .await;
+    assert!(waited >= Duration::from_secs(2), "held to the interval since the last answer: {waited:?}");
+    assert!(waited < Duration::from_secs(20), "{waited:?}");
+    assert_eq!(held().await, 1.0);
+    // A replay from another cursor (the first one again) is read at once.
+    let started = tokio::time::Instant::now();
+    let replay = poll(&client, &cursor, json!({}), None).await;
+    assert_eq!(held().await, 1.0, "not held: {:?}", started.elapsed());
+
+    // From the cursor the last answer returned, again early: held until the change.
+    let next = replay.result()["cursor"].clone();
+    let waiting = {
+        let client = stack.client(0);
+        tokio::spawn(async move { poll(&client, &next, json!({}), None).await })
+    };
+    // Only once the poll is held does the task change.
+    eventually(PATIENCE, "the poll to be held", || async { (held().await >= 2.0).then_some(()) }).await;
+    let changed = tokio::time::Instant::now();
+    let id = client.create_task("sleep", json!({"ms": 0})).await;
+    let woken = waiting.await.unwrap();
+    let after = changed.elapsed();
+    assert_eq!(woken.result()["events"][0]["data"]["taskId"], id.as_str(), "{}", woken.text);
+    assert!(after < Duration::from_secs(2), "answered on the change, not at the interval: {after:?}");
+    let woken_count = Scrape::of(&metrics).await.get("taskgate_gateway_held_polls_total", &[("outcome", "woken")]);
+    assert_eq!(woken_count, 1.0);
 }

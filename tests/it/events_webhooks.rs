@@ -307,8 +307,23 @@ async fn every_transition_exactly_once_through_outages_and_a_killed_deliverer() 
     let mut stack = Stack::builder().gateways(0).workers(0).spawn().await;
     let mut receiver = Receiver::start().await;
     let private = ["--events-webhook-allow-private", "127.0.0.0/8"];
-    // Callers reach a gateway that does not deliver; two others deliver.
-    let api = add_gateway(&mut stack, Some(&receiver), &[&private[..], &["--events-delivery", "off"]].concat()).await;
+    // Callers reach a gateway that does not deliver; two others deliver. The creations go as
+    // fast as the machine allows: the tenant's creation rate is not what is tested here.
+    let api_flags = [
+        &private[..],
+        &[
+            "--events-delivery",
+            "off",
+            "--tenant-create-rps",
+            "0",
+            "--tenant-rps",
+            "0",
+            "--tenant-max-active-tasks",
+            "0",
+        ],
+    ]
+    .concat();
+    let api = add_gateway(&mut stack, Some(&receiver), &api_flags).await;
     let deliverer_flags =
         [&private[..], &["--events-webhook-lease-ms", "2000", "--events-webhook-retry-base-ms", "200"]].concat();
     let deliverers = [
@@ -738,9 +753,9 @@ async fn the_reference_library_verifies_and_a_refresh_signs_with_both_secrets() 
             eventually(PATIENCE, "the task's completion delivered", || {
                 let task = task.clone();
                 async move {
-                    events_to(receiver, "/v")
-                        .into_values()
-                        .find(|r| r.json()["data"]["taskId"] == task.as_str() && r.json()["data"]["status"] == "completed")
+                    events_to(receiver, "/v").into_values().find(|r| {
+                        r.json()["data"]["taskId"] == task.as_str() && r.json()["data"]["status"] == "completed"
+                    })
                 }
             })
             .await
@@ -768,4 +783,34 @@ async fn the_reference_library_verifies_and_a_refresh_signs_with_both_secrets() 
     assert_eq!(first.header("webhook-signature").unwrap().split(' ').count(), 1, "one secret, one signature");
     assert_eq!(second.header("webhook-signature").unwrap().split(' ').count(), 2, "old and new during the grace");
     assert!(verify(&secret(4), &second) && verify(&secret(3), &second));
+}
+
+/// A held subscription is woken by a change of its owner's tasks (the event hub's owner
+/// watch) rather than found by its backstop re-read (2.5 s at the soonest after the last
+/// read): each task's events arrive well within that, round after round.
+#[tokio::test]
+async fn a_quiet_subscription_is_woken_by_a_change() {
+    let mut stack = Stack::builder().gateways(0).spawn().await;
+    let receiver = Receiver::start().await;
+    let g = add_gateway(&mut stack, Some(&receiver), &["--events-webhook-allow-private", "127.0.0.0/8"]).await;
+    let alice = client(&stack, g, "alice");
+    let reply = subscribe(&alice, &receiver.url("/w"), &secret(3), json!({})).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert!(reply.result()["id"].is_string(), "{}", reply.text);
+    // The first task's events come once a claim pass has taken the subscription.
+    alice.create_task("sleep", json!({ "ms": 0 })).await;
+    eventually(PATIENCE, "the first task's two events", || async {
+        (events_to(&receiver, "/w").len() >= 2).then_some(())
+    })
+    .await;
+    for round in 0..3 {
+        let before = events_to(&receiver, "/w").len();
+        let created = tokio::time::Instant::now();
+        alice.create_task("sleep", json!({ "ms": 0 })).await;
+        let arrived = eventually(PATIENCE, "the next task's two events", || async {
+            (events_to(&receiver, "/w").len() >= before + 2).then(|| created.elapsed())
+        })
+        .await;
+        assert!(arrived < Duration::from_secs(2), "round {round}: woken, not read by the backstop: {arrived:?}");
+    }
 }

@@ -319,7 +319,7 @@ pub struct Cli {
     pub snapshot_cache_bytes: usize,
 
     /// Serves task status changes as MCP Events (`io.modelcontextprotocol/events`:
-    /// `events/list`, `events/poll`; docs/events.md). Off by default: `events/*` answers
+    /// `events/list`, `events/poll`, `events/stream`; docs/events.md). Off by default: `events/*` answers
     /// -32601 and no outbox is written. Tasks created while it was off never have events.
     #[arg(long, env = "TASKGATE_EVENTS")]
     pub events: bool,
@@ -343,6 +343,12 @@ pub struct Cli {
     /// The `nextPollMs` an `events/poll` answers with, in milliseconds.
     #[arg(long, env = "TASKGATE_EVENTS_POLL_INTERVAL_MS", default_value_t = 2_000)]
     pub events_poll_interval_ms: u64,
+
+    /// How often an `events/stream` sends `notifications/events/heartbeat` (with the cursor it
+    /// has read up to) while no event goes out, in milliseconds; 50 to 30,000 (the extension
+    /// asks for at least one every 30 s).
+    #[arg(long, env = "TASKGATE_EVENTS_HEARTBEAT_MS", default_value_t = 15_000)]
+    pub events_heartbeat_ms: u64,
 
     /// Events one `events/poll` returns at most: the default and the cap of `maxEvents`.
     #[arg(long, env = "TASKGATE_EVENTS_MAX_POLL_EVENTS", default_value_t = 100)]

@@ -237,6 +237,8 @@ pub struct EventsSettings {
     pub outbox: taskgate_shared::store::OutboxLimits,
     pub poll_interval_ms: u64,
     pub max_poll_events: usize,
+    /// `--events-heartbeat-ms`: how often an `events/stream` says where it has read up to.
+    pub heartbeat: Duration,
 }
 
 impl EventsSettings {
@@ -500,6 +502,9 @@ impl Config {
                 },
                 poll_interval_ms: cli.events_poll_interval_ms,
                 max_poll_events: cli.events_max_poll_events.max(1),
+                // Bounded both ways: a heartbeat every few ms would be a busy loop, and the
+                // extension asks for one at least every 30 s.
+                heartbeat: ms(cli.events_heartbeat_ms.clamp(50, 30_000)),
             }),
             log_format: cli.log_format,
             webhooks,

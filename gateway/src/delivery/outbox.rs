@@ -57,6 +57,7 @@ pub(super) async fn read(
         max_age_ms: None,
         max_events: max,
         retention_ms: outbox.retention_ms,
+        only: None,
     };
     let read = store.read_outbox(request, keep).await?;
     let mut cut = start.unwrap_or_else(|| read.cursor.clone());

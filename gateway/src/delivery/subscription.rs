@@ -9,8 +9,9 @@ use taskgate_shared::credentials::{Holder, Sealed};
 use taskgate_shared::store::{HookAck, HookClaim, HookWrite};
 
 use super::outbox::{self, Occurrence};
-use super::{Deliverer, Held};
+use super::{Deliverer, Held, Secrets};
 use crate::egress::{Answered, Failure, Post, WebhookSecret, random_token, unix_seconds};
+use crate::events::Watch;
 use crate::metrics::METRICS;
 
 /// Events read at once.
@@ -18,8 +19,14 @@ const BATCH: usize = 64;
 /// Acknowledgements are written at most this often, or every [`ACK_EVERY_EVENTS`].
 const ACK_EVERY: Duration = Duration::from_millis(50);
 const ACK_EVERY_EVENTS: usize = 32;
-/// How long a quiet subscription waits before reading again (a backstop for lost wake-ups).
-const BACKSTOP: Duration = Duration::from_millis(300);
+/// How long a failed read waits before reading again.
+const RETRY: Duration = Duration::from_millis(300);
+/// How long a quiet subscription waits for a wake-up before reading again anyway (jittered
+/// between half and all of it): the backstop for a wake-up lost in transit. A change of one of
+/// the owner's tasks wakes it at once (the event hub's owner watch).
+const BACKSTOP: Duration = Duration::from_secs(5);
+/// Wake-ups queued per subscription: they coalesce into one read, and an overflow is a read.
+const WAKE_CAPACITY: usize = 8;
 /// The longest retry delay.
 const MAX_DELAY: Duration = Duration::from_secs(300);
 /// How long a subscription whose secret does not open here is left unclaimed: another replica
@@ -74,6 +81,8 @@ struct Sub {
     pending: Pending,
     /// Where the next read starts: the last position advanced to, written or not.
     cursor: String,
+    /// Changes of the owner's tasks (with an outbox): each ends a quiet wait.
+    watch: Watch,
 }
 
 pub(super) async fn run(deliverer: Arc<Deliverer>, id: String, claim: HookClaim, held: Arc<Held>) {
@@ -87,7 +96,10 @@ pub(super) async fn run(deliverer: Arc<Deliverer>, id: String, claim: HookClaim,
             .and_then(Value::as_array)
             .map(|items| items.iter().filter_map(Value::as_str).map(str::to_owned).collect())
     };
+    // Watch before the first read, so a change between the read and the watch is not missed.
+    let watch = deliverer.state.events.watch_owner(&claim.owner, WAKE_CAPACITY);
     let mut sub = Sub {
+        watch,
         task_ids: list("taskIds"),
         statuses: list("statuses"),
         deliverer,
@@ -114,11 +126,24 @@ impl Sub {
             };
             let outbox = self.deliverer.outbox;
             let read = outbox::read(self.deliverer.store(), outbox, &self.claim.owner, &self.cursor, BATCH, keep);
-            let batch = match read.await {
+            // The secrets beside the read (one round trip on the multiplexed connection): a
+            // refresh's new secret signs what this read finds.
+            let secrets = self.deliverer.store().hook_secrets(self.held.bucket, &self.id);
+            let (read, secrets) = tokio::join!(read, secrets);
+            if let Ok(secrets) = secrets
+                && !secrets.secret.is_empty()
+            {
+                *self.held.secrets.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Secrets {
+                    secret: secrets.secret,
+                    secret_old: secrets.secret_old,
+                    old_until_ms: secrets.old_until_ms,
+                };
+            }
+            let batch = match read {
                 Ok(batch) => batch,
                 Err(err) => {
                     tracing::warn!(error = %err, subscription = %self.id, "reading a webhook outbox failed");
-                    if self.wait(BACKSTOP).await {
+                    if self.wait(RETRY).await {
                         break;
                     }
                     continue;
@@ -177,7 +202,7 @@ impl Sub {
             if !self.pending.is_empty() && !self.flush(false).await {
                 return;
             }
-            if quiet && self.wait(BACKSTOP).await {
+            if quiet && self.wait_for_change().await {
                 break;
             }
         }
@@ -246,6 +271,19 @@ impl Sub {
                 true
             }
         }
+    }
+
+    /// Waits for a change of one of the owner's tasks, or the jittered backstop, unless stopped
+    /// first; true when stopped. Wake-ups already queued coalesce into this one read.
+    async fn wait_for_change(&mut self) -> bool {
+        let backstop = BACKSTOP.mul_f64(0.5 + rand::random::<f64>() / 2.0);
+        let stopped = tokio::select! {
+            () = self.held.stop.cancelled() => true,
+            _ = self.watch.recv() => false,
+            () = tokio::time::sleep(backstop) => false,
+        };
+        while self.watch.try_recv().is_some() {}
+        stopped
     }
 
     /// Waits `delay` unless stopped first; true when stopped.

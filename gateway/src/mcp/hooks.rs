@@ -140,6 +140,7 @@ pub(crate) async fn now_position(state: &crate::state::AppState, owner: &str) ->
         max_age_ms: None,
         max_events: 1,
         retention_ms,
+        only: None,
     };
     Ok(state.store.read_outbox(request, |_| true).await?.cursor.encode())
 }

@@ -11,6 +11,7 @@
 
 mod binding;
 mod create;
+mod event_stream;
 mod hidden;
 pub(crate) mod hooks;
 pub(crate) mod idempotency;
@@ -90,6 +91,7 @@ pub(crate) async fn handle(
         Method::EventsUnsubscribe => methods::events_unsubscribe::run(&call).await.map(Reply::Result),
         Method::EventsList => methods::events_list::run(&call).map(Reply::Result),
         Method::EventsPoll => methods::events_poll::run(&call).await.map(Reply::Result),
+        Method::EventsStream => methods::events_stream::run(&call).await.map(Reply::Stream),
     }
 }
 

@@ -1,12 +1,13 @@
 //! The one event type taskgate serves through the Events extension (docs/events.md, 2.2):
 //! `taskgate.task.status`, its descriptor, the subscription `arguments` it takes, and an
-//! occurrence as the wire has it. What `events/list` and `events/poll` share.
+//! occurrence as the wire has it, and the params a poll and a stream share. What `events/list`,
+//! `events/poll` and `events/stream` share.
 
 use std::collections::HashSet;
 
 use serde_json::{Map, Value, json};
 use taskgate_shared::protocol::{ErrorKind, Params, RpcError, params};
-use taskgate_shared::store::OutboxEntry;
+use taskgate_shared::store::{EventCursor, OutboxEntry};
 use taskgate_shared::task::{TaskStatus, iso8601_ms};
 
 use crate::config::EventsSettings;
@@ -128,4 +129,26 @@ pub(crate) fn occurrence(entry: &OutboxEntry) -> Value {
         "timestamp": iso8601_ms(i64::try_from(entry.updated_ms).unwrap_or(i64::MAX)),
         "data": { "taskId": entry.task_id, "status": entry.status, "version": entry.version },
     })
+}
+
+/// `params.cursor`: absent or `null` is now; a string must be one of ours (else `-32602`).
+pub(crate) fn cursor(params: &Params<'_>) -> Result<Option<EventCursor>, RpcError> {
+    match params.cursor {
+        None => Ok(None),
+        Some(raw) if raw.get() == "null" => Ok(None),
+        Some(raw) => {
+            let text = params::text(Some(raw)).ok_or_else(|| RpcError::invalid_params("cursor must be a string"))?;
+            EventCursor::decode(&text).map(Some).map_err(|_| RpcError::invalid_params("invalid cursor"))
+        }
+    }
+}
+
+/// An optional non-negative integer member (`null` reads as absent).
+pub(crate) fn whole(member: Option<&serde_json::value::RawValue>, name: &str) -> Result<Option<u64>, RpcError> {
+    match params::value(member) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => {
+            value.as_u64().map(Some).ok_or_else(|| RpcError::invalid_params(format!("{name} must be a whole number")))
+        }
+    }
 }

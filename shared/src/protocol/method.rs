@@ -28,6 +28,8 @@ pub enum Method {
     /// with `--events`, else `-32601` like an unknown method.
     EventsList,
     EventsPoll,
+    /// Push delivery: a request-scoped SSE stream, holding a listen stream slot.
+    EventsStream,
     EventsSubscribe,
     EventsUnsubscribe,
 }
@@ -74,6 +76,7 @@ impl Method {
             Self::CompletionComplete => "completion/complete",
             Self::EventsList => "events/list",
             Self::EventsPoll => "events/poll",
+            Self::EventsStream => "events/stream",
             Self::EventsSubscribe => "events/subscribe",
             Self::EventsUnsubscribe => "events/unsubscribe",
         }
@@ -120,7 +123,8 @@ impl Method {
             | Self::EventsUnsubscribe
             // The extension defines no `Mcp-Name` for its methods.
             | Self::EventsList
-            | Self::EventsPoll => NameHeader::None,
+            | Self::EventsPoll
+            | Self::EventsStream => NameHeader::None,
         }
     }
 
@@ -142,7 +146,8 @@ impl Method {
             | Self::EventsSubscribe
             | Self::EventsUnsubscribe
             | Self::EventsList
-            | Self::EventsPoll => false,
+            | Self::EventsPoll
+            | Self::EventsStream => false,
         }
     }
 
@@ -166,7 +171,8 @@ impl Method {
             | Self::EventsSubscribe
             | Self::EventsUnsubscribe
             | Self::EventsList
-            | Self::EventsPoll => Admission::Request,
+            | Self::EventsPoll
+            | Self::EventsStream => Admission::Request,
         }
     }
 

@@ -5,7 +5,7 @@
 use redis::AsyncCommands as _;
 
 use super::keys::{HOOK_BUCKETS, hook_bucket};
-use super::outcomes::{HookAck, HookClaim, HookRenewal, HookWrite, Upserted};
+use super::outcomes::{HookAck, HookClaim, HookRenewal, HookSecrets, HookWrite, Upserted};
 use super::scripts::{ack_hook, claim_hook, drop_hook, renew_hook, upsert_hook};
 use super::{Store, StoreError};
 
@@ -177,6 +177,25 @@ impl Store {
         let index = self.keys().hook_index(bucket);
         let keys = renew_hook::Keys { record: &record, index: &index };
         renew_hook::call(&mut self.conn(), keys, renew_hook::Args { id, holder, fence, lease_ms }).await
+    }
+
+    /// The sealed secrets of `id` as its record holds them now (empty when it is gone). A
+    /// deliverer reads them beside each outbox read, so that a refresh's new secret signs
+    /// from the next read on rather than from the next lease renewal.
+    pub async fn hook_secrets(&self, bucket: u8, id: &str) -> Result<HookSecrets, StoreError> {
+        let (record, _) = self.keys().hook_in(bucket, id);
+        let (secret, secret_old, old_until): (Option<String>, Option<String>, Option<u64>) = redis::cmd("HMGET")
+            .arg(&record)
+            .arg("secret")
+            .arg("secret_old")
+            .arg("old_until")
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(HookSecrets {
+            secret: secret.unwrap_or_default(),
+            secret_old: secret_old.unwrap_or_default(),
+            old_until_ms: old_until.unwrap_or(0),
+        })
     }
 
     /// `holder`'s fenced write to `id`.

@@ -53,9 +53,9 @@ pub use leases::{Backlog, Delivery, Finish, Lease, MAX_REDIRECTS, entry_ms};
 pub use limits::{Rate, TaskAdmission};
 pub use outbox::{EventCursor, OutboxEntry, OutboxRead, Position, ReadRequest, cursor};
 pub use outcomes::{
-    Admission, Answered, CancelOutcome, Claim, Created, HeldAnswer, Hold, HookAck, HookClaim, HookRenewal, HookWrite,
-    Leased, Limit, NewTask, OperatorFail, OutboxLimits, Parked, Polled, Reclaimed, Released, Renewal, Started,
-    Upserted,
+    Admission, Answered, CancelOutcome, Claim, Created, HeldAnswer, Hold, HookAck, HookClaim, HookRenewal, HookSecrets,
+    HookWrite, Leased, Limit, NewTask, OperatorFail, OutboxLimits, Parked, Polled, Reclaimed, Released, Renewal,
+    Started, Upserted,
 };
 pub use related::RelatedTask;
 pub use secrets::{Adopted, Replicas, SharedSecret};

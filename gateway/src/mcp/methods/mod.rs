@@ -6,6 +6,7 @@ pub(super) mod completion_complete;
 pub(super) mod discover;
 pub(super) mod events_list;
 pub(super) mod events_poll;
+pub(super) mod events_stream;
 pub(super) mod events_subscribe;
 pub(super) mod events_unsubscribe;
 pub(super) mod prompts_get;

@@ -49,6 +49,15 @@ pub enum HookRenewal {
     Lost,
 }
 
+/// A subscription's sealed secrets as its record holds them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HookSecrets {
+    pub secret: String,
+    /// The replaced secret, still signing until `old_until_ms`.
+    pub secret_old: String,
+    pub old_until_ms: u64,
+}
+
 /// A fenced write's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookAck {

@@ -9,7 +9,7 @@ mod outbox;
 mod tasks;
 
 pub use console::OperatorFail;
-pub use hooks::{HookAck, HookClaim, HookRenewal, HookWrite, Upserted};
+pub use hooks::{HookAck, HookClaim, HookRenewal, HookSecrets, HookWrite, Upserted};
 pub use leases::{Claim, HeldAnswer, Hold, Parked, Reclaimed, Released, Renewal, Started};
 pub use limits::{Admission, Leased, Limit, Polled};
 pub use outbox::OutboxLimits;
