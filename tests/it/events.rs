@@ -774,3 +774,41 @@ async fn an_early_poll_is_held_until_an_event_or_the_interval() {
     let woken_count = Scrape::of(&metrics).await.get("taskgate_gateway_held_polls_total", &[("outcome", "woken")]);
     assert_eq!(woken_count, 1.0);
 }
+
+/// Redis lost under an open stream: one `notifications/events/error` (a recoverable failure:
+/// the stream stays open and heartbeats go on), and once Redis is back a new task's events
+/// arrive on the same stream.
+#[tokio::test]
+async fn a_stream_reports_a_lost_store_and_carries_on() {
+    let mut stack = Stack::builder().gateway_args(&["--events", "--events-heartbeat-ms", "200"]).spawn().await;
+    let client = stack.client(0);
+    let (id, mut stream) = open_stream(&client, &Value::Null, json!({})).await;
+    active(&mut stream, &id).await;
+    stack.redis.kill().await;
+    loop {
+        let (method, params) = notice(&mut stream, &id).await;
+        match method.as_str() {
+            "notifications/events/heartbeat" => {}
+            "notifications/events/error" => {
+                assert_eq!(params["error"]["code"], -32603, "{params}");
+                break;
+            }
+            other => panic!("{other} while Redis is down: {params}"),
+        }
+    }
+    stack.redis.restart().await;
+    let task = eventually(PATIENCE, "a task created once Redis is back", || async {
+        let r = client.call("tools/call", json!({ "name": "sleep", "arguments": { "ms": 0 } })).await;
+        (r.body["result"]["resultType"] == "task").then(|| r.result()["taskId"].as_str().unwrap().to_owned())
+    })
+    .await;
+    loop {
+        let (method, params) = notice(&mut stream, &id).await;
+        match method.as_str() {
+            "notifications/events/heartbeat" | "notifications/events/active" => {}
+            "notifications/events/event" if params["data"]["taskId"] == task.as_str() => break,
+            "notifications/events/event" => {}
+            other => panic!("{other} once Redis is back: {params}"),
+        }
+    }
+}

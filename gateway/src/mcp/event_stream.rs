@@ -89,6 +89,8 @@ pub(crate) struct EventStream {
     backstop: std::pin::Pin<Box<tokio::time::Sleep>>,
     retry: Backoff,
     failing: bool,
+    /// A `notifications/events/error` is due: Redis has just started failing.
+    error_due: bool,
     shutdown: CancellationToken,
     finished: bool,
     /// This stream's listen slot; also the replica's turns to re-read.
@@ -122,6 +124,7 @@ impl EventStream {
             reading,
             retry: Backoff::new(RETRY_MIN, RETRY_MAX),
             failing: false,
+            error_due: false,
             shutdown,
             finished: false,
             slot,
@@ -206,6 +209,7 @@ impl EventStream {
             Err(err) => {
                 if !self.failing {
                     tracing::warn!(error = %err, "events/stream: outbox read failed; retrying with backoff");
+                    self.error_due = true;
                 }
                 self.failing = true;
                 for (dirty, was) in self.dirty.iter_mut().zip(only) {
@@ -232,6 +236,14 @@ impl EventStream {
                 params.insert("truncated".into(), truncated.into());
                 return Some(self.notice("notifications/events/active", params));
             }
+            if std::mem::take(&mut self.error_due) {
+                // A recoverable failure, once per outage: the subscription stays, and reading
+                // resumes from its cursor when Redis answers again.
+                let mut params = Map::new();
+                let error = json!({ "code": -32603, "message": "the event store is unavailable; retrying" });
+                params.insert("error".into(), error);
+                return Some(self.notice("notifications/events/error", params));
+            }
             if let Some((entry, cursor)) = self.pending.pop_front() {
                 self.rearm_heartbeat();
                 let mut params = match occurrence(&entry) {
@@ -246,6 +258,9 @@ impl EventStream {
             }
             if self.dirty.iter().any(|d| *d) {
                 if !self.read_dirty().await {
+                    if self.error_due {
+                        continue;
+                    }
                     // Redis is failing: the heartbeat still goes out (its cursor is from
                     // memory), so the client does not take the stream for dead.
                     tokio::select! {
