@@ -300,7 +300,8 @@ mod delivered {
 
 /// (a) and (d): every transition of N tasks reaches the subscription exactly once after
 /// de-duplication by `webhook-id`, through an outage of the receiver (503, then refused
-/// connections) and the death of the gateway holding the subscription; foreign tasks never.
+/// connections for at least 10 s) and the death of the gateway holding the subscription
+/// mid-delivery; foreign tasks never.
 #[tokio::test]
 async fn every_transition_exactly_once_through_outages_and_a_killed_deliverer() {
     const TASKS: usize = 1_000;
@@ -339,6 +340,7 @@ async fn every_transition_exactly_once_through_outages_and_a_killed_deliverer() 
     let carol = client(&stack, api, "carol");
     let mut mine = Vec::new();
     let mut foreign = Vec::new();
+    let mut down_since = None;
     for i in 0..TASKS {
         mine.push(alice.create_task("sleep", json!({ "ms": 0 })).await);
         if i.is_multiple_of(20) {
@@ -350,8 +352,17 @@ async fn every_transition_exactly_once_through_outages_and_a_killed_deliverer() 
         }
         if i == TASKS / 3 {
             receiver.down();
+            down_since = Some(tokio::time::Instant::now());
         }
         if i == TASKS / 2 {
+            // The receiver stays down for at least 10 s, and until the deliverer has seen it
+            // fail (the subscription's last error is a refused connection).
+            let since = down_since.expect("down since a third of the run");
+            eventually(PATIENCE, "a 10 s outage the deliverer has seen", || async {
+                let seen = last_error_of(&stack, "acme", &id).await.as_deref() == Some("connection_refused");
+                (seen && since.elapsed() >= Duration::from_secs(10)).then_some(())
+            })
+            .await;
             receiver.up().await;
             receiver.answer_all(Answer::Accept);
             // The gateway holding the subscription dies mid-delivery; the other takes over.
@@ -386,6 +397,14 @@ async fn every_transition_exactly_once_through_outages_and_a_killed_deliverer() 
     }
     let foreign: BTreeSet<&String> = foreign.iter().collect();
     assert!(got.iter().all(|(task, _)| !foreign.contains(task)), "no foreign task's event");
+}
+
+/// The last delivery error recorded on subscription `id` of `tenant`, if any.
+async fn last_error_of(stack: &Stack, tenant: &str, id: &str) -> Option<String> {
+    let store = stack.store();
+    let (record, _) = store.keys().hook_in(taskgate_shared::store::Store::hook_bucket_of(tenant), id);
+    let mut conn = stack.redis.connection().await;
+    redis::cmd("HGET").arg(&record).arg("last_err").query_async(&mut conn).await.ok().flatten()
 }
 
 /// The deliverer holding subscription `id` of `tenant` now (its record's `holder`).

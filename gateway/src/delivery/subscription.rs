@@ -315,7 +315,8 @@ impl Sub {
 
     /// POSTs one body until it is accepted, refused for good, or out of attempts.
     async fn deliver(&mut self, webhook_id: &str, body: Value) -> Delivered {
-        let settings = &self.deliverer.settings;
+        let deliverer = self.deliverer.clone();
+        let settings = &deliverer.settings;
         let body = Bytes::from(body.to_string());
         let mut attempts = 0;
         loop {
@@ -358,6 +359,12 @@ impl Sub {
             self.pending.error = Some(failure.category());
             if attempts >= settings.max_attempts {
                 return self.dead(failure.category(), attempts, true);
+            }
+            // The failure goes on the record now (the console's last error and failing-since),
+            // not only once the event is acknowledged or dead-lettered: an outage shows while
+            // it lasts. One fenced write per failed attempt, spaced by the backoff.
+            if !self.flush(false).await {
+                return Delivered::Stopped;
             }
             METRICS.webhook_deliveries.with_label_values(&["retry"]).inc();
             let delay = backoff(settings.retry_base, attempts).max(retry_after.unwrap_or_default().min(MAX_DELAY));
