@@ -225,6 +225,10 @@ pub struct ToolSettings {
     /// Run the call again after its worker died mid-call, although the tool's annotations do
     /// not say it is read-only or idempotent.
     pub retry_on_reclaim: Option<bool>,
+    /// How long a call made as a task waits for the task to end before answering, in ms
+    /// (`ToolSpec::complete_within_ms`); unset follows the gateway's `--complete-within-ms`,
+    /// 0 always answers with the task.
+    pub complete_within_ms: Option<u64>,
 }
 
 /// A tool's settings with every fallback applied.
@@ -236,6 +240,8 @@ pub struct Resolved {
     pub timeout: Duration,
     pub max_timeout: Duration,
     pub retry_on_reclaim: Option<bool>,
+    /// `None`: the gateway's default.
+    pub complete_within_ms: Option<u64>,
 }
 
 impl UpstreamConfig {
@@ -251,6 +257,7 @@ impl UpstreamConfig {
             timeout: Duration::from_millis(pick(|s| s.timeout_ms, DEFAULT_TIMEOUT_MS)),
             max_timeout: Duration::from_millis(pick(|s| s.max_timeout_ms, DEFAULT_MAX_TIMEOUT_MS)),
             retry_on_reclaim: own.and_then(|s| s.retry_on_reclaim).or(self.defaults.retry_on_reclaim),
+            complete_within_ms: own.and_then(|s| s.complete_within_ms).or(self.defaults.complete_within_ms),
         }
     }
 
