@@ -14,13 +14,15 @@ use futures::StreamExt as _;
 use serde_json::Value;
 use taskgate_shared::backoff::Backoff;
 use taskgate_shared::store::{ShardEvent, Store};
+use taskgate_shared::task::TaskStatus;
 use tokio::sync::mpsc;
 
 /// What a watcher is told.
 #[derive(Debug, Clone)]
 pub(crate) enum Wake {
-    /// This task changed: re-read it.
-    Changed(String),
+    /// This task changed: re-read it. The status the change announced comes along as a hint
+    /// (`None` when the message did not say): the record may have moved on since.
+    Changed(String, Option<TaskStatus>),
     /// An ephemeral notification from the running tool (progress, log).
     Notice(Value),
     /// The subscription was re-established, or a wake-up was dropped because the watcher was
@@ -93,14 +95,16 @@ impl EventHub {
 
     /// A task changed (`"<taskId> <version> <status>"`): tell its watchers and the poll pacer.
     fn on_event(&self, payload: &str) {
-        if let Some(task) = payload.split(' ').next() {
+        let mut words = payload.split(' ');
+        if let Some(task) = words.next() {
+            let status = words.nth(1).and_then(TaskStatus::parse);
             if let Some(polls) = &self.polls {
                 polls.changed(task);
             }
             if let Some(snapshots) = &self.snapshots {
                 snapshots.changed(task);
             }
-            self.dispatch(task, &Wake::Changed(task.to_owned()));
+            self.dispatch(task, &Wake::Changed(task.to_owned(), status));
         }
     }
 

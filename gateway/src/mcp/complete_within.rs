@@ -3,8 +3,8 @@
 //!
 //! The task is created exactly as any other: visible, and durable before anything runs
 //! (invariant 5). Only its end is awaited, through the event hub as an inline call's is: the
-//! wait costs one read per change of the task and nothing else in Redis, and ends with the
-//! request. A client that goes away stops only the wait: the task is the client's to follow,
+//! wait costs one read per change that announced another status than `working` (the end, a
+//! park), and nothing else in Redis, and ends with the request. A client that goes away stops only the wait: the task is the client's to follow,
 //! unlike an inline call's hidden one, so it runs on and stays readable with `tasks/get`.
 //!
 //! The answer, whatever the moment: `completed` is the result `tasks/get` would inline (tool
@@ -64,9 +64,11 @@ impl Wait {
                 wake = self.watch.recv() => wake,
             };
             match wake {
-                // Progress and logs are not changes; they reach no one on this path.
-                Some(Wake::Notice(_)) => continue,
-                Some(Wake::Changed(_) | Wake::Resync) => {}
+                // Progress and logs are not changes; they reach no one on this path. A change
+                // that announced `working` (the create's own, a resume) ends nothing: its read is
+                // spared, and the change that ends the task announces itself.
+                Some(Wake::Notice(_) | Wake::Changed(_, Some(TaskStatus::Working))) => continue,
+                Some(Wake::Changed(..) | Wake::Resync) => {}
                 None => return handle,
             }
             match state.store.get_task(&self.id).await {

@@ -128,7 +128,7 @@ impl InlineRun {
             match tokio::time::timeout(wait, self.watch.recv()).await {
                 Ok(Some(Wake::Notice(notice))) => return Step::Notice(notice),
                 Ok(None) => tokio::time::sleep(wait).await,
-                Ok(Some(Wake::Changed(_) | Wake::Resync)) | Err(_) => {}
+                Ok(Some(Wake::Changed(..) | Wake::Resync)) | Err(_) => {}
             }
             match self.read().await {
                 Ok(Some(done)) => return Step::Done(done),

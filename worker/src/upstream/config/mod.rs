@@ -503,11 +503,13 @@ url = "http://127.0.0.1:1/mcp"
 headers = { Authorization = { env = "S_TOKEN", prefix = "Bearer " }, "X-Team" = "blue" }
 timeout_ms = 1000
 execution = "task-required"
+complete_within_ms = 900
 tools = ["a", "b"]
 deny_tools = ["b"]
 [upstream.tool.a]
 timeout_ms = 50
 retry_on_reclaim = true
+complete_within_ms = 0
 "#,
             "u.toml",
         )
@@ -517,6 +519,7 @@ retry_on_reclaim = true
         assert_eq!(c.settings("a").retry_on_reclaim, Some(true));
         assert_eq!(c.settings("a").execution, Execution::TaskRequired);
         assert_eq!(c.settings("z").timeout, Duration::from_millis(1000));
+        assert_eq!((c.settings("a").complete_within_ms, c.settings("z").complete_within_ms), (Some(0), Some(900)));
         assert!(c.serves("a") && !c.serves("b") && !c.serves("c"));
         let Transport::Http { headers, .. } = &c.transport else { panic!("http") };
         assert_eq!(headers["Authorization"], Secret::Env { name: "S_TOKEN".into(), prefix: "Bearer ".into() });
