@@ -83,7 +83,7 @@ impl Wait {
     }
 }
 
-/// The reply to a call made as a task, given the task as it settled.
+/// The reply to a call made as a task with a completion budget, given the task as it settled.
 pub(crate) fn answer(task: &Snapshot) -> Result<Value, GatewayError> {
     match task.status {
         TaskStatus::Completed => {
@@ -100,8 +100,9 @@ pub(crate) fn answer(task: &Snapshot) -> Result<Value, GatewayError> {
     }
 }
 
-/// The CreateTaskResult.
-fn handle(task: &Snapshot) -> Value {
+/// The CreateTaskResult: the whole answer of a call without a completion budget, whatever the
+/// task's status (a keyed retry's included).
+pub(crate) fn handle(task: &Snapshot) -> Value {
     result::with_type(result::TASK, task.task_fields())
 }
 

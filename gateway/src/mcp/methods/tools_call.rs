@@ -88,8 +88,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     // bounded well below what a task may have recorded.
     let named = Named::new(&call.meta, name, spec.reuse_steps && as_task, &arguments);
     if as_task {
-        let snapshot = task(call, &tool, name, stored, &arguments, &gathered, &named).await?;
-        return complete_within::answer(&snapshot).map(Reply::Result);
+        return task(call, &tool, name, stored, &arguments, &gathered, &named).await.map(Reply::Result);
     }
     // An inline call keeps no task for the client to find again: it runs once per request and
     // ignores an idempotency key.
@@ -123,11 +122,12 @@ fn stored_arguments<'a>(sent: &'a str, arguments: &Value, cap: usize) -> Result<
     Ok(Cow::Owned(compact))
 }
 
-/// The task of a call made as a task, as the call answers it: a new one, or for a retry of a
-/// keyed call, the task the first request made, as it is now; then, within the tool's
-/// completion budget, as it ended. A key names the task (the same id on every replica); a
-/// retry is answered before admission, so it takes no active-task slot and counts no create,
-/// and waits as the first request did, so it answers the same once the task has ended.
+/// The answer to a call made as a task. Its task is a new one, or for a retry of a keyed call,
+/// the task the first request made, as it is now. With a completion budget, the answer is the
+/// task's outcome when it ended within it, else its handle; without one, always its handle. A
+/// key names the task (the same id on every replica); a retry is answered before admission, so
+/// it takes no active-task slot and counts no create, and waits as the first request did, so
+/// it answers the same once the task has ended.
 async fn task(
     call: &Call<'_>,
     tool: &Tool,
@@ -136,7 +136,7 @@ async fn task(
     parsed: &Value,
     gathered: &mrtr::Gathered,
     named: &Named<'_>,
-) -> Result<Snapshot, GatewayError> {
+) -> Result<Value, GatewayError> {
     let key = idempotency::key(call.headers, call.meta.idempotency_key.as_deref())?;
     let id = match &key {
         Some(key) => idempotency::task_id(call.state, &call.principal.owner(), key).await?,
@@ -144,10 +144,10 @@ async fn task(
     };
     let wait = Wait::register(call.state, &id, complete_within::budget(&call.state.config, &tool.spec));
     let handle = made(call, tool, name, &id, key.is_some(), arguments, parsed, gathered, named).await?;
-    Ok(match wait {
-        Some(wait) => wait.settle(call.state, handle).await,
-        None => handle,
-    })
+    match wait {
+        Some(wait) => complete_within::answer(&wait.settle(call.state, handle).await),
+        None => Ok(complete_within::handle(&handle)),
+    }
 }
 
 /// The task `id` names, made now, or (`keyed`) found again: as the create wrote it, or as a
