@@ -4,8 +4,9 @@
 //! The task is created exactly as any other: visible, and durable before anything runs
 //! (invariant 5). Only its end is awaited, through the event hub as an inline call's is: the
 //! wait costs one read per change that announced another status than `working` (the end, a
-//! park), and nothing else in Redis, and ends with the request. A client that goes away stops only the wait: the task is the client's to follow,
-//! unlike an inline call's hidden one, so it runs on and stays readable with `tasks/get`.
+//! park), and nothing else in Redis, and ends with the request. A client that goes away stops
+//! only the wait: the task is the client's to follow, unlike an inline call's hidden one, so it
+//! runs on and stays readable with `tasks/get`.
 //!
 //! The answer, whatever the moment: `completed` is the result `tasks/get` would inline (tool
 //! errors, `isError: true`, included) with the task's id in `_meta`; `failed` is the JSON-RPC
