@@ -130,8 +130,14 @@ async fn call(conn: &mut Connection, global: &Global, args: &CallArgs) -> Result
         match response {
             CallToolResponse::Complete(result) => {
                 let result = serde_json::to_value(&result).unwrap_or(Value::Null);
-                // An inline answer has no task; it is shown as a completed one without an id.
-                let done = json!({ "status": "completed", "result": result });
+                // An inline answer has no task; it is shown as a completed one without an id. A
+                // task that ended within the gateway's completion budget is answered the same
+                // way, with its id in `_meta`: shown with it (`--detach` has nothing to detach).
+                let id = result["_meta"]["io.taskgate/taskId"].clone();
+                let mut done = json!({ "status": "completed", "result": result });
+                if id.is_string() {
+                    done["taskId"] = id;
+                }
                 finish(global, &done);
                 return Ok(render::exit_for(&done));
             }

@@ -15,13 +15,15 @@ use futures::StreamExt as _;
 use serde_json::Value;
 use taskgate_shared::backoff::Backoff;
 use taskgate_shared::store::{ShardEvent, Store};
+use taskgate_shared::task::TaskStatus;
 use tokio::sync::mpsc;
 
 /// What a watcher is told.
 #[derive(Debug, Clone)]
 pub(crate) enum Wake {
-    /// This task changed: re-read it.
-    Changed(String),
+    /// This task changed: re-read it. The status the change announced comes along as a hint
+    /// (`None` when the message did not say): the record may have moved on since.
+    Changed(String, Option<TaskStatus>),
     /// An ephemeral notification from the running tool (progress, log).
     Notice(Value),
     /// The subscription was re-established, or a wake-up was dropped because the watcher was
@@ -104,15 +106,18 @@ impl EventHub {
     fn on_event(&self, payload: &str) {
         let mut words = payload.split(' ');
         if let Some(task) = words.next() {
+            // The words: task, version, status, then the owner digest when the task has an
+            // outbox.
+            let status = words.nth(1).and_then(TaskStatus::parse);
             if let Some(polls) = &self.polls {
                 polls.changed(task);
             }
             if let Some(snapshots) = &self.snapshots {
                 snapshots.changed(task);
             }
-            let wake = Wake::Changed(task.to_owned());
+            let wake = Wake::Changed(task.to_owned(), status);
             self.dispatch(task, &wake);
-            if let Some(owner) = words.nth(2).filter(|o| taskgate_shared::store::is_owner_digest(o)) {
+            if let Some(owner) = words.next().filter(|o| taskgate_shared::store::is_owner_digest(o)) {
                 // Early `events/poll`s of this owner are held no longer.
                 if let Some(polls) = &self.polls {
                     polls.changed(owner);
@@ -320,7 +325,7 @@ mod tests {
         hub.on_event(&format!("t_b 2 completed {owner}"));
         hub.on_event("t_c 1 working 0123456789abcdef0123456789abcdef");
         hub.on_event(&format!("t_d 1 working {owner}x"));
-        let Some(Wake::Changed(task)) = watch.try_recv() else { panic!("a wake-up for the owner's task") };
+        let Some(Wake::Changed(task, _)) = watch.try_recv() else { panic!("a wake-up for the owner's task") };
         assert_eq!(task, "t_b");
         assert!(watch.try_recv().is_none(), "no other owner's, no three-word and no malformed message");
         hub.resubscribed();

@@ -14,6 +14,16 @@ pub struct LightResult {
     pub result_type: String,
     #[serde(rename = "taskId")]
     pub task_id: Option<String>,
+    /// Read for a call answered with its task's result: the task's id.
+    #[serde(rename = "_meta")]
+    pub meta: Option<LightMeta>,
+}
+
+/// What `call_light` reads of a result's `_meta`.
+#[derive(Debug, serde::Deserialize)]
+pub struct LightMeta {
+    #[serde(rename = "io.taskgate/taskId")]
+    pub task_id: Option<String>,
 }
 
 #[derive(serde::Deserialize)]

@@ -7,7 +7,9 @@ here: a `ClientExtension` that declares `io.modelcontextprotocol/tasks` and clai
 `name_param` makes the session send `Mcp-Name: <taskId>`.
 
 It polls every 50 ms, faster than any task's pollIntervalMs, and never retries a refusal:
-the gateway's defaults must serve it as it is. Each request is printed as one JSON line
+the gateway's defaults must serve it as it is. A short tool (`noop`) is answered with its
+result in the tools/call reply at the gateway's default `--complete-within-ms`; it prints
+`{"short": "result"}` once it has checked that answer. Each request is printed as one JSON line
 (`request`, `ms`, `ok`), then `{"done": true}`.
 
 Usage: python python_client.py http://127.0.0.1:PORT/mcp
@@ -142,7 +144,18 @@ async def main(url: str) -> None:
         names = [t.name for t in tools.tools]
         assert "sleep" in names and "generate_report" in names, names
 
-        # A task to completion.
+        # A short tool: at the gateway's default completion budget its result comes in the one
+        # reply (the claim for "task" does not apply), and the task it made, named in _meta, is
+        # readable as completed.
+        short = await timed("tools/call", s.call_tool("noop", {}, allow_claimed=True))
+        assert isinstance(short, CallToolResult), short
+        task_id = (short.model_dump(by_alias=True).get("_meta") or {}).get("io.taskgate/taskId")
+        assert task_id, short
+        got = await get_task(s, task_id)
+        assert got.status == "completed", got
+        print(json.dumps({"short": "result"}), flush=True)
+
+        # A task to completion: it runs longer than the budget, so the reply is its handle.
         created = await timed("tools/call", s.call_tool("sleep", {"ms": 1500}, allow_claimed=True))
         assert isinstance(created, CreateTaskResult), created
         final = await poll(s, created.task_id, TERMINAL)

@@ -1,7 +1,9 @@
 //! Interop: MCP clients that nobody here wrote drive the real binaries at the gateway's
-//! defaults (only `--auth none`): connect, list tools, complete a task, cancel a running one,
-//! answer `input_required` through `tasks/update`. Every request is timed and recorded, and no
-//! step may meet a 429 or any other refusal.
+//! defaults (only `--auth none`): connect, list tools, call a short tool (answered with its
+//! result in the one reply, at the default `--complete-within-ms`), complete a task that runs
+//! longer (answered with its handle), cancel a running one, answer `input_required` through
+//! `tasks/update`. Every request is timed and recorded, and no step may meet a 429 or any other
+//! refusal.
 //!
 //! - The official Rust SDK, `rmcp` 3.11 (client features only). It has no polling loop of its
 //!   own, so the test polls as eagerly as careless clients do (every 20 ms), which the gateway
@@ -27,7 +29,7 @@ use taskgate_tests::{Stack, StackBuilder, interop};
 
 /// The gateway at its defaults: the harness's own relaxations are taken back.
 fn at_defaults() -> StackBuilder {
-    Stack::builder().gateway_option("--poll-tolerance", "0.5")
+    Stack::builder().gateway_option("--poll-tolerance", "0.5").without_gateway_option("--complete-within-ms")
 }
 
 /// Every request a client made: what, and how long it took.
@@ -104,7 +106,18 @@ async fn the_rust_sdk_client_runs_tasks_at_the_defaults() {
     let names: Vec<String> = tools.tools.iter().map(|t| t.name.to_string()).collect();
     assert!(names.contains(&"generate_report".to_owned()) && names.contains(&"sleep".to_owned()), "{names:?}");
 
-    // A task to completion.
+    // A short tool: its result in the one reply, and its task, named in `_meta`, completed.
+    let short = CallToolRequestParams::new("noop".to_owned());
+    let CallToolResponse::Complete(result) = timings.time("tools/call", client.call_tool_once(short)).await else {
+        panic!("noop: expected its result in the reply at the defaults")
+    };
+    assert_eq!(result.is_error, Some(false), "{result:?}");
+    let id = result.meta.as_ref().and_then(|m| m.get("io.taskgate/taskId")).and_then(Value::as_str);
+    let id = id.unwrap_or_else(|| panic!("noop: the task's id in _meta: {result:?}")).to_owned();
+    let got = timings.time("tasks/get", client.get_task(GetTaskParams::new(id))).await;
+    assert_eq!(got.task.status(), TaskStatus::Completed);
+
+    // A task to completion: it runs longer than the budget, so the reply is its handle.
     let id = start(&client, &mut timings, "sleep", json!({"ms": 1500})).await;
     let done = poll(&client, &mut timings, &id, |s| s.is_terminal()).await;
     let TaskPayload::Completed { result } = &done.task.payload else { panic!("sleep ended {:?}", done.task.status()) };
@@ -153,6 +166,10 @@ async fn the_python_sdk_client_runs_tasks_at_the_defaults() {
     for step in ["server/discover", "tools/list", "tools/call", "tasks/get", "tasks/cancel", "tasks/update"] {
         assert!(requests.iter().any(|r| r["request"] == step), "the client made no {step}: {stdout}");
     }
+    // The short tool's line says how it was answered (the client checks the rest).
+    let lines: Vec<Value> = stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let short: Vec<&Value> = lines.iter().filter(|l| l["short"].is_string()).collect();
+    assert!(matches!(short[..], [s] if s["short"] == "result"), "noop answered with its result: {stdout}");
     assert!(requests.iter().all(|r| r["ok"] == true), "a request was refused: {stdout}");
     assert!(stdout.contains("\"done\": true"), "{stdout}");
     println!("mcp 2.3.0 (Python): {} requests, none refused\n{stdout}", requests.len());

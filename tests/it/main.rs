@@ -6,6 +6,7 @@ mod auth;
 mod chaos;
 mod cli;
 mod cluster;
+mod complete_within;
 mod console;
 mod console_browser;
 mod console_edge;

@@ -63,6 +63,14 @@ impl StackBuilder {
         self
     }
 
+    /// Drops a harness default gateway option, so the gateway's own default applies.
+    pub fn without_gateway_option(mut self, name: &str) -> Self {
+        if let Some(i) = self.gateway_args.iter().position(|a| a == name) {
+            self.gateway_args.drain(i..i + 2);
+        }
+        self
+    }
+
     pub fn gateway_args(mut self, args: &[&str]) -> Self {
         self.gateway_args.extend(args.iter().map(|s| (*s).to_owned()));
         self
@@ -175,8 +183,11 @@ impl Stack {
         StackBuilder {
             gateways: 1,
             workers: 1,
-            // Tests poll as fast as they like; the limit tests turn the poll limit back on.
-            gateway_args: vec!["--poll-tolerance".into(), "0".into()],
+            // Tests poll as fast as they like; the limit tests turn the poll limit back on. And
+            // a call made as a task answers with its handle, whatever the tool: most suites are
+            // about tasks; the completion budget's own tests (and interop, at the defaults) take
+            // this back.
+            gateway_args: vec!["--poll-tolerance".into(), "0".into(), "--complete-within-ms".into(), "0".into()],
             worker_args: Vec::new(),
             redis_args: Vec::new(),
             auth_args: vec!["--auth".into(), "none".into()],

@@ -62,6 +62,12 @@ pub struct Cli {
     #[arg(long, env = "TASKGATE_TOOL_POLL_MS", value_delimiter = ',')]
     pub tool_poll_ms: Vec<String>,
 
+    /// Per-tool overrides of the gateway's `--complete-within-ms` for built-in tools, `name=ms`
+    /// comma separated: how long a call made as a task waits for its task to end before it
+    /// answers; 0 always answers with the task's handle.
+    #[arg(long, env = "TASKGATE_TOOL_COMPLETE_WITHIN_MS", value_delimiter = ',')]
+    pub tool_complete_within_ms: Vec<String>,
+
     /// Built-in tools, comma separated, whose new calls start from the durable steps of a failed
     /// or cancelled task of the same caller, tool and arguments that the call names in
     /// `_meta["io.modelcontextprotocol/relatedTaskIds"]` (see docs/wire.md).
@@ -132,7 +138,8 @@ pub enum ConfigError {
 /// A `name=ms` override that does not parse or names no served tool.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "invalid tool override {0:?}: expected NAME=MS (NAME alone for --reuse-steps) naming a served tool, with MS >= 1"
+    "invalid tool override {0:?}: expected NAME=MS (NAME alone for --reuse-steps) naming a served tool, with MS >= 1 \
+     (MS >= 0 for --tool-complete-within-ms)"
 )]
 pub struct BadOverride(pub String);
 
@@ -147,11 +154,19 @@ impl std::str::FromStr for ToolOverride {
     type Err = BadOverride;
 
     fn from_str(entry: &str) -> Result<Self, BadOverride> {
-        let parsed = entry.split_once('=').and_then(|(n, ms)| Some((n.trim(), ms.trim().parse::<u64>().ok()?)));
-        match parsed {
-            Some((tool, ms)) if ms >= 1 && !tool.is_empty() => Ok(Self { tool: tool.to_owned(), ms }),
+        match Self::parse(entry) {
+            Some(parsed) if parsed.ms >= 1 => Ok(parsed),
             _ => Err(BadOverride(entry.to_owned())),
         }
+    }
+}
+
+impl ToolOverride {
+    /// `name=ms`, any `ms` (0 included).
+    fn parse(entry: &str) -> Option<Self> {
+        let (tool, ms) = entry.split_once('=')?;
+        let (tool, ms) = (tool.trim(), ms.trim().parse::<u64>().ok()?);
+        (!tool.is_empty()).then(|| Self { tool: tool.to_owned(), ms })
     }
 }
 
@@ -170,6 +185,8 @@ pub struct Config {
     pub catalogue_ttl: Duration,
     pub tool_ttl: Vec<ToolOverride>,
     pub tool_poll: Vec<ToolOverride>,
+    /// `--tool-complete-within-ms` (0 allowed).
+    pub tool_complete_within: Vec<ToolOverride>,
     /// Built-in tools that opt in to step reuse (`--reuse-steps`).
     pub reuse_steps: Vec<String>,
     pub concurrency: u32,
@@ -212,6 +229,13 @@ impl Config {
         };
         let tool_ttl = overrides(&cli.tool_ttl_ms);
         let tool_poll = overrides(&cli.tool_poll_ms);
+        let mut tool_complete_within = Vec::new();
+        for entry in cli.tool_complete_within_ms.iter().filter(|e| !e.is_empty()) {
+            match ToolOverride::parse(entry) {
+                Some(parsed) => tool_complete_within.push(parsed),
+                None => errors.push(BadOverride(entry.clone()).into()),
+            }
+        }
         if !taskgate_shared::store::is_pool_name(&cli.pool) {
             errors.push(ConfigError::BadPool(cli.pool.clone()));
         }
@@ -234,6 +258,7 @@ impl Config {
             catalogue_ttl: Duration::from_millis(cli.catalogue_ttl_ms),
             tool_ttl,
             tool_poll,
+            tool_complete_within,
             reuse_steps: cli.reuse_steps.into_iter().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()).collect(),
             concurrency: cli.concurrency,
             lease: Duration::from_millis(cli.lease_ms),
@@ -263,6 +288,10 @@ impl Config {
                     spec.poll_interval_ms = entry.ms;
                 }
             }
+        }
+        for entry in &self.tool_complete_within {
+            let unknown = || BadOverride(format!("{}={}", entry.tool, entry.ms));
+            specs.get_mut(&entry.tool).ok_or_else(unknown)?.complete_within_ms = Some(entry.ms);
         }
         for tool in &self.reuse_steps {
             specs.get_mut(tool).ok_or_else(|| BadOverride(tool.clone()))?.reuse_steps = true;
@@ -299,6 +328,14 @@ mod tests {
         for bad in ["sleep", "sleep=0", "sleep=abc", "=5", "sleep=-1"] {
             assert!(bad.parse::<ToolOverride>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_completion_budget_may_be_zero() {
+        let config = parse(&["--tool-complete-within-ms", "sleep=0,noop=900"]).unwrap();
+        let want = [ToolOverride { tool: "sleep".into(), ms: 0 }, ToolOverride { tool: "noop".into(), ms: 900 }];
+        assert_eq!(config.tool_complete_within, want);
+        assert_eq!(parse(&["--tool-complete-within-ms", "sleep=-1"]).unwrap_err().len(), 1);
     }
 
     #[test]

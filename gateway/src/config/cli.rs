@@ -229,6 +229,15 @@ pub struct Cli {
     #[arg(long, env = "TASKGATE_INLINE_TIMEOUT_MS", default_value_t = 60_000)]
     pub inline_timeout_ms: u64,
 
+    /// How long a `tools/call` made as a task waits for its task to end before it answers, in
+    /// milliseconds: a task that ends in time (completed, or failed with an error) is answered
+    /// with its result in this one reply, and stays readable with `tasks/get`; otherwise the
+    /// reply is the task's handle. A tool's own setting overrides it. 0 always answers with the
+    /// handle. Below a client's poll interval, so a caller whose task outlasts it loses less
+    /// than one poll.
+    #[arg(long, env = "TASKGATE_COMPLETE_WITHIN_MS", default_value_t = 250)]
+    pub complete_within_ms: u64,
+
     /// File of the keys that sign MRTR `requestState` tokens: `ID:BASE64` (at least 32 bytes)
     /// separated by commas or newlines; the first signs, all verify. They may instead come from
     /// `TASKGATE_REQUEST_STATE_KEYS`. Every replica must share them; without any, each process

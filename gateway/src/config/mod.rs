@@ -49,6 +49,11 @@ pub enum ConfigError {
          would otherwise time out as a command before it can report how many replicas acknowledged"
     )]
     DurabilityTimeout { durability_ms: u128, redis_ms: u128 },
+    #[error(
+        "--complete-within-ms {budget_ms} must be below half of --request-timeout-ms {request_ms}: the wait must end \
+         well before the request is cut"
+    )]
+    CompleteWithin { budget_ms: u64, request_ms: u64 },
     #[error("--poll-tolerance must be a number from 0 to 1")]
     PollTolerance,
     #[error(transparent)]
@@ -217,6 +222,9 @@ pub struct Config {
     pub catalogue_refresh: Duration,
     pub shutdown_delay: Duration,
     pub inline_timeout: Duration,
+    /// `--complete-within-ms`: how long a call made as a task waits for the task to end (zero:
+    /// never), unless its tool says otherwise.
+    pub complete_within: Duration,
     pub request_state: RequestState,
     pub shared_secrets: SharedSecrets,
     pub streams: StreamLimits,
@@ -390,6 +398,12 @@ impl Config {
             .map(|ring| ring.map(std::sync::Arc::new))
             .map_err(|err| errors.push(err.into()))
             .ok();
+        if cli.complete_within_ms >= cli.request_timeout_ms / 2 && cli.complete_within_ms > 0 {
+            errors.push(ConfigError::CompleteWithin {
+                budget_ms: cli.complete_within_ms,
+                request_ms: cli.request_timeout_ms,
+            });
+        }
         if let Some(redis) = &redis
             && cli.durability_replicas > 0
             && ms(cli.durability_timeout_ms) >= redis.timeout
@@ -469,6 +483,7 @@ impl Config {
             catalogue_refresh: ms(cli.catalogue_refresh_ms.max(100)),
             shutdown_delay: ms(cli.shutdown_delay_ms),
             inline_timeout: ms(cli.inline_timeout_ms.max(1)),
+            complete_within: ms(cli.complete_within_ms),
             request_state: RequestState { keys: request_state_keys, ttl_ms: cli.request_state_ttl_ms },
             shared_secrets: SharedSecrets { master: master_secret, refresh: ms(cli.shared_secret_refresh_ms.max(100)) },
             streams: StreamLimits {
@@ -612,6 +627,10 @@ mod tests {
     fn durations_and_defaults_are_typed() {
         let config = parse(&["--auth", "none", "--inline-timeout-ms", "1500"]).unwrap();
         assert_eq!(config.inline_timeout, Duration::from_millis(1500));
+        assert_eq!(config.complete_within, Duration::from_millis(250));
+        assert_eq!(parse(&["--auth", "none", "--complete-within-ms", "0"]).unwrap().complete_within, Duration::ZERO);
+        let long = parse(&["--auth", "none", "--complete-within-ms", "5000", "--request-timeout-ms", "9000"]);
+        assert!(matches!(long.unwrap_err()[..], [ConfigError::CompleteWithin { .. }]));
         assert_eq!(config.redis.timeout, Duration::from_secs(2));
         assert_eq!(config.resource.url, "http://127.0.0.1:8080/mcp");
         assert!(config.durability.is_none() && config.tenants.max_active_tasks.is_some(), "{config:?}");

@@ -317,7 +317,7 @@ impl EventStream {
 /// changes.
 fn mark_dirty(dirty: &mut [bool], wake: Wake) {
     match wake {
-        Wake::Changed(task) => {
+        Wake::Changed(task, _) => {
             if let Some(slot) = TaskId::parse(&task).and_then(|id| dirty.get_mut(usize::from(id.shard()))) {
                 *slot = true;
             }
@@ -336,11 +336,11 @@ mod tests {
         let mut dirty = vec![false; 16];
         let task = TaskId::generate(16);
         for _ in 0..100 {
-            mark_dirty(&mut dirty, Wake::Changed(task.as_str().to_owned()));
+            mark_dirty(&mut dirty, Wake::Changed(task.as_str().to_owned(), None));
         }
         let marked: Vec<usize> = (0..16).filter(|i| dirty[*i]).collect();
         assert_eq!(marked, [usize::from(task.shard())]);
-        mark_dirty(&mut dirty, Wake::Changed("not a task".into()));
+        mark_dirty(&mut dirty, Wake::Changed("not a task".into(), None));
         mark_dirty(&mut dirty, Wake::Notice(json!({})));
         assert_eq!(dirty.iter().filter(|d| **d).count(), 1, "unknown ids and notices mark nothing");
         mark_dirty(&mut dirty, Wake::Resync);

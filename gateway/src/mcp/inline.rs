@@ -128,7 +128,7 @@ impl InlineRun {
             match tokio::time::timeout(wait, self.watch.recv()).await {
                 Ok(Some(Wake::Notice(notice))) => return Step::Notice(notice),
                 Ok(None) => tokio::time::sleep(wait).await,
-                Ok(Some(Wake::Changed(_) | Wake::Resync)) | Err(_) => {}
+                Ok(Some(Wake::Changed(..) | Wake::Resync)) | Err(_) => {}
             }
             match self.read().await {
                 Ok(Some(done)) => return Step::Done(done),
@@ -287,7 +287,7 @@ pub(crate) async fn drive(
 }
 
 /// The JSON-RPC error a failed task stored.
-fn stored_error(error: Option<Value>) -> RpcError {
+pub(crate) fn stored_error(error: Option<Value>) -> RpcError {
     let Some(error) = error else { return RpcError::internal() };
     let code = error.get("code").and_then(Value::as_i64).unwrap_or(-32603);
     let message = error.get("message").and_then(Value::as_str).unwrap_or("internal error").to_owned();

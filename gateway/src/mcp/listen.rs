@@ -284,7 +284,7 @@ impl Listen {
 /// every task that is not done; notices are not changes.
 fn mark_dirty(dirty: &mut VecDeque<usize>, tasks: &[Tracked], wake: Wake) {
     match wake {
-        Wake::Changed(task) => {
+        Wake::Changed(task, _) => {
             if let Some(i) = tasks.iter().position(|t| t.id.as_str() == task && !t.done)
                 && !dirty.contains(&i)
             {
@@ -338,14 +338,14 @@ mod tests {
     fn changes_coalesce_into_one_mark_per_task() {
         let tracked = |done| Tracked { id: TaskId::generate(1), last_sent: None, done };
         let tasks = vec![tracked(false), tracked(false), tracked(true)];
-        let changed = |i: usize| Wake::Changed(tasks[i].id.as_str().to_owned());
+        let changed = |i: usize| Wake::Changed(tasks[i].id.as_str().to_owned(), None);
         let mut dirty = VecDeque::new();
         for _ in 0..100 {
             mark_dirty(&mut dirty, &tasks, changed(1));
         }
         mark_dirty(&mut dirty, &tasks, changed(0));
         mark_dirty(&mut dirty, &tasks, changed(2));
-        mark_dirty(&mut dirty, &tasks, Wake::Changed("t_unknown".into()));
+        mark_dirty(&mut dirty, &tasks, Wake::Changed("t_unknown".into(), None));
         mark_dirty(&mut dirty, &tasks, Wake::Notice(json!({})));
         assert_eq!(dirty, [1, 0], "in order of first change; done and unknown tasks are not marked");
         let mut resynced = VecDeque::from([1]);

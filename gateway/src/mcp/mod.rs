@@ -10,6 +10,7 @@
 //! 7. the method's own params (in-band errors).
 
 mod binding;
+mod complete_within;
 mod create;
 mod event_stream;
 mod hidden;

@@ -1,5 +1,7 @@
 //! `lifecycle`: create → wait (listen, or poll honouring `pollIntervalMs`) → answer any input
-//! → terminal, with a share of tasks cancelled. Records time-to-terminal.
+//! → terminal, with a share of tasks cancelled. Records time-to-terminal. A call answered with
+//! its task's result (the task ended within the gateway's `--complete-within-ms`) is terminal
+//! at once: nothing is followed, and it is never cancelled.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::{answer, create};
+use super::{answer, make};
 use crate::client::{Client, LoadError, SseReader};
 use crate::config::{Config, Wait};
 use crate::driver::{Op, Sample};
@@ -21,11 +23,13 @@ pub(super) fn op(config: &Config, client: Client) -> Op {
         let (client, tool, arguments) = (client.clone(), tool.clone(), arguments.clone());
         Box::pin(async move {
             let t0 = Instant::now();
-            let id = create(&client, &tool, arguments).await?;
-            if rand::random::<f64>() < cancel_ratio {
-                client.call("tasks/cancel", json!({"taskId": id}), true).await?;
+            let made = make(&client, &tool, arguments).await?;
+            if !made.ended {
+                if rand::random::<f64>() < cancel_ratio {
+                    client.call("tasks/cancel", json!({"taskId": made.id}), true).await?;
+                }
+                wait_until_terminal(&client, &made.id, wait).await?;
             }
-            wait_until_terminal(&client, &id, wait).await?;
             Ok(Sample { latency: None, time_to_terminal: Some(t0.elapsed()) })
         })
     })

@@ -23,17 +23,20 @@ pub async fn prepare(config: &Config, client: Client, recorder: Arc<Recorder>) -
         Scenario::Get => (get::prepare(config, client).await?, None),
         Scenario::Create if tenants.len() > 1 => {
             let arguments = config.arguments.clone();
-            (round_robin(tenants, |client| call_op(client, tool.clone(), arguments.clone(), true, "task")), None)
+            (round_robin(tenants, |client| call_op(client, tool.clone(), arguments.clone(), true, MADE)), None)
         }
         Scenario::Sync if tenants.len() > 1 => {
             let arguments = config.arguments.clone();
-            (round_robin(tenants, |client| call_op(client, tool.clone(), arguments.clone(), false, "complete")), None)
+            (
+                round_robin(tenants, |client| call_op(client, tool.clone(), arguments.clone(), false, &["complete"])),
+                None,
+            )
         }
         Scenario::Lifecycle if tenants.len() > 1 => {
             (round_robin(tenants, |client| lifecycle::op(config, client)), None)
         }
-        Scenario::Create => (call_op(client, tool, config.arguments.clone(), true, "task"), None),
-        Scenario::Sync => (call_op(client, tool, config.arguments.clone(), false, "complete"), None),
+        Scenario::Create => (call_op(client, tool, config.arguments.clone(), true, MADE), None),
+        Scenario::Sync => (call_op(client, tool, config.arguments.clone(), false, &["complete"]), None),
         Scenario::Lifecycle => (lifecycle::op(config, client), None),
         Scenario::Neighbour => anyhow::bail!("neighbour runs rounds of its own (scenarios::neighbour::run)"),
         Scenario::Listen => {
@@ -61,13 +64,17 @@ fn round_robin(clients: Vec<Client>, make: impl Fn(Client) -> Op) -> Op {
     })
 }
 
-/// `tools/call` expecting this `resultType`.
-fn call_op(client: Client, tool: String, arguments: Value, tasks: bool, expect: &'static str) -> Op {
+/// What a call made as a task may answer: its handle, or, when the task ended within the
+/// gateway's completion budget (`--complete-within-ms`), its result.
+const MADE: &[&str] = &["task", "complete"];
+
+/// `tools/call` expecting one of these `resultType`s.
+fn call_op(client: Client, tool: String, arguments: Value, tasks: bool, expect: &'static [&'static str]) -> Op {
     Arc::new(move || {
         let (client, tool, arguments) = (client.clone(), tool.clone(), arguments.clone());
         Box::pin(async move {
             let result = client.call_light("tools/call", json!({"name": tool, "arguments": arguments}), tasks).await?;
-            if result.result_type != expect {
+            if !expect.contains(&result.result_type.as_str()) {
                 return Err(LoadError::Unexpected("wrong resultType"));
             }
             Ok(Sample::default())
@@ -75,10 +82,26 @@ fn call_op(client: Client, tool: String, arguments: Value, tasks: bool, expect: 
     })
 }
 
+/// A task a `tools/call` made: its id, and whether the reply was already its result.
+struct Made {
+    id: String,
+    ended: bool,
+}
+
+/// Creates a task.
+async fn make(client: &Client, tool: &str, arguments: Value) -> Result<Made, LoadError> {
+    let result = client.call_light("tools/call", json!({"name": tool, "arguments": arguments}), true).await?;
+    let answered = result.meta.and_then(|meta| meta.task_id);
+    match (result.result_type.as_str(), result.task_id, answered) {
+        ("task", Some(id), _) => Ok(Made { id, ended: false }),
+        ("complete", None, Some(id)) => Ok(Made { id, ended: true }),
+        _ => Err(LoadError::Unexpected("neither a task nor a task's result")),
+    }
+}
+
 /// Creates a task; returns its id.
 async fn create(client: &Client, tool: &str, arguments: Value) -> Result<String, LoadError> {
-    let result = client.call_light("tools/call", json!({"name": tool, "arguments": arguments}), true).await?;
-    result.task_id.ok_or(LoadError::Unexpected("no taskId"))
+    make(client, tool, arguments).await.map(|made| made.id)
 }
 
 /// [`create`] for a scenario's set-up, which is not measured: a refusal by the tenant's

@@ -67,6 +67,12 @@ struct Members<'a> {
 /// The `_meta` member that carries an idempotency key.
 pub const IDEMPOTENCY_KEY_META: &str = "io.taskgate/idempotencyKey";
 
+/// The `_meta` member of a `tools/call` result answered in the call's own reply although a
+/// task was made for it: the task's id, so the caller can still read the task with `tasks/get`
+/// or name it in `relatedTaskIds`. (The 2025-11-25 `io.modelcontextprotocol/related-task` key
+/// is gone from the Tasks extension, so taskgate's own prefix carries it.)
+pub const TASK_ID_META: &str = "io.taskgate/taskId";
+
 /// The `_meta` member that names a call's related tasks (read on `tools/call`, passed on to an
 /// upstream server's `tools/call` with the caller's own ids only).
 pub const RELATED_TASK_IDS_META: &str = "io.modelcontextprotocol/relatedTaskIds";

@@ -99,6 +99,12 @@ pub struct ToolSpec {
     /// `subject_token`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reuse_steps: bool,
+    /// How long a call of this tool made as a task waits for the task to end before it answers
+    /// (milliseconds): ended in time, the reply is the tool's result; otherwise the task's
+    /// handle. `None` follows the gateway's `--complete-within-ms`; `Some(0)` always answers
+    /// with the handle. Internal, as `subject_token`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub complete_within_ms: Option<u64>,
 }
 
 impl ToolSpec {
@@ -129,6 +135,7 @@ impl ToolSpec {
             pre_task_inputs: BTreeMap::new(),
             subject_token: false,
             reuse_steps: false,
+            complete_within_ms: None,
         }
     }
 }

@@ -163,6 +163,7 @@ impl Upstreams {
             subject_token: config.oauth.as_ref().is_some_and(config::OAuthConfig::exchanges),
             // An upstream server's tool records no durable steps here: nothing to reuse.
             reuse_steps: false,
+            complete_within_ms: settings.complete_within_ms,
         };
         Ok(tool::UpstreamTool {
             upstream: server.clone(),

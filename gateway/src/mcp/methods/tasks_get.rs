@@ -219,7 +219,7 @@ async fn wait_for_change(call: &Call<'_>, mut watch: Watch, deadline: tokio::tim
             () = &mut sleep => return false,
             () = call.state.shutdown.cancelled() => return true,
             wake = watch.recv() => match wake {
-                Some(Wake::Changed(_) | Wake::Resync) => return true,
+                Some(Wake::Changed(..) | Wake::Resync) => return true,
                 // Progress and log notices are not changes of the task.
                 Some(Wake::Notice(_)) => {}
                 None => return false,

@@ -1,9 +1,14 @@
 //! `tools/call`: validate, then either create a durable task or run the tool inline.
 //!
-//! The path follows the tool's declaration and this request's capabilities, never timing:
+//! Whether a task is made follows the tool's declaration and this request's capabilities,
+//! never timing:
 //! - task-required: a task; without the Tasks extension, -32021;
 //! - task-optional: a task when the request declares the extension, else inline;
 //! - sync-only: inline.
+//!
+//! Only the reply to a call made as a task depends on timing: a task that ends within the
+//! tool's completion budget is answered with its result, any other with its handle
+//! (`complete_within`). The task is made the same way either way.
 //!
 //! Input a tool declares it needs before its task exists is gathered with MRTR rounds first.
 //! An inline tool that asks for input mid-run turns the reply into an InputRequiredResult.
@@ -11,14 +16,15 @@
 use std::borrow::Cow;
 
 use serde_json::{Map, Value};
+use taskgate_shared::protocol::RpcError;
 use taskgate_shared::protocol::params;
-use taskgate_shared::protocol::{RpcError, result};
 use taskgate_shared::store::Created;
 use taskgate_shared::task::{Snapshot, TaskId, TaskStatus};
 use taskgate_shared::tools::Execution;
 
 use crate::catalogue::Tool;
 use crate::error::GatewayError;
+use crate::mcp::complete_within::{self, Wait};
 use crate::mcp::inline::{self, Forwarding, InlineRun};
 use crate::mcp::related::{self, Named};
 use crate::mcp::{Call, Durability, Reply, TaskShape, idempotency, mirror, task_not_found, write_task};
@@ -82,8 +88,7 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Reply, GatewayError> {
     // bounded well below what a task may have recorded.
     let named = Named::new(&call.meta, name, spec.reuse_steps && as_task, &arguments);
     if as_task {
-        let snapshot = task(call, &tool, name, stored, &arguments, &gathered, &named).await?;
-        return Ok(Reply::Result(result::with_type(result::TASK, snapshot.task_fields())));
+        return task(call, &tool, name, stored, &arguments, &gathered, &named).await.map(Reply::Result);
     }
     // An inline call keeps no task for the client to find again: it runs once per request and
     // ignores an idempotency key.
@@ -117,13 +122,43 @@ fn stored_arguments<'a>(sent: &'a str, arguments: &Value, cap: usize) -> Result<
     Ok(Cow::Owned(compact))
 }
 
-/// The task of a call made as a task: a new one, or for a retry of a keyed call, the task the
-/// first request made, as it is now. A key names the task (the same id on every replica); a
-/// retry is answered before admission, so it takes no active-task slot and counts no create.
+/// The answer to a call made as a task. Its task is a new one, or for a retry of a keyed call,
+/// the task the first request made, as it is now. With a completion budget, the answer is the
+/// task's outcome when it ended within it, else its handle; without one, always its handle. A
+/// key names the task (the same id on every replica); a retry is answered before admission, so
+/// it takes no active-task slot and counts no create, and waits as the first request did, so
+/// it answers the same once the task has ended.
 async fn task(
     call: &Call<'_>,
     tool: &Tool,
     name: &str,
+    arguments: &str,
+    parsed: &Value,
+    gathered: &mrtr::Gathered,
+    named: &Named<'_>,
+) -> Result<Value, GatewayError> {
+    let key = idempotency::key(call.headers, call.meta.idempotency_key.as_deref())?;
+    let id = match &key {
+        Some(key) => idempotency::task_id(call.state, &call.principal.owner(), key).await?,
+        None => TaskId::generate(call.state.config.redis.queue_shards),
+    };
+    let wait = Wait::register(call.state, &id, complete_within::budget(&call.state.config, &tool.spec));
+    let handle = made(call, tool, name, &id, key.is_some(), arguments, parsed, gathered, named).await?;
+    match wait {
+        Some(wait) => complete_within::answer(&wait.settle(call.state, handle).await),
+        None => Ok(complete_within::handle(&handle)),
+    }
+}
+
+/// The task `id` names, made now, or (`keyed`) found again: as the create wrote it, or as a
+/// retry finds it.
+#[expect(clippy::too_many_arguments, reason = "one call's parts, passed on to the create")]
+async fn made(
+    call: &Call<'_>,
+    tool: &Tool,
+    name: &str,
+    id: &TaskId,
+    keyed: bool,
     arguments: &str,
     parsed: &Value,
     gathered: &mrtr::Gathered,
@@ -139,15 +174,13 @@ async fn task(
         subject_token: spec.subject_token,
         related: &[],
     };
-    let Some(key) = idempotency::key(call.headers, call.meta.idempotency_key.as_deref())? else {
-        let id = TaskId::generate(call.state.config.redis.queue_shards);
-        return create(call, &id, name, arguments, gathered, shape(None), named).await;
-    };
+    if !keyed {
+        return create(call, id, name, arguments, gathered, shape(None), named).await;
+    }
     let owner = call.principal.owner();
-    let id = idempotency::task_id(call.state, &owner, &key).await?;
     let fingerprint = idempotency::fingerprint(name, parsed, &gathered.answers);
-    let Some(existing) = call.state.store.keyed_task(&id, &owner).await? else {
-        return create(call, &id, name, arguments, gathered, shape(Some(&fingerprint)), named).await;
+    let Some(existing) = call.state.store.keyed_task(id, &owner).await? else {
+        return create(call, id, name, arguments, gathered, shape(Some(&fingerprint)), named).await;
     };
     crate::limits::admit_request(call.state, &call.principal).await?;
     if existing.tool != name || existing.fingerprint.as_deref() != Some(fingerprint.as_str()) {
@@ -159,9 +192,9 @@ async fn task(
         // handle leaves again. (Were the task to expire in between, this would create it anew.)
         // The first request's token stays: a new one would outlive the task's expiry.
         let again = TaskShape { subject_token: false, ..shape(Some(&fingerprint)) };
-        write_task(call, &id, name, arguments, again, gathered, Durability::Replicated).await?;
+        write_task(call, id, name, arguments, again, gathered, Durability::Replicated).await?;
     }
-    replayed(call, &id).await
+    replayed(call, id).await
 }
 
 /// Admits and writes a new task, confirmed durable before any handle leaves (a handle that

@@ -225,6 +225,10 @@ pub struct ToolSettings {
     /// Run the call again after its worker died mid-call, although the tool's annotations do
     /// not say it is read-only or idempotent.
     pub retry_on_reclaim: Option<bool>,
+    /// How long a call made as a task waits for the task to end before answering, in ms
+    /// (`ToolSpec::complete_within_ms`); unset follows the gateway's `--complete-within-ms`,
+    /// 0 always answers with the task.
+    pub complete_within_ms: Option<u64>,
 }
 
 /// A tool's settings with every fallback applied.
@@ -236,6 +240,8 @@ pub struct Resolved {
     pub timeout: Duration,
     pub max_timeout: Duration,
     pub retry_on_reclaim: Option<bool>,
+    /// `None`: the gateway's default.
+    pub complete_within_ms: Option<u64>,
 }
 
 impl UpstreamConfig {
@@ -251,6 +257,7 @@ impl UpstreamConfig {
             timeout: Duration::from_millis(pick(|s| s.timeout_ms, DEFAULT_TIMEOUT_MS)),
             max_timeout: Duration::from_millis(pick(|s| s.max_timeout_ms, DEFAULT_MAX_TIMEOUT_MS)),
             retry_on_reclaim: own.and_then(|s| s.retry_on_reclaim).or(self.defaults.retry_on_reclaim),
+            complete_within_ms: own.and_then(|s| s.complete_within_ms).or(self.defaults.complete_within_ms),
         }
     }
 
@@ -496,11 +503,13 @@ url = "http://127.0.0.1:1/mcp"
 headers = { Authorization = { env = "S_TOKEN", prefix = "Bearer " }, "X-Team" = "blue" }
 timeout_ms = 1000
 execution = "task-required"
+complete_within_ms = 900
 tools = ["a", "b"]
 deny_tools = ["b"]
 [upstream.tool.a]
 timeout_ms = 50
 retry_on_reclaim = true
+complete_within_ms = 0
 "#,
             "u.toml",
         )
@@ -510,6 +519,7 @@ retry_on_reclaim = true
         assert_eq!(c.settings("a").retry_on_reclaim, Some(true));
         assert_eq!(c.settings("a").execution, Execution::TaskRequired);
         assert_eq!(c.settings("z").timeout, Duration::from_millis(1000));
+        assert_eq!((c.settings("a").complete_within_ms, c.settings("z").complete_within_ms), (Some(0), Some(900)));
         assert!(c.serves("a") && !c.serves("b") && !c.serves("c"));
         let Transport::Http { headers, .. } = &c.transport else { panic!("http") };
         assert_eq!(headers["Authorization"], Secret::Env { name: "S_TOKEN".into(), prefix: "Bearer ".into() });

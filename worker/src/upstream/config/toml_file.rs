@@ -53,6 +53,7 @@ struct TomlUpstream {
     timeout_ms: Option<u64>,
     max_timeout_ms: Option<u64>,
     retry_on_reclaim: Option<bool>,
+    complete_within_ms: Option<u64>,
     #[serde(default)]
     elicitation: ElicitationPolicy,
     follow_tasks: Option<bool>,
@@ -189,6 +190,7 @@ pub(super) fn parse_toml(text: &str, path: &str) -> Result<Vec<UpstreamConfig>, 
                 timeout_ms: raw.timeout_ms,
                 max_timeout_ms: raw.max_timeout_ms,
                 retry_on_reclaim: raw.retry_on_reclaim,
+                complete_within_ms: raw.complete_within_ms,
             };
             check_settings(&defaults).map_err(|(f, m)| fail(f, m))?;
             for (tool, settings) in &raw.tool {
