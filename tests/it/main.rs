@@ -11,6 +11,7 @@ mod console_browser;
 mod console_edge;
 mod credentials_admin;
 mod docs;
+mod drain;
 mod durability;
 mod events;
 mod events_webhooks;
