@@ -3,6 +3,7 @@
 //! to them over real sockets only. Run one suite with `cargo test --test it <module>::`.
 
 mod auth;
+mod batch_claims;
 mod chaos;
 mod cli;
 mod cluster;

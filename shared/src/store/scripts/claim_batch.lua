@@ -2,9 +2,10 @@
 -- one per delivered wake-up entry, in fair order, in one run (docs/design.md, "Fair dispatch").
 -- The claimer does not name a candidate: the script takes the front itself, so no claim is sent
 -- again because another took the front first, and claims of one shard never race for a task.
--- Each entry takes at most one task (the k entries take the k lowest tags, fewer when fewer
--- are queued), so the stream still holds at least one entry per queued task: no task is ever
--- left queued without a wake-up. Every entry handed in is acked and deleted.
+-- Each entry takes at most one task (the k entries still pending take the k lowest tags, fewer
+-- when fewer are queued; an entry acked already takes none), so the stream still holds at
+-- least one entry per queued task: no task is ever left queued without a wake-up. Every entry
+-- handed in is acked and deleted.
 -- The record decides (invariant 1): only a `working` task with no holder is claimed; one that
 -- is not (cancelled while queued) still leaves the ready set, for nothing, its entry spent.
 -- An entry whose own task is `working`, unheld and not in the ready set was written before fair
@@ -64,7 +65,15 @@ if done then
 end
 local k = #entries
 if k == 0 then return out end
-local front = rcall('ZRANGE', ready, 0, k - 1, 'WITHSCORES')
+-- Only an entry still pending takes a task: one acked already (taken over and claimed by
+-- another worker, say) was spent by that claim.
+local live, pending = {}, 0
+for i = 1, k do
+  live[i] = rcall('XACK', stream, group, entries[i]) == 1
+  if live[i] then pending = pending + 1 end
+end
+-- (ZRANGE 0 -1 would read the whole set.)
+local front = pending > 0 and rcall('ZRANGE', ready, 0, pending - 1, 'WITHSCORES') or {}
 local at_front = {}
 for i = 1, #front, 2 do at_front[front[i]] = true end
 -- Entries that claim their own task directly (queued before fair dispatch); the others take
@@ -72,11 +81,11 @@ for i = 1, #front, 2 do at_front[front[i]] = true end
 local direct, wanted = {}, 0
 for i = 1, k do
   local id = own[i]
-  if not at_front[id] and not rcall('ZSCORE', ready, id) then
+  if live[i] and not at_front[id] and not rcall('ZSCORE', ready, id) then
     local f = rcall('HMGET', prefix .. id, 'status', 'holder')
     direct[i] = f[1] == 'working' and not f[2]
   end
-  if not direct[i] then wanted = wanted + 1 end
+  if live[i] and not direct[i] then wanted = wanted + 1 end
 end
 local taken = {}
 for j = 1, math.min(wanted, #front / 2) do taken[j] = front[2 * j - 1] end
@@ -88,7 +97,7 @@ for i = 1, k do
   local id
   if direct[i] then
     id = own[i]
-  else
+  elseif live[i] then
     j = j + 1
     id = taken[j]
   end
@@ -135,7 +144,6 @@ if #taken > 0 then
   end
 end
 if #indexed > 0 then rcall('ZADD', leases, unpack(indexed)) end
-rcall('XACK', stream, group, unpack(entries))
 rcall('XDEL', stream, unpack(entries))
 rcall('SET', receipt, table.concat(took, ' '), 'PX', lease_ms)
 return out
