@@ -5,6 +5,7 @@
 // uses a queue of its own (`drain-<pid>-<ms>`) and obliterates it afterwards. Prints a JSON report.
 // Usage: node drain.mjs REDIS_URL JOBS CONCURRENCY
 import { Queue, Worker } from 'bullmq';
+import IORedis from 'ioredis';
 
 const [url, jobs, concurrency = '256'] = process.argv.slice(2);
 const { hostname, port } = new URL(url);
@@ -17,7 +18,8 @@ for (let added = 0; added < total; added += 1000) {
   const n = Math.min(1000, total - added);
   await queue.addBulk(Array.from({ length: n }, () => ({ name: 'noop', data: {} })));
 }
-const redis = await queue.client;
+// A connection of its own, for INFO.
+const redis = new IORedis(url);
 const cpu = async () => {
   const info = await redis.info('cpu');
   const field = (f) => Number((info.match(new RegExp(`^${f}:([0-9.]+)`, 'm')) ?? [])[1] ?? 0);
@@ -61,4 +63,5 @@ console.log(JSON.stringify({
 await worker.close();
 await queue.obliterate({ force: true });
 await queue.close();
+redis.disconnect();
 process.exit(0);
