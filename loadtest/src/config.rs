@@ -20,6 +20,10 @@ pub enum Scenario {
     /// The noisy-neighbour figure: tenant A (`--token`) queues `--backlog` tasks, then tenant B
     /// (`--neighbour-token`) runs one; B's create-to-terminal time, over `--rounds` rounds.
     Neighbour,
+    /// A backlog drain: `--tasks` tasks queued while the worker (`--worker-pid`) is stopped,
+    /// then it is resumed; tasks per second from the resume to the last terminal state, and
+    /// Redis's CPU and commands per task (needs `--redis-url`).
+    Drain,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -103,7 +107,7 @@ pub struct Config {
     #[arg(long, default_value_t = 0.0)]
     pub cancel_ratio: f64,
 
-    /// Tasks created up front for `get`.
+    /// Tasks created up front for `get`, and queued for `drain`.
     #[arg(long, default_value_t = 256)]
     pub tasks: usize,
 
@@ -128,6 +132,18 @@ pub struct Config {
     /// Tenant B's bearer token in `neighbour` (`--token` is tenant A's).
     #[arg(long, env = "TASKGATE_LOADTEST_NEIGHBOUR_TOKEN", hide_env_values = true)]
     pub neighbour_token: Option<String>,
+
+    /// The worker `drain` stops while it queues, and resumes (its one worker process).
+    #[arg(long)]
+    pub worker_pid: Option<u32>,
+
+    /// The deployment's namespace (`--namespace`), for `drain` to see its queues.
+    #[arg(long, env = "TASKGATE_NAMESPACE", default_value = "taskgate")]
+    pub namespace: String,
+
+    /// The deployment's queue shards (`--queue-shards`), for `drain` to see every queue.
+    #[arg(long, env = "TASKGATE_QUEUE_SHARDS", default_value_t = 16)]
+    pub queue_shards: u16,
 
     /// Concurrent subscriptions for `listen`.
     #[arg(long, default_value_t = 1_000)]

@@ -14,6 +14,7 @@ pub mod redis_stats;
 pub mod report;
 pub mod scenarios;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use crate::config::Config;
@@ -48,6 +49,9 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     let client = client::Client::new(&config, connections);
     if config.scenario == config::Scenario::Neighbour {
         return neighbour(&config, client).await;
+    }
+    if config.scenario == config::Scenario::Drain {
+        return drain(&config, client, &watched).await;
     }
     let recorder = Arc::new(Recorder::default());
     let (op, lags) = scenarios::prepare(&config, client, recorder.clone()).await?;
@@ -161,6 +165,57 @@ async fn neighbour(config: &Config, client: client::Client) -> anyhow::Result<Re
     report.print();
     if let Some(path) = &config.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(report)
+}
+
+/// `--scenario drain`: one backlog, worked off by one worker.
+async fn drain(config: &Config, client: client::Client, watched: &[cpu::Watched]) -> anyhow::Result<Report> {
+    // The CPU of the watched processes over the drain (set-up included for the gateway: it is
+    // there for the creates), per task.
+    let opened = cpu::Snapshot::take(watched)?;
+    let drained = scenarios::drain::run(config, client).await?;
+    let closed = cpu::Snapshot::take(watched)?;
+    let (mut cpu_us_per_op, cpu_cores) = closed.since(&opened, drained.tasks);
+    // Redis's own figure is over the drain alone (`INFO cpu`), not the creates.
+    cpu_us_per_op.insert("redis".into(), drained.redis_cpu_us_per_task);
+    println!(
+        "drain: {} tasks ({} completed) in {:.2} s from the resume to the last end: {:.0} tasks/s; Redis {:.1} µs CPU per task",
+        drained.tasks, drained.completed, drained.seconds, drained.per_s, drained.redis_cpu_us_per_task
+    );
+    let report = Report {
+        scenario: "drain".into(),
+        mode: "backlog".into(),
+        http: if config.http2 { "HTTP/2".into() } else { "HTTP/1.1".into() },
+        connections: 1,
+        concurrency: config.concurrency,
+        rate: None,
+        duration_s: drained.seconds,
+        ok: drained.completed,
+        errors: if drained.completed < drained.tasks {
+            BTreeMap::from([("not completed".to_owned(), drained.tasks - drained.completed)])
+        } else {
+            BTreeMap::new()
+        },
+        throughput_per_s: drained.per_s,
+        latency_ms: None,
+        time_to_terminal_ms: None,
+        notification_lag_ms: None,
+        redis_commands_per_op: (drained.tasks > 0)
+            .then(|| drained.commands.values().sum::<u64>() as f64 / drained.tasks as f64),
+        redis_commands: drained.commands,
+        cpu_us_per_op,
+        cpu_cores,
+        redis_benchmark: Default::default(),
+        redis_benchmark_cpu_us_per_op: Default::default(),
+        ratios: Default::default(),
+    };
+    report.print();
+    if let Some(path) = &config.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    }
+    if config.fail_on_error && !report.errors.is_empty() {
+        anyhow::bail!("{} tasks did not complete", drained.tasks - drained.completed);
     }
     Ok(report)
 }

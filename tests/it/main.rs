@@ -3,6 +3,7 @@
 //! to them over real sockets only. Run one suite with `cargo test --test it <module>::`.
 
 mod auth;
+mod batch_claims;
 mod chaos;
 mod cli;
 mod cluster;
@@ -12,6 +13,7 @@ mod console_browser;
 mod console_edge;
 mod credentials_admin;
 mod docs;
+mod drain;
 mod durability;
 mod events;
 mod events_webhooks;

@@ -164,7 +164,7 @@ async fn metrics_after_a_full_lifecycle() {
 
     // Redis, auth and limits.
     assert_eq!(g.get("taskgate_redis_command_duration_seconds_count", &[("command", "script:create_task")]), 3.0);
-    assert_eq!(w.get("taskgate_redis_command_duration_seconds_count", &[("command", "script:claim_task")]), 4.0);
+    assert_eq!(w.get("taskgate_redis_command_duration_seconds_count", &[("command", "script:claim_batch")]), 4.0);
     assert_eq!(g.sum("taskgate_redis_errors_total", &[]) + w.sum("taskgate_redis_errors_total", &[]), 0.0);
     assert_eq!(g.get("taskgate_gateway_auth_failures_total", &[("reason", "unknown API key")]), 1.0);
 

@@ -1,5 +1,6 @@
 //! The traffic each scenario sends. Each returns the operation the driver repeats.
 
+pub mod drain;
 mod get;
 mod lifecycle;
 mod listen;
@@ -39,6 +40,7 @@ pub async fn prepare(config: &Config, client: Client, recorder: Arc<Recorder>) -
         Scenario::Sync => (call_op(client, tool, config.arguments.clone(), false, &["complete"]), None),
         Scenario::Lifecycle => (lifecycle::op(config, client), None),
         Scenario::Neighbour => anyhow::bail!("neighbour runs rounds of its own (scenarios::neighbour::run)"),
+        Scenario::Drain => anyhow::bail!("drain runs on its own (scenarios::drain::run)"),
         Scenario::Listen => {
             let (op, lags) = listen::prepare(config, client, recorder).await?;
             (op, Some(lags))

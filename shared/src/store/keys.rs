@@ -155,6 +155,26 @@ pub struct HookKeys {
 /// How many webhook hook buckets there are: fixed, so every deliverer scans the same keys.
 pub const HOOK_BUCKETS: u8 = 16;
 
+/// The suffixes of a task's keys after its record key, for [`Keys::task`] and [`TaskLayout`].
+const ANSWERS: &str = ":ans";
+const STEPS: &str = ":steps";
+const ARGS: &str = ":args";
+const TIMELINE: &str = ":timeline";
+const REL: &str = ":rel";
+
+/// A shard's task key layout, for a script that derives a task's keys from its id (all in the
+/// shard's hash tag, so in the slot of the queue keys it is handed): `prefix + id` is the
+/// record, the record key and a suffix each other key.
+#[derive(Debug, Clone)]
+pub struct TaskLayout {
+    pub prefix: String,
+    pub answers: &'static str,
+    pub steps: &'static str,
+    pub args: &'static str,
+    pub timeline: &'static str,
+    pub rel: &'static str,
+}
+
 /// The keys of one queue shard.
 #[derive(Debug, Clone)]
 pub struct ShardKeys {
@@ -171,22 +191,49 @@ impl Keys {
     pub fn task(&self, id: &TaskId) -> TaskKeys {
         let ns = &self.ns;
         let tag = shard_tag(id.shard());
+        let record = format!("{}{id}", self.task_prefix(id.shard()));
         TaskKeys {
-            record: format!("{ns}:{tag}:task:{id}"),
-            inputs: format!("{ns}:{tag}:task:{id}:in"),
-            answers: format!("{ns}:{tag}:task:{id}:ans"),
-            issued: format!("{ns}:{tag}:task:{id}:issued"),
-            steps: format!("{ns}:{tag}:task:{id}:steps"),
-            poll: format!("{ns}:{tag}:task:{id}:poll"),
-            outcome: format!("{ns}:{tag}:task:{id}:out"),
-            args: format!("{ns}:{tag}:task:{id}:args"),
+            inputs: format!("{record}:in"),
+            answers: format!("{record}{ANSWERS}"),
+            issued: format!("{record}:issued"),
+            steps: format!("{record}{STEPS}"),
+            poll: format!("{record}:poll"),
+            outcome: format!("{record}:out"),
+            args: format!("{record}{ARGS}"),
             stream: format!("{ns}:{tag}:queue"),
             leases: format!("{ns}:{tag}:leases"),
-            timeline: format!("{ns}:{tag}:task:{id}:timeline"),
-            subject: format!("{ns}:{tag}:task:{id}:subject"),
+            timeline: format!("{record}{TIMELINE}"),
+            subject: format!("{record}:subject"),
             outbox: format!("{ns}:{tag}:outbox:{OUTBOX_PLACEHOLDER}"),
-            rel: format!("{ns}:{tag}:task:{id}:rel"),
+            rel: format!("{record}{REL}"),
+            record,
         }
+    }
+
+    /// What a task's record key is on `shard` before its id: `<ns>:{sNN}:task:`.
+    fn task_prefix(&self, shard: u8) -> String {
+        format!("{}:{}:task:", self.ns, shard_tag(shard))
+    }
+
+    /// The layout of the task keys a batch claim reads, for a script that is handed task ids
+    /// rather than keys (`claim_batch`): the record key is `prefix + id`, the others the record
+    /// key and their suffix. The same pieces [`Keys::task`] builds from, so the layout stays
+    /// defined here alone.
+    pub fn task_layout(&self, shard: u8) -> TaskLayout {
+        TaskLayout {
+            prefix: self.task_prefix(shard),
+            answers: ANSWERS,
+            steps: STEPS,
+            args: ARGS,
+            timeline: TIMELINE,
+            rel: REL,
+        }
+    }
+
+    /// STRING: what a batch claim of `worker` whose first entry was `entry` took (one task id,
+    /// or `-`, per entry), on `queue`'s stream; it expires after a lease (`claim_batch`).
+    pub fn claim_receipt(&self, queue: &QueueKeys, worker: &str, entry: &str) -> String {
+        format!("{}:claimed:{worker}:{entry}", queue.stream)
     }
 
     /// STREAM: one owner's outbox on a shard (docs/events.md, 2.3): an entry per status change

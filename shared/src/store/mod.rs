@@ -47,9 +47,9 @@ pub use error::StoreError;
 pub use hooks::{DeadLetter, ListedHook, NewHook};
 pub use keys::{
     CatalogueKeys, DEFAULT_POOL, HOOK_BUCKETS, HookKeys, Keys, MAX_POOL_LEN, QueueKeys, ShardKeys, TaskKeys,
-    TenantKeys, WORKER_GROUP, is_owner_digest, is_pool_name, owner_digest,
+    TaskLayout, TenantKeys, WORKER_GROUP, is_owner_digest, is_pool_name, owner_digest,
 };
-pub use leases::{Backlog, Delivery, Finish, Lease, MAX_REDIRECTS, entry_ms};
+pub use leases::{Backlog, Delivery, Finish, Lease, MAX_BATCH, MAX_REDIRECTS, entry_ms};
 pub use limits::{Rate, TaskAdmission};
 pub use outbox::{EventCursor, OutboxEntry, OutboxRead, Position, ReadRequest, cursor};
 pub use outcomes::{

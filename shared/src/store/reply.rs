@@ -47,6 +47,12 @@ impl Reply {
         Self(values)
     }
 
+    /// The values as they came, for a test that nests one reply in another.
+    #[cfg(test)]
+    pub(super) fn into_values(self) -> Vec<Value> {
+        self.0
+    }
+
     pub(super) fn code(&self) -> Result<i64, StoreError> {
         self.int(0)
     }

@@ -1,5 +1,8 @@
 //! Reads deliveries from this worker's pool's shard streams (never another pool's: a task is
-//! only ever queued on its own pool's stream), as many as there are free slots, and claims them.
+//! only ever queued on its own pool's stream), as many as there are free slots, and claims them:
+//! the deliveries one read brought from a shard in one batch (`Store::claim_batch`), which takes
+//! the front of the shard's fair ready set, one task per delivery. One round trip per read and
+//! shard, whatever the concurrency, and no two claims of this worker race for the same task.
 //!
 //! A reader holds the slots it reads for while it blocks, so it never takes work this worker
 //! cannot start at once. On a standalone Redis one reader blocks on every shard stream with one
@@ -28,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use taskgate_shared::backoff::Backoff;
-use taskgate_shared::store::{Delivery, MAX_BLOCK};
+use taskgate_shared::store::{Delivery, MAX_BATCH, MAX_BLOCK};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::resend::Resend;
@@ -195,33 +198,52 @@ async fn read(shared: Arc<Shared>, claiming: Arc<Claiming>, shards: Vec<u8>, rea
     }
 }
 
-/// Starts claiming each delivery on a held permit. A read over several shards may deliver
-/// more than there were free slots (up to one per shard more): the surplus is ours now
+/// Starts claiming the deliveries, a permit held for each. A read over several shards may
+/// deliver more than there were free slots (up to one per shard more): the surplus is ours now
 /// (pending under this consumer) and waits for slots rather than for the stale-delivery
-/// takeover. `false` when the worker drains meanwhile.
+/// takeover. The deliveries of one shard are claimed together, in one batch (`claim_batch`).
+/// `false` when the worker drains meanwhile.
 async fn start_all(
     shared: &Arc<Shared>,
     claiming: &Arc<Claiming>,
     deliveries: Vec<Delivery>,
     permits: &mut Vec<OwnedSemaphorePermit>,
 ) -> bool {
-    for delivery in deliveries {
-        let permit = match permits.pop() {
-            Some(permit) => permit,
-            None => tokio::select! {
-                permit = shared.slots.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_) => return false,
+    for batch in by_shard(deliveries) {
+        let mut held = Vec::with_capacity(batch.len());
+        for _ in &batch {
+            let permit = match permits.pop() {
+                Some(permit) => permit,
+                None => tokio::select! {
+                    permit = shared.slots.clone().acquire_owned() => match permit {
+                        Ok(permit) => permit,
+                        Err(_) => return false,
+                    },
+                    () = shared.stop_claiming.cancelled() => return false,
                 },
-                () = shared.stop_claiming.cancelled() => return false,
-            },
-        };
+            };
+            held.push(permit);
+        }
         if shared.stop_claiming.is_cancelled() {
             return false;
         }
-        spawn_claim(shared, claiming, delivery, permit);
+        spawn_claims(shared, claiming, batch, held);
     }
     true
+}
+
+/// The deliveries grouped by shard (in the order each shard was first met, each shard's in
+/// stream order), in batches of at most [`MAX_BATCH`].
+fn by_shard(deliveries: Vec<Delivery>) -> Vec<Vec<Delivery>> {
+    let mut batches: Vec<Vec<Delivery>> = Vec::new();
+    for delivery in deliveries {
+        let shard = delivery.task_id.shard();
+        match batches.iter_mut().find(|b| b.len() < MAX_BATCH && b[0].task_id.shard() == shard) {
+            Some(batch) => batch.push(delivery),
+            None => batches.push(vec![delivery]),
+        }
+    }
+    batches
 }
 
 /// Takes over deliveries idle for longer than a lease on these shards, one per held permit,
@@ -243,10 +265,13 @@ async fn take_stale(
             .await
         {
             Ok(stale) => {
-                for delivery in stale {
-                    let Some(permit) = permits.pop() else { break };
+                let stale: Vec<_> = stale.into_iter().take(permits.len()).collect();
+                for delivery in &stale {
                     tracing::info!(task_id = %delivery.task_id, "taking over an unclaimed delivery");
-                    spawn_claim(shared, claiming, delivery, permit);
+                }
+                for batch in by_shard(stale) {
+                    let held = permits.split_off(permits.len() - batch.len());
+                    spawn_claims(shared, claiming, batch, held);
                 }
             }
             Err(err) => tracing::warn!(shard, error = %err, "taking over stale deliveries failed"),
@@ -254,51 +279,70 @@ async fn take_stale(
     }
 }
 
-/// Claims one delivery and, if the claim holds, runs it on `permit`'s slot.
-fn spawn_claim(shared: &Arc<Shared>, claiming: &Arc<Claiming>, delivery: Delivery, permit: OwnedSemaphorePermit) {
-    let Some(guard) = claiming.start(&delivery) else {
-        // Its claim is under way already (read again from this consumer's pending entries).
+/// Claims one shard's deliveries together and runs each claim that holds on one of `permits`
+/// (one per delivery); the permits of deliveries that took nothing are freed at once.
+fn spawn_claims(
+    shared: &Arc<Shared>,
+    claiming: &Arc<Claiming>,
+    deliveries: Vec<Delivery>,
+    mut permits: Vec<OwnedSemaphorePermit>,
+) {
+    let mut guards = Vec::with_capacity(deliveries.len());
+    let mut batch = Vec::with_capacity(deliveries.len());
+    for delivery in deliveries {
+        // `None`: its claim is under way already (read again from this consumer's pending
+        // entries); its permit goes back.
+        if let Some(guard) = claiming.start(&delivery) {
+            guards.push(guard);
+            batch.push(delivery);
+        }
+    }
+    permits.truncate(batch.len());
+    if batch.is_empty() {
         return;
-    };
+    }
     let shared2 = shared.clone();
     shared.executions.spawn(async move {
         let sent = Instant::now();
-        let mut delivery = delivery;
-        let claimed = claim(&shared2, &mut delivery, sent).await;
-        drop(guard);
-        if let Some(claim) = claimed {
+        let claims = claim(&shared2, &batch, sent).await;
+        drop(guards);
+        for claim in claims {
+            let Some(permit) = permits.pop() else { break };
             METRICS.leases_taken.inc();
-            // The store timed the wait as the task's time queued; this is the worker's own view of
-            // it, by pool and tenant.
+            // The store timed the wait as the task's time queued; this is the worker's own view
+            // of it, by pool and tenant.
             if let Some(waited) = claim.queued_for {
                 METRICS.queued(&shared2.config.pool, &claim.owner_tenant, waited);
             }
-            execution::run(shared2, claim, sent).await
+            let shared3 = shared2.clone();
+            shared2.executions.spawn(async move {
+                execution::run(shared3, claim, sent).await;
+                drop(permit);
+            });
         }
-        drop(permit);
     });
 }
 
-/// Claims the fairest task on a delivery's shard. A claim whose outcome is unknown (a timeout, a
-/// dropped connection, a failover under way) may have taken the lease, so it is sent again, for
-/// the task the lost one was after (`delivery` follows the store's redirects): the script answers
-/// the same claim to the same worker for the same entry, so the task is never left held by a
-/// worker that does not run it. It is sent again for as long as a lease taken by the first send
-/// would still be known valid; past that the run could not start anyway.
-async fn claim(shared: &Shared, delivery: &mut Delivery, sent: Instant) -> Option<taskgate_shared::store::Claim> {
+/// Claims the fairest tasks on one shard for its deliveries, in one batch. A claim whose
+/// outcome is unknown (a timeout, a dropped connection, a failover under way) may have taken
+/// leases, so it is sent again with the same deliveries: the script answers the same claims to
+/// the same worker for the same first entry, so no task is left held by a worker that does not
+/// run it. It is sent again for as long as a lease taken by the first send would still be known
+/// valid; past that the runs could not start anyway.
+async fn claim(shared: &Shared, batch: &[Delivery], sent: Instant) -> Vec<taskgate_shared::store::Claim> {
     let valid_until = sent + shared.config.lease.saturating_sub(shared.config.lease_margin());
     let mut resend = Resend::new("claim");
     loop {
-        let err = match shared.store.claim(delivery, &shared.config.pool, &shared.worker_id, shared.config.lease).await
-        {
-            Ok(claim) => return claim,
-            Err(err) => err,
-        };
-        if !resend.again(&delivery.task_id, &err, valid_until).await {
-            // Still unknown: the entry stays pending under this consumer and is taken over after
-            // a lease; a lease the lost claim took expires and is reclaimed.
-            tracing::warn!(task_id = %delivery.task_id, error = %err, "claim not settled; left to the takeover");
-            return None;
+        let err =
+            match shared.store.claim_batch(batch, &shared.config.pool, &shared.worker_id, shared.config.lease).await {
+                Ok(claims) => return claims,
+                Err(err) => err,
+            };
+        if !resend.again(&batch[0].task_id, &err, valid_until).await {
+            // Still unknown: the entries stay pending under this consumer and are taken over
+            // after a lease; leases the lost claim took expire and are reclaimed.
+            tracing::warn!(task_id = %batch[0].task_id, deliveries = batch.len(), error = %err, "claim not settled; left to the takeover");
+            return Vec::new();
         }
     }
 }

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::{Delivery, millis};
 use crate::store::outcomes::Claim;
+use crate::store::scripts::claim_batch;
 use crate::store::scripts::claim_task::{self, ClaimStep};
 use crate::store::scripts::pass_wakeup;
 use crate::store::transitions::claimed;
@@ -11,6 +12,10 @@ use crate::store::{Store, StoreError, WORKER_GROUP};
 
 /// How many times one claim follows the front of the ready set before it gives up.
 pub const MAX_REDIRECTS: usize = 16;
+
+/// The most deliveries one batch claim takes: a bound on one script's run (and on Lua's stack,
+/// which its arguments go through).
+pub const MAX_BATCH: usize = 256;
 
 impl Store {
     /// Claims the fairest task queued on `pool`'s queue of the delivery's shard: fenced lease
@@ -55,5 +60,56 @@ impl Store {
             pass_wakeup::Args { entry_id: &delivery.entry_id, group: WORKER_GROUP, task_id: delivery.task_id.as_str() };
         pass_wakeup::call(&mut self.conn(), pass_wakeup::Keys { stream: &queue.stream }, args).await?;
         Ok(None)
+    }
+
+    /// Claims, for deliveries of one shard read from `pool`'s stream (at most [`MAX_BATCH`]), the
+    /// tasks at the front of the pool's fair ready set there, one per delivery, in fair order,
+    /// in one round trip (`claim_batch`): every entry acked and deleted, each claim fenced and
+    /// leased for `lease`. Fewer claims than deliveries when fewer tasks are queued (or some
+    /// were cancelled while queued). Sent again after an unknown outcome with the same
+    /// deliveries, it answers the claims its first run made (a receipt, kept for a lease).
+    pub async fn claim_batch(
+        &self,
+        deliveries: &[Delivery],
+        pool: &str,
+        worker: &str,
+        lease: Duration,
+    ) -> Result<Vec<Claim>, StoreError> {
+        let Some(first) = deliveries.first() else { return Ok(Vec::new()) };
+        let shard = first.task_id.shard();
+        if deliveries.len() > MAX_BATCH || deliveries.iter().any(|d| d.task_id.shard() != shard) {
+            return Err(StoreError::UnexpectedReply(format!(
+                "a batch claim takes at most {MAX_BATCH} deliveries of one shard"
+            )));
+        }
+        let queue = self.keys().queue(shard, pool);
+        let receipt = self.keys().claim_receipt(&queue, worker, &first.entry_id);
+        let layout = self.keys().task_layout(shard);
+        let entries: Vec<(String, String)> =
+            deliveries.iter().map(|d| (d.entry_id.clone(), d.task_id.as_str().to_owned())).collect();
+        let keys = claim_batch::Keys {
+            stream: &queue.stream,
+            leases: &self.keys().shard(shard).leases,
+            ready: &queue.ready,
+            fair: &queue.fair,
+            receipt: &receipt,
+        };
+        let args = claim_batch::Args {
+            worker,
+            lease_ms: millis(lease),
+            group: WORKER_GROUP,
+            prefix: &layout.prefix,
+            answers: layout.answers,
+            steps: layout.steps,
+            args: layout.args,
+            timeline: layout.timeline,
+            rel: layout.rel,
+            entries: &entries,
+        };
+        let claims = claim_batch::call(&mut self.conn(), keys, args).await?;
+        for claim in &claims {
+            claimed(claim.queued_for);
+        }
+        Ok(claims)
     }
 }

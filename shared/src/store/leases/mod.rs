@@ -11,7 +11,7 @@ mod held;
 mod queue;
 mod reaper;
 
-pub use claims::MAX_REDIRECTS;
+pub use claims::{MAX_BATCH, MAX_REDIRECTS};
 pub use fenced::Finish;
 pub use queue::{Backlog, Delivery, entry_ms};
 

@@ -19,7 +19,7 @@ pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'
     send(conn, keys, args, |reply| decode(reply, args.task_id)).await
 }
 
-fn decode(reply: Reply, task_id: &TaskId) -> Result<ClaimStep, StoreError> {
+pub(in crate::store) fn decode(reply: Reply, task_id: &TaskId) -> Result<ClaimStep, StoreError> {
     match reply.code()? {
         code::NOTHING => Ok(ClaimStep::Done(None)),
         FRONT => {

@@ -1,0 +1,149 @@
+-- claim_batch: fenced leases on the tasks at the front of a pool's fair ready set on a shard,
+-- one per delivered wake-up entry, in fair order, in one run (docs/design.md, "Fair dispatch").
+-- The claimer does not name a candidate: the script takes the front itself, so no claim is sent
+-- again because another took the front first, and claims of one shard never race for a task.
+-- Each entry takes at most one task (the k entries still pending take the k lowest tags, fewer
+-- when fewer are queued; an entry acked already takes none), so the stream still holds at
+-- least one entry per queued task: no task is ever left queued without a wake-up. Every entry
+-- handed in is acked and deleted.
+-- The record decides (invariant 1): only a `working` task with no holder is claimed; one that
+-- is not (cancelled while queued) still leaves the ready set, for nothing, its entry spent.
+-- An entry whose own task is `working`, unheld and not in the ready set was written before fair
+-- dispatch existed (a rolling upgrade): it claims that task directly, taking nothing from the
+-- ready set.
+-- The task keys are derived here from the task ids and the layout in ARGV (`Keys::task_layout`),
+-- not handed in KEYS: the ids are only known once the ready set is read, inside this script.
+-- Every such key carries the shard's hash tag, so it is in the slot of the declared queue keys
+-- (docs/architecture.md, invariant 2).
+-- Idempotent for one (worker, first entry): the run writes a receipt (KEYS[5], expiring after a
+-- lease) naming what each entry took; a re-sent batch whose first run happened (its reply was
+-- lost) answers the claims that still hold from it instead of taking more.
+-- The claim raises each fencing token (as claim_task); it changes nothing a client sees.
+-- KEYS[1] stream: the pool's stream on the shard, the entries' own   KEYS[2] leases: shard lease index
+-- KEYS[3] ready: the pool's ready set on the shard   KEYS[4] fair: its fairness tags
+-- KEYS[5] receipt: this batch's receipt (`Keys::claim_receipt`)
+-- ARGV[1] worker: worker id   ARGV[2] lease_ms (u64): lease ms   ARGV[3] group: consumer group
+-- ARGV[4] prefix: the shard's record key prefix (a record is prefix .. id)
+-- ARGV[5] answers: answers key suffix   ARGV[6] steps: steps key suffix   ARGV[7] args: set-aside arguments key suffix
+-- ARGV[8] timeline: timeline key suffix   ARGV[9] rel: related ids key suffix
+-- ARGV[10..] entries (pairs): each delivered entry id and the task id it was written for, in stream order
+-- Returns {1, claim…}: each claim an array laid out as claim_task's granted reply, then the
+-- entry id and the task id; none when nothing was claimable.
+local rcall = redis.call
+local stream, leases, ready, fair, receipt = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local worker, lease_ms, group, prefix = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local entries, own = {}, {}
+for i = 10, #ARGV, 2 do
+  entries[#entries + 1] = ARGV[i]
+  own[#own + 1] = ARGV[i + 1]
+end
+local function read(id)
+  return rcall('HMGET', prefix .. id, 'status', 'holder', 'tool', 'args', 'tp', 'cancel', 'caps', 'tenant', 'entry',
+    'fence', 'tstate', 'capx', 'queued', 'principal')
+end
+local function granted(entry, id, f, fence)
+  local record = prefix .. id
+  return {REPLY.OK, fence, f[3], from_aside(f[4], record .. ARGV[7]), f[5] or '', f[6] and 1 or 0,
+    rcall('HGETALL', record .. ARGV[5]), f[7] or '{}', f[11] or '', f[12] or '0', rcall('HGETALL', record .. ARGV[6]),
+    f[13] or '', f[8] or '', f[14] or '', rcall('GET', record .. ARGV[9]) or '', entry, id}
+end
+local out = {REPLY.OK}
+local done = rcall('GET', receipt)
+if done then
+  -- A replay: answer what the first run took and still holds, take nothing more.
+  local i = 0
+  for id in string.gmatch(done, '%S+') do
+    i = i + 1
+    if id ~= '-' then
+      local f = read(id)
+      if f[1] == 'working' and f[2] == worker and f[9] == entries[i] then
+        out[#out + 1] = granted(entries[i], id, f, tonumber(f[10]))
+      end
+    end
+  end
+  return out
+end
+local k = #entries
+if k == 0 then return out end
+-- Only an entry still pending takes a task: one acked already (taken over and claimed by
+-- another worker, say) was spent by that claim.
+local live, pending = {}, 0
+for i = 1, k do
+  live[i] = rcall('XACK', stream, group, entries[i]) == 1
+  if live[i] then pending = pending + 1 end
+end
+-- (ZRANGE 0 -1 would read the whole set.)
+local front = pending > 0 and rcall('ZRANGE', ready, 0, pending - 1, 'WITHSCORES') or {}
+local at_front = {}
+for i = 1, #front, 2 do at_front[front[i]] = true end
+-- Entries that claim their own task directly (queued before fair dispatch); the others take
+-- the front in turn.
+local direct, wanted = {}, 0
+for i = 1, k do
+  local id = own[i]
+  if live[i] and not at_front[id] and not rcall('ZSCORE', ready, id) then
+    local f = rcall('HMGET', prefix .. id, 'status', 'holder')
+    direct[i] = f[1] == 'working' and not f[2]
+  end
+  if live[i] and not direct[i] then wanted = wanted + 1 end
+end
+local taken = {}
+for j = 1, math.min(wanted, #front / 2) do taken[j] = front[2 * j - 1] end
+if #taken > 0 then rcall('ZREM', ready, unpack(taken)) end
+local now = now_ms()
+local lease_until = now + lease_ms
+local took, indexed, tenants, j = {}, {}, {}, 0
+for i = 1, k do
+  local id
+  if direct[i] then
+    id = own[i]
+  elseif live[i] then
+    j = j + 1
+    id = taken[j]
+  end
+  took[i] = '-'
+  if id then
+    local f = read(id)
+    if not direct[i] and f[8] then tenants[f[8]] = true end
+    if f[1] == 'working' and not f[2] then
+      -- As claim_task: the claim's time, or one more than the last token if that is later.
+      local fence = math.max(tonumber(f[10] or '0') + 1, now)
+      local record = prefix .. id
+      rcall('HSET', record, 'fence', string.format('%.0f', fence), 'holder', worker, 'lease', lease_until,
+        'entry', entries[i], 'claimed', now)
+      indexed[#indexed + 1] = lease_until
+      indexed[#indexed + 1] = id
+      timeline(record .. ARGV[8], now, {ev = 'claimed', to = 'working', fence = fence, holder = worker})
+      out[#out + 1] = granted(entries[i], id, f, fence)
+      took[i] = id
+    end
+  end
+end
+if #taken > 0 then
+  -- drop_spent_tags (claim_task), once for the batch: the floor moves to the last tag taken,
+  -- the tenants of the tasks taken lose their tag when it is spent, and a hash grown past
+  -- twice the queued tasks is swept.
+  local queued = rcall('ZCARD', ready)
+  if queued == 0 then
+    rcall('DEL', fair)
+  else
+    local floor = front[2 * #taken]
+    local spent = tonumber(floor)
+    rcall('HSET', fair, 'floor', floor)
+    for tenant in pairs(tenants) do
+      local tag = rcall('HGET', fair, 't:' .. tenant)
+      if tag and tonumber(tag) <= spent then rcall('HDEL', fair, 't:' .. tenant) end
+    end
+    if rcall('HLEN', fair) > 2 * queued + 1 then
+      local fields, gone = rcall('HGETALL', fair), {}
+      for i = 1, #fields, 2 do
+        if fields[i] ~= 'floor' and tonumber(fields[i + 1]) <= spent then gone[#gone + 1] = fields[i] end
+      end
+      for i = 1, #gone, 1000 do rcall('HDEL', fair, unpack(gone, i, math.min(i + 999, #gone))) end
+    end
+  end
+end
+if #indexed > 0 then rcall('ZADD', leases, unpack(indexed)) end
+rcall('XDEL', stream, unpack(entries))
+rcall('SET', receipt, table.concat(took, ' '), 'PX', lease_ms)
+return out
