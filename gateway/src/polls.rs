@@ -37,6 +37,10 @@ use tokio::time::Instant;
 /// a forgotten entry only sends the next poll to Redis).
 const MAX_REMEMBERED: usize = 100_000;
 
+/// Names remembered under one key (a task's pollers, or an owner's `events/poll`
+/// subscriptions) at most.
+const MAX_PER_KEY: usize = 16;
+
 /// The longest a poll is ever held, whatever a tool's `pollIntervalMs`: below the idle
 /// timeouts of common proxies and client libraries (often 30–60 s).
 pub(crate) const MAX_HOLD: Duration = Duration::from_secs(20);
@@ -147,7 +151,17 @@ impl PollPacer {
                 }
             }
         }
-        answered.entry(ticket.task.clone()).or_default().insert(principal.to_owned(), Answered { at: now, interval });
+        let by = answered.entry(ticket.task.clone()).or_default();
+        if by.len() >= MAX_PER_KEY {
+            // One key's names are the principals polling a task (one, in practice) or an owner's
+            // `events/poll` subscriptions: bounded, so that a caller varying its arguments
+            // cannot grow them. Expired first, then all (only costs reads).
+            by.retain(|_, a| a.at + a.interval > now);
+            if by.len() >= MAX_PER_KEY {
+                by.clear();
+            }
+        }
+        by.insert(principal.to_owned(), Answered { at: now, interval });
     }
 
     /// [`answered`](Self::answered), dropping first what was remembered for this key under
@@ -265,6 +279,20 @@ mod tests {
         assert_eq!(pacer.early_for("events\nx\nc1.a", owner, 0.5), None, "an older cursor reads at once");
         pacer.changed(owner);
         assert_eq!(pacer.early_for("events\nx\nc1.c", owner, 0.5), None, "a change of the owner's tasks");
+    }
+
+    #[test]
+    fn one_owners_subscriptions_are_bounded_however_many_it_sends() {
+        let pacer = Arc::new(PollPacer::new(10, 10));
+        let owner = "0123456789abcdef0123456789abcdef";
+        for family in 0..1_000 {
+            let ticket = pacer.reading_for(owner);
+            let family = format!("events:{family}:");
+            pacer.answered_replacing(&format!("{family}c1.a"), &family, ticket, Duration::from_secs(10));
+        }
+        let remembered = lock(&pacer.answers).answered[owner].len();
+        assert!((1..=MAX_PER_KEY).contains(&remembered), "{remembered} remembered for one owner");
+        assert!(pacer.early_for("events:999:c1.a", owner, 0.5).is_some(), "the latest is kept");
     }
 
     #[test]

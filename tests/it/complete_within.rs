@@ -166,9 +166,8 @@ async fn a_client_that_goes_away_while_the_call_waits_leaves_the_task_running() 
     let sent = request.send().await;
     assert!(sent.is_err_and(|err| err.is_timeout()), "the client went away before the answer");
 
-    // The key names the task: once its 1.5 s are up, it completed (a cancel would have ended it
-    // `cancelled` at once).
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // The key names the task: the retry waits the budget again, within which its 1.5 s run
+    // completes (a cancel by the hang-up would have ended it `cancelled` at once).
     let late = keyed_call(&client, "sleep", json!({"ms": 1_500}), Some("gone-1"), None).await;
     let id = answered_task(&late);
     assert_eq!(late.result()["structuredContent"]["sleptMs"], 1_500, "{}", late.text);

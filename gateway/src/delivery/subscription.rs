@@ -115,7 +115,7 @@ pub(super) async fn run(deliverer: Arc<Deliverer>, id: String, claim: HookClaim,
 
 impl Sub {
     async fn serve(&mut self) {
-        loop {
+        'serve: loop {
             if self.held.stop.is_cancelled() || !self.held.lease_valid() {
                 break;
             }
@@ -186,8 +186,18 @@ impl Sub {
                         })
                         .to_string();
                         self.pending.letter = Some((letter, counts));
-                        if !self.flush(false).await {
-                            return;
+                        // Confirmed before anything else is sent: one unwritten letter at a
+                        // time, so a second cannot take its place after a failed write.
+                        loop {
+                            if !self.flush(false).await {
+                                return;
+                            }
+                            if self.pending.letter.is_none() {
+                                break;
+                            }
+                            if self.wait(RETRY).await {
+                                break 'serve;
+                            }
                         }
                     }
                     Delivered::Stopped => break,

@@ -65,11 +65,21 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Value, GatewayError> {
 }
 
 /// What makes two polls of one owner one subscription for pacing: the name and the arguments
-/// as sent (arguments written differently are simply not held). The pacer's key is this
-/// followed by the cursor.
+/// as sent (arguments written differently are simply not held), as a fixed-size digest so
+/// that what the pacer remembers does not grow with what a caller sends. The pacer's key is
+/// this followed by the cursor.
 fn pacing_family(call: &Call<'_>) -> String {
-    let text = |raw: Option<&serde_json::value::RawValue>| raw.map_or("null", |r| r.get()).to_owned();
-    format!("events\n{}\n{}\n", text(call.params.name), text(call.params.arguments))
+    use sha2::Digest as _;
+    fn text(raw: Option<&serde_json::value::RawValue>) -> &str {
+        raw.map_or("null", serde_json::value::RawValue::get)
+    }
+    let mut digest = sha2::Sha256::new();
+    for part in ["events", text(call.params.name), text(call.params.arguments)] {
+        digest.update(part.len().to_le_bytes());
+        digest.update(part.as_bytes());
+    }
+    let hex: String = digest.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!("events:{hex}:")
 }
 
 /// Waits while the poll is early: until a change of the owner's tasks is heard, the interval

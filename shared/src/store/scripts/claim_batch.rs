@@ -24,17 +24,25 @@ fn decode(reply: Reply) -> Result<Vec<Claim>, StoreError> {
     let mut claims = Vec::new();
     for i in 1.. {
         let Ok(items) = reply.array(i) else { break };
-        let claim = Reply::new(items.to_vec());
-        let _entry = claim.string(ENTRY)?;
-        let id = claim.string(TASK)?;
-        let task_id =
-            TaskId::parse(&id).ok_or_else(|| StoreError::UnexpectedReply(format!("claimed id {id:?}")))?;
-        match claim_task::decode(claim, &task_id)? {
-            claim_task::ClaimStep::Done(Some(claim)) => claims.push(*claim),
-            _ => return Err(StoreError::UnexpectedReply(format!("claim of {task_id} not granted"))),
+        // One claim that does not decode (a damaged record) costs only its own task, which
+        // stays leased until the lease runs out and the reaper takes it back, as a failed
+        // single claim would: the batch's other tasks run.
+        match decode_one(Reply::new(items.to_vec())) {
+            Ok(claim) => claims.push(claim),
+            Err(err) => tracing::warn!(error = %err, "a claimed task does not decode; left to its lease"),
         }
     }
     Ok(claims)
+}
+
+fn decode_one(claim: Reply) -> Result<Claim, StoreError> {
+    let _entry = claim.string(ENTRY)?;
+    let id = claim.string(TASK)?;
+    let task_id = TaskId::parse(&id).ok_or_else(|| StoreError::UnexpectedReply(format!("claimed id {id:?}")))?;
+    match claim_task::decode(claim, &task_id)? {
+        claim_task::ClaimStep::Done(Some(claim)) => Ok(*claim),
+        _ => Err(StoreError::UnexpectedReply(format!("claim of {task_id} not granted"))),
+    }
 }
 
 #[cfg(test)]
@@ -56,8 +64,13 @@ mod tests {
         };
         let claims = decode(Reply::new(vec![redis::Value::Int(1), claim(&a, 7), claim(&b, 8)])).unwrap();
         let got: Vec<(TaskId, u64)> = claims.into_iter().map(|c| (c.task_id, c.fence)).collect();
-        assert_eq!(got, vec![(a, 7), (b, 8)]);
+        assert_eq!(got, vec![(a.clone(), 7), (b.clone(), 8)]);
         assert!(decode(Reply::new(vec![redis::Value::Int(1)])).unwrap().is_empty());
+        // A damaged claim between two good ones costs only itself.
+        let damaged = redis::Value::Array(reply![1, 9, redis::Value::Nil].into_values());
+        let claims = decode(Reply::new(vec![redis::Value::Int(1), claim(&a, 7), damaged, claim(&b, 8)])).unwrap();
+        let got: Vec<(TaskId, u64)> = claims.into_iter().map(|c| (c.task_id, c.fence)).collect();
+        assert_eq!(got, vec![(a, 7), (b, 8)]);
         assert!(decode(Reply::new(vec![redis::Value::Int(0)])).is_err());
     }
 }
