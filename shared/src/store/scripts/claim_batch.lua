@@ -119,30 +119,8 @@ for i = 1, k do
     end
   end
 end
-if #taken > 0 then
-  -- drop_spent_tags (claim_task), once for the batch: the floor moves to the last tag taken,
-  -- the tenants of the tasks taken lose their tag when it is spent, and a hash grown past
-  -- twice the queued tasks is swept.
-  local queued = rcall('ZCARD', ready)
-  if queued == 0 then
-    rcall('DEL', fair)
-  else
-    local floor = front[2 * #taken]
-    local spent = tonumber(floor)
-    rcall('HSET', fair, 'floor', floor)
-    for tenant in pairs(tenants) do
-      local tag = rcall('HGET', fair, 't:' .. tenant)
-      if tag and tonumber(tag) <= spent then rcall('HDEL', fair, 't:' .. tenant) end
-    end
-    if rcall('HLEN', fair) > 2 * queued + 1 then
-      local fields, gone = rcall('HGETALL', fair), {}
-      for i = 1, #fields, 2 do
-        if fields[i] ~= 'floor' and tonumber(fields[i + 1]) <= spent then gone[#gone + 1] = fields[i] end
-      end
-      for i = 1, #gone, 1000 do rcall('HDEL', fair, unpack(gone, i, math.min(i + 999, #gone))) end
-    end
-  end
-end
+-- Once for the batch: the floor moves to the last tag taken.
+if #taken > 0 then drop_spent_tags(ready, fair, front[2 * #taken], tenants) end
 if #indexed > 0 then rcall('ZADD', leases, unpack(indexed)) end
 rcall('XDEL', stream, unpack(entries))
 rcall('SET', receipt, table.concat(took, ' '), 'PX', lease_ms)

@@ -38,31 +38,6 @@ local function granted(fence)
     f[11] or '', f[12] or '0', rcall('HGETALL', KEYS[6]), f[13] or '', f[8] or '', f[14] or '',
     rcall('GET', KEYS[10]) or ''}
 end
--- drop_spent_tags: moves the floor of `fair` to `floor` (the tag just taken) and forgets
--- tenants' tags that say nothing any more. A tag at or below the floor is one (an enqueue
--- starts from max(floor, tag)), and a tenant's tag is its last queued task's, so the claim of
--- that task drops it: a cancelled task's included, whose record still names the tenant.
--- `fair` then holds the floor and a tag per tenant with a task queued above it, however long
--- the ready set stays non-empty. Only a record gone while queued (expired, or evicted) names no
--- tenant, leaving its tag behind; since the tags above the floor are at most one per queued
--- task, a hash grown past twice the `queued` tasks is mostly such leftovers, and all of them
--- are swept out. Each sweep deletes at least half of what it reads: over time a constant cost
--- per enqueue.
-local function drop_spent_tags(fair, floor, tenant, queued)
-  local spent = tonumber(floor)
-  rcall('HSET', fair, 'floor', floor)
-  if tenant then
-    local own = rcall('HGET', fair, 't:' .. tenant)
-    if own and tonumber(own) <= spent then rcall('HDEL', fair, 't:' .. tenant) end
-  end
-  if rcall('HLEN', fair) <= 2 * queued + 1 then return end
-  local fields, gone = rcall('HGETALL', fair), {}
-  for i = 1, #fields, 2 do
-    if fields[i] ~= 'floor' and tonumber(fields[i + 1]) <= spent then gone[#gone + 1] = fields[i] end
-  end
-  -- In slices: one call's arguments are bounded by Lua's stack.
-  for i = 1, #gone, 1000 do rcall('HDEL', fair, unpack(gone, i, math.min(i + 999, #gone))) end
-end
 local unheld = f[1] == 'working' and not f[2]
 if f[1] == 'working' and f[2] == ARGV[3] and f[9] == ARGV[1] then return granted(tonumber(f[10])) end
 local head = rcall('ZRANGE', ready, 0, 0, 'WITHSCORES')
@@ -71,13 +46,7 @@ local mine = rcall('ZSCORE', ready, ARGV[2])
 -- and taking it spares a round trip (tasks of tenants with nothing else queued all tie).
 if mine and tonumber(mine) <= tonumber(head[2]) then
   rcall('ZREM', ready, ARGV[2])
-  local queued = rcall('ZCARD', ready)
-  if queued == 0 then
-    -- Every tag is spent: the next enqueue starts afresh.
-    rcall('DEL', KEYS[8])
-  else
-    drop_spent_tags(KEYS[8], mine, f[8], queued)
-  end
+  drop_spent_tags(ready, KEYS[8], mine, f[8] and {[f[8]] = true} or {})
 elseif head[1] and not (unheld and not mine) then
   return {-11, head[1]}
 end

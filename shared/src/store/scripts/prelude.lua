@@ -138,3 +138,35 @@ local function read_outcomes(values, names, outcome_key)
   end
   return values
 end
+-- drop_spent_tags: after claims took tasks from `ready` up to the tag `floor`, moves the floor
+-- of `fair` there and forgets tags that say nothing any more; `tenants` is a set (name ->
+-- true) of the tenants whose tasks were taken. With nothing left queued every tag is spent and
+-- the next enqueue starts afresh. A tag at or below the floor is one (an enqueue starts from
+-- max(floor, tag)), and a tenant's tag is its last queued task's, so the claim of that task
+-- drops it: a cancelled task's included, whose record still names the tenant. `fair` then
+-- holds the floor and a tag per tenant with a task queued above it, however long the ready set
+-- stays non-empty. Only a record gone while queued (expired, or evicted) names no tenant,
+-- leaving its tag behind; since the tags above the floor are at most one per queued task, a
+-- hash grown past twice the queued tasks is mostly such leftovers, and all of them are swept
+-- out. Each sweep deletes at least half of what it reads: over time a constant cost per
+-- enqueue.
+local function drop_spent_tags(ready, fair, floor, tenants)
+  local queued = redis.call('ZCARD', ready)
+  if queued == 0 then
+    redis.call('DEL', fair)
+    return
+  end
+  local spent = tonumber(floor)
+  redis.call('HSET', fair, 'floor', floor)
+  for tenant in pairs(tenants) do
+    local tag = redis.call('HGET', fair, 't:' .. tenant)
+    if tag and tonumber(tag) <= spent then redis.call('HDEL', fair, 't:' .. tenant) end
+  end
+  if redis.call('HLEN', fair) <= 2 * queued + 1 then return end
+  local fields, gone = redis.call('HGETALL', fair), {}
+  for i = 1, #fields, 2 do
+    if fields[i] ~= 'floor' and tonumber(fields[i + 1]) <= spent then gone[#gone + 1] = fields[i] end
+  end
+  -- In slices: one call's arguments are bounded by Lua's stack.
+  for i = 1, #gone, 1000 do redis.call('HDEL', fair, unpack(gone, i, math.min(i + 999, #gone))) end
+end
