@@ -112,7 +112,8 @@ pub struct Config {
     pub tasks: usize,
 
     /// Bearer tokens, one per line, instead of `--token`: each `create`, `sync` or `lifecycle` operation
-    /// takes the next, so the load comes from as many tenants as the file names.
+    /// takes the next, so the load comes from as many tenants as the file names; `get` shares
+    /// its tasks out among them and has each read by its owner, in a fixed cycle.
     #[arg(long)]
     pub tokens_file: Option<PathBuf>,
 

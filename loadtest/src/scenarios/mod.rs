@@ -21,7 +21,7 @@ pub async fn prepare(config: &Config, client: Client, recorder: Arc<Recorder>) -
     let tool = config.tool.clone();
     let tenants = tenants(config, &client)?;
     Ok(match config.scenario {
-        Scenario::Get => (get::prepare(config, client).await?, None),
+        Scenario::Get => (get::prepare(config, client, tenants).await?, None),
         Scenario::Create if tenants.len() > 1 => {
             let arguments = config.arguments.clone();
             (round_robin(tenants, |client| call_op(client, tool.clone(), arguments.clone(), true, MADE)), None)
