@@ -221,13 +221,17 @@ async fn polling_ever_more_tasks_keeps_the_replica_within_its_memory() {
     let shard = &model[4..6];
     let prefix = format!("{}:{{s{shard}}}:task:tsk_{shard}", stack.namespace);
     let source = format!("{prefix}{}", &model[6..]);
+    // Each copy lives an hour (the long run outlasts the tool's five minutes).
     let copy = redis::Script::new(
         "for i = tonumber(ARGV[2]), tonumber(ARGV[3]) do \
-           redis.call('COPY', KEYS[1], ARGV[1] .. string.format('%032x', i)) end",
+           local key = ARGV[1] .. string.format('%032x', i) \
+           redis.call('COPY', KEYS[1], key) \
+           redis.call('HSET', key, 'ttl', 3600000) \
+           redis.call('PEXPIRE', key, 3600000) end",
     );
     let mut conn = stack.redis.connection().await;
-    for from in (0..tasks).step_by(10_000) {
-        let to = (from + 10_000).min(tasks) - 1;
+    for from in (0..tasks).step_by(1_000) {
+        let to = (from + 1_000).min(tasks) - 1;
         let () = copy.key(&source).arg(&prefix).arg(from).arg(to).invoke_async(&mut conn).await.unwrap();
     }
     let ids: Vec<String> = (0..tasks).map(|i| format!("tsk_{shard}{i:032x}")).collect();
