@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use taskgate_shared::store::{DEFAULT_POOL, Delivery, Endpoint, Store};
 use taskgate_shared::task::{Owner, TaskId};
-use taskgate_tests::sentinel::{MASTER, SentinelSet};
+use taskgate_tests::sentinel::{LoneSentinel, MASTER, SentinelSet};
 use taskgate_tests::{FaultProxy, RedisServer, Scrape, Stack, eventually};
 
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -804,8 +804,13 @@ async fn at_the_defaults_every_acknowledged_task_ends_across_a_kill_9_failover()
 /// A gateway (with `gateway_args`) and a worker that know only the sentinels' URL, every other
 /// setting at its default.
 async fn stack_at_the_defaults(set: &SentinelSet, gateway_args: &[&str]) -> Stack {
+    stack_at_the_defaults_via(&set.url(), gateway_args).await
+}
+
+/// [`stack_at_the_defaults`] over the sentinels of `url`.
+async fn stack_at_the_defaults_via(url: &str, gateway_args: &[&str]) -> Stack {
     let mut stack = Stack::builder().gateways(0).workers(0).spawn().await;
-    let url = set.url();
+    let url = url.to_owned();
     let gateway = stack.add_gateway_unready(&url, gateway_args).await;
     let base = stack.gateways[gateway].url.clone().unwrap();
     eventually(PATIENCE, "the gateway to be ready through the sentinels", || async {
@@ -906,4 +911,45 @@ async fn with_every_sentinel_silent_the_primary_is_kept() {
     let after = client.create_task("sleep", json!({"ms": 0})).await;
     client.wait_for_status(&after, "completed", PATIENCE).await;
     assert!(!stack.gateways[0].log().contains("leaving"), "the primary was kept");
+}
+
+/// A sentinel that missed a failover names the old primary under the older configuration epoch,
+/// and the old primary may be back empty, answering `ROLE` as a primary until it is made a
+/// replica (a restarted pod). Built by hand: after a failover, a sentinel of its own names an
+/// empty node under epoch 0, and the set's sentinels, which said epoch 1, go silent, so its
+/// answer is the only one. The gateway and the worker keep the primary they follow instead of
+/// moving to the empty node, where every tool would be unknown ("unknown tool" to a
+/// `tools/call`) and every create would be acknowledged into a node about to be wiped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_that_missed_a_failover_is_not_followed_to_an_empty_node() {
+    let mut set = SentinelSet::start().await;
+    set.fail_over().await;
+    let empty = RedisServer::start().await;
+    let stale = LoneSentinel::watching(&empty).await;
+    let stack = stack_at_the_defaults_via(&set.url_with(&stale), &[]).await;
+    let client = stack.client(0);
+    let before = client.create_task("sleep", json!({"ms": 0})).await;
+    client.wait_for_status(&before, "completed", PATIENCE).await;
+
+    set.kill_sentinels().await;
+    // Each process re-checks every second: wait until both have heard the lone answer, and
+    // either followed it or refused it.
+    let moved = |log: &str| log.contains("the redis primary moved");
+    let refused = |log: &str| log.contains("(it missed a failover); not followed");
+    let decided = |log: String| moved(&log) || refused(&log);
+    eventually(PATIENCE, "the gateway and the worker to hear the stale sentinel alone", || async {
+        (decided(stack.gateways[0].log()) && decided(stack.workers[0].log())).then_some(())
+    })
+    .await;
+    for (who, log) in [("the gateway", stack.gateways[0].log()), ("the worker", stack.workers[0].log())] {
+        assert!(!moved(&log) && refused(&log), "{who} followed a sentinel that missed a failover:\n{log}");
+    }
+    let r = client.call("tools/call", json!({"name": "sleep", "arguments": {"ms": 0}})).await;
+    assert_eq!((r.status, r.result()["resultType"].as_str()), (200, Some("task")), "{}", r.text);
+    let after = r.result()["taskId"].as_str().unwrap().to_owned();
+    client.wait_for_status(&after, "completed", PATIENCE).await;
+    let metrics = Scrape::of(&format!("{}/metrics", client.base())).await;
+    assert!(metrics.sum("taskgate_redis_stale_primaries_refused_total", &[]) >= 1.0, "the refusal is counted");
+    let keys: u64 = redis::cmd("DBSIZE").query_async(&mut empty.connection().await).await.unwrap();
+    assert_eq!(keys, 0, "nothing was written on the empty node");
 }

@@ -128,6 +128,11 @@ impl SentinelSet {
         format!("redis+sentinel://{}/{MASTER}", hosts.join(","))
     }
 
+    /// [`Self::url`] with `lone` listed first, before the set's own sentinels.
+    pub fn url_with(&self, lone: &LoneSentinel) -> String {
+        self.url().replacen("redis+sentinel://", &format!("redis+sentinel://127.0.0.1:{},", lone.0.port), 1)
+    }
+
     /// The port of the primary as the first sentinel that answers names it.
     pub async fn primary_port(&self) -> Option<u16> {
         for sentinel in &self.sentinels {
@@ -324,6 +329,27 @@ impl SentinelSet {
             lines.push(format!("sentinel {}: {}", sentinel.port, view.unwrap_or_else(|| "no answer".into())));
         }
         lines.join("\n")
+    }
+}
+
+/// A sentinel of its own over one node, under [`MASTER`]: it knows no other sentinel and no
+/// failover, so it names that node under configuration epoch 0, as a sentinel that missed the
+/// set's failovers names the old primary (and sees it up once it is back, restarted empty).
+pub struct LoneSentinel(Sentinel);
+
+impl LoneSentinel {
+    /// Returns once it sees `node` up as the primary.
+    pub async fn watching(node: &RedisServer) -> Self {
+        let lone = Self(Sentinel::start(node.port()).await);
+        eventually(Duration::from_secs(30), "the lone sentinel to see its node up", || async {
+            let info = lone.0.master_info().await?;
+            let flags = field(&info, "flags")?;
+            let up = flags.split(',').any(|f| f == "master")
+                && !flags.split(',').any(|f| matches!(f, "s_down" | "o_down" | "disconnected"));
+            (up && field(&info, "config-epoch")? == "0").then_some(())
+        })
+        .await;
+        lone
     }
 }
 

@@ -2,8 +2,9 @@
 //! (`rediss+sentinel://` for TLS to the sentinels and the data nodes alike).
 //!
 //! taskgate asks the sentinels for the master of that name ([`ask`]: every sentinel at once, the
-//! answer with the highest configuration epoch wins), connects, and checks with `ROLE` on that
-//! very connection that the node is a primary. It keeps the primary it found in a [`Follower`]
+//! answer with the highest configuration epoch wins, and none under an older epoch than one
+//! already seen), connects, and checks with `ROLE` on that very connection that the node is a
+//! primary. It keeps the primary it found in a [`Follower`]
 //! and leaves it the moment it stops being one:
 //! - a command fails on the connection (dropped, refused, timed out: the primary died or
 //!   Sentinel killed its clients while demoting it);

@@ -86,6 +86,7 @@ pub struct RedisMetrics {
     seconds: HistogramVec,
     errors: IntCounterVec,
     failovers: IntCounter,
+    stale_primaries: IntCounter,
 }
 
 pub static REDIS: LazyLock<RedisMetrics> = LazyLock::new(|| RedisMetrics {
@@ -104,12 +105,22 @@ pub static REDIS: LazyLock<RedisMetrics> = LazyLock::new(|| RedisMetrics {
         "taskgate_redis_failovers_total",
         "Behind Sentinel: times the primary was found at another address than the one before.",
     ),
+    stale_primaries: counter(
+        "taskgate_redis_stale_primaries_refused_total",
+        "Behind Sentinel: asks whose best answer named a primary under an older configuration epoch than \
+         seen (a sentinel that missed a failover), which was not followed.",
+    ),
 });
 
 impl RedisMetrics {
     /// Behind Sentinel, the primary was found at another address than before.
     pub fn failover(&self) {
         self.failovers.inc();
+    }
+
+    /// Behind Sentinel, a primary named under an older configuration epoch was not followed.
+    pub fn stale_primary_refused(&self) {
+        self.stale_primaries.inc();
     }
 
     /// How many such changes this process has seen.
