@@ -284,3 +284,24 @@ async fn under_its_rate_a_tenant_costs_redis_one_lease_per_slice() {
     assert_eq!(leases, granted, "nothing refused or failed");
     assert!(granted >= 1.0 && granted * 4.0 <= f64::from(requests), "{granted} leases for {requests} requests");
 }
+
+/// A tenant well under its rate keeps a slice until it is spent or ten slice times have passed,
+/// so it asks Redis about once a second per replica at the defaults, not once per slice time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_well_under_its_rate_leases_about_once_a_second() {
+    let stack = Stack::builder().gateways(1).workers(0).spawn().await;
+    let client = stack.client(0);
+    // 40 requests a second against 500: each 100 ms slice of 50 cells would lapse with 46 unused.
+    let mut pace = tokio::time::interval(Duration::from_millis(25));
+    let started = std::time::Instant::now();
+    for _ in 0..60 {
+        pace.tick().await;
+        assert_eq!(client.call("server/discover", json!({})).await.status, 200);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let metrics = taskgate_tests::Scrape::of(&format!("{}/metrics", client.base())).await;
+    let granted = metrics.sum("taskgate_gateway_request_slices_total", &[("outcome", "granted")]);
+    println!("{granted} leases in {elapsed:.2} s");
+    // One lease per second of the run, and the first; a slice per 100 ms would be ten times that.
+    assert!(granted >= 1.0 && granted <= elapsed.ceil() + 1.0, "{granted} leases in {elapsed:.2} s");
+}

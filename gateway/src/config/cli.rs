@@ -287,9 +287,10 @@ pub struct Cli {
     #[arg(long, env = "TASKGATE_TENANT_BURST", default_value_t = 1_000)]
     pub tenant_burst: u32,
 
-    /// How long a replica admits a tenant's requests from one leased slice of its rate (the
-    /// rate over this time, at most the burst) before asking Redis again. The fleet may admit
-    /// up to replicas x slice more than the rate over any window; 0 asks Redis for every request.
+    /// The size of the slices of a tenant's rate a replica leases and admits from in memory:
+    /// the rate over this time, at most the burst. A slice is used until spent, or for ten times
+    /// this at most. The fleet may admit up to replicas x slice more than the rate over any
+    /// window; 0 asks Redis for every request.
     #[arg(long, env = "TASKGATE_ADMISSION_SLICE_MS", default_value_t = 100)]
     pub admission_slice_ms: u64,
 
