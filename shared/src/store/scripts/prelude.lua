@@ -1,4 +1,6 @@
--- prelude: put before every script.
+-- prelude: the helpers the scripts share. Each script is sent with the definitions here that it
+-- names (and those they name), picked by shared/build.rs: a definition starts at a comment line,
+-- or a `local` at the start of a line, that follows code.
 -- REPLY: the reply codes several scripts share (a reply's first element); the same values as
 -- `code` in shared/src/store/reply.rs, which a unit test holds equal. A script's own codes are
 -- literals, listed in its header.
