@@ -259,7 +259,7 @@ mod tests {
             }
         }
         let read = std::fs::read_to_string(format!("{}/scripts/read_task.lua", env!("OUT_DIR"))).expect("sent text");
-        assert!(read.contains("local function read_outcomes(") && !read.contains("local function enqueue("));
+        assert!(read.contains("local function from_aside(") && !read.contains("local function enqueue("));
     }
 
     #[test]

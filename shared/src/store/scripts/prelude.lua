@@ -132,14 +132,6 @@ local function from_aside(value, key)
   if value == ASIDE then return redis.call('GET', key) end
   return value
 end
--- read_outcomes: `values` read from a record for the fields `names`, with a `result` or
--- `error` set aside put back from `outcome_key`.
-local function read_outcomes(values, names, outcome_key)
-  for i, name in ipairs(names) do
-    if name == 'result' or name == 'error' then values[i] = from_aside(values[i], outcome_key) end
-  end
-  return values
-end
 -- drop_spent_tags: after claims took tasks from `ready` up to the tag `floor`, moves the floor
 -- of `fair` there and forgets tags that say nothing any more; `tenants` is a set (name ->
 -- true) of the tenants whose tasks were taken. With nothing left queued every tag is spent and
