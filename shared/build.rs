@@ -17,7 +17,11 @@
 //!   a queue's, and a `pool` argument naming that queue's pool), through
 //!   `Store::on_pool_queue`, which finds the task's pool.
 //!
-//! Output: `$OUT_DIR/scripts/<name>.rs`, included by the script's module (`include!`).
+//! - the script's text as it is sent (`<name>.lua`): the definitions of `prelude.lua` it uses,
+//!   then the script.
+//!
+//! Output: `$OUT_DIR/scripts/<name>.rs`, included by the script's module (`include!`), and
+//! `$OUT_DIR/scripts/<name>.lua`, which `store/scripts.rs` loads.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -89,7 +93,10 @@ fn main() {
     scripts.sort();
     let target = Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("scripts");
     std::fs::create_dir_all(&target).expect("the generated scripts directory");
+    let prelude = std::fs::read_to_string(dir.join("prelude.lua")).expect("the prelude");
+    let parts = prelude_parts(&prelude);
     for (name, text) in &scripts {
+        std::fs::write(target.join(format!("{name}.lua")), with_prelude(&parts, text)).expect("writing the script");
         let keys = header_keys(name, text);
         let args = header_args(name, text);
         // The module beside the script, to see whether it leaves its `call` to this file.
@@ -98,6 +105,68 @@ fn main() {
         generate(&mut out, name, &keys, args.as_deref(), &module);
         std::fs::write(target.join(format!("{name}.rs")), out).expect("writing the generated module");
     }
+}
+
+/// One definition of the prelude: its text (the comment lines above it included) and the names
+/// it defines (its `local function name` and `local name =` lines).
+struct Part {
+    text: String,
+    names: Vec<String>,
+}
+
+/// The prelude cut into its definitions, in order: a part starts at a comment line, or a
+/// `local` at the start of a line, that follows code.
+fn prelude_parts(prelude: &str) -> Vec<Part> {
+    let mut parts: Vec<Part> = Vec::new();
+    let mut after_code = true;
+    for line in prelude.split_inclusive('\n') {
+        let comment = line.starts_with("--");
+        let starts = (comment || line.starts_with("local ")) && after_code;
+        if starts || parts.is_empty() {
+            parts.push(Part { text: String::new(), names: Vec::new() });
+        }
+        let part = parts.last_mut().expect("a part");
+        part.text.push_str(line);
+        if let Some(rest) = line.strip_prefix("local function ").or_else(|| line.strip_prefix("local ")) {
+            let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            part.names.push(name);
+        }
+        after_code = !comment;
+    }
+    parts
+}
+
+/// Whether `code` names `name` as a whole word, outside comment lines and quoted strings.
+fn names(code: &str, name: &str) -> bool {
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    let quoted = |before: &str| before.matches('\'').count() % 2 == 1 || before.matches('"').count() % 2 == 1;
+    code.lines().filter(|line| !line.trim_start().starts_with("--")).any(|line| {
+        line.match_indices(name).any(|(at, _)| {
+            !word(line[..at].chars().next_back())
+                && !word(line[at + name.len()..].chars().next())
+                && !quoted(&line[..at])
+        })
+    })
+}
+
+/// A script as it is sent: the prelude's definitions it uses (and those they use), in the
+/// prelude's order, then the script. Redis runs a script's whole body at every call, so each
+/// definition left out is a closure or a table a call does not build.
+fn with_prelude(parts: &[Part], script: &str) -> String {
+    let mut used = vec![false; parts.len()];
+    let mut code = vec![script];
+    while let Some(text) = code.pop() {
+        for (i, part) in parts.iter().enumerate() {
+            if !used[i] && part.names.iter().any(|name| names(text, name)) {
+                used[i] = true;
+                code.push(&part.text);
+            }
+        }
+    }
+    let mut out: String =
+        parts.iter().zip(&used).filter(|(_, used)| **used).map(|(part, _)| part.text.as_str()).collect();
+    out.push_str(script);
+    out
 }
 
 /// The header's (the comment lines the file opens with) `KEYS[n] name:` entries, numbered 1

@@ -8,7 +8,8 @@
 //!
 //! The table below is the only list: it declares those modules and makes each script's
 //! handles, its metric label (`script:<file>`) and the list loaded at boot. Every script starts
-//! with `prelude.lua`, the helpers they share.
+//! with the definitions of `prelude.lua` (the helpers they share) that it uses: Redis runs a
+//! script's whole text at every call, so a helper a script does not use would cost each call.
 //!
 //! A handle is typed by the number of keys its script takes ([`Lua::keys`] wants exactly
 //! that many), which the generated `Keys::list` gives: a key added to the header and not to the
@@ -77,14 +78,14 @@ macro_rules! scripts {
     ($($file:ident => $($name:ident: $keys:literal),+;)*) => {
         $(pub(super) mod $file;)*
 
-        /// Each script's text: the prelude, then its file.
+        /// Each script's text: the prelude's definitions it uses, then its file (put together
+        /// by `shared/build.rs`).
         #[allow(non_upper_case_globals)]
         mod text {
             $(
                 pub(super) static $file: std::sync::LazyLock<redis::Script> =
-                    std::sync::LazyLock::new(|| redis::Script::new(concat!(
-                        include_str!("scripts/prelude.lua"),
-                        include_str!(concat!("scripts/", stringify!($file), ".lua"))
+                    std::sync::LazyLock::new(|| redis::Script::new(include_str!(
+                        concat!(env!("OUT_DIR"), "/scripts/", stringify!($file), ".lua")
                     )));
             )*
         }
@@ -231,6 +232,34 @@ mod tests {
             super::all().iter().map(|file| file.label.trim_start_matches("script:").to_owned()).collect();
         assert_eq!(lua, table, "the .lua files against the scripts! table");
         assert_eq!(rust, table, "the modules against the scripts! table");
+    }
+
+    /// Each script is sent with the prelude's functions it calls (the body's `name(`, comment
+    /// lines aside), after them its own text; and without the functions nothing in it calls.
+    #[test]
+    fn every_script_is_sent_with_the_prelude_functions_it_calls() {
+        let prelude = include_str!("scripts/prelude.lua");
+        let functions: Vec<&str> =
+            prelude.lines().filter_map(|line| line.strip_prefix("local function ")?.split('(').next()).collect();
+        assert!(functions.len() > 10, "the prelude's functions: {functions:?}");
+        for file in super::all() {
+            let name = file.label.trim_start_matches("script:");
+            let sent = std::fs::read_to_string(format!("{}/scripts/{name}.lua", env!("OUT_DIR"))).expect("sent text");
+            assert!(sent.ends_with(file.source), "{name}: its own text last");
+            let body: Vec<&str> = file.source.lines().filter(|line| !line.trim_start().starts_with("--")).collect();
+            for function in &functions {
+                let call = format!("{function}(");
+                let calls = |line: &&str| {
+                    line.match_indices(&call)
+                        .any(|(at, _)| !line[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_'))
+                };
+                if body.iter().any(calls) {
+                    assert!(sent.contains(&format!("local function {function}(")), "{name} calls {function}");
+                }
+            }
+        }
+        let read = std::fs::read_to_string(format!("{}/scripts/read_task.lua", env!("OUT_DIR"))).expect("sent text");
+        assert!(read.contains("local function from_aside(") && !read.contains("local function enqueue("));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 -- the poll rate: a read sooner than `tolerance * pollIntervalMs` after the
 -- previous one is refused, unless the task changed since: the marker holds the version that
 -- poll was answered with. Returns the record fields a snapshot needs, in one round trip.
--- KEYS[1] record: task record   KEYS[2] inputs: inputs hash   KEYS[3] poll: poll marker   KEYS[4] outcome: outcome (read_outcomes)
+-- KEYS[1] record: task record   KEYS[2] inputs: inputs hash   KEYS[3] poll: poll marker   KEYS[4] outcome: outcome (from_aside)
 -- ARGV[1] tenant   ARGV[2] principal   ARGV[3] tolerance (0..1; '0' = no poll limit)
 -- Returns {1, fields (HMGET order of SNAPSHOT_FIELDS), inputs (flat k,v)} | {-1} not found
 --       | {-9, retry_after_ms, pollIntervalMs}.
@@ -22,4 +22,6 @@ if interval > 0 then
   end
   rcall('SET', marker, f[11], 'PX', interval)
 end
-return {REPLY.OK, read_outcomes(f, FIELDS, KEYS[4]), rcall('HGETALL', inputs)}
+-- `result` and `error` are the 9th and 10th fields.
+f[9], f[10] = from_aside(f[9], KEYS[4]), from_aside(f[10], KEYS[4])
+return {REPLY.OK, f, rcall('HGETALL', inputs)}

@@ -1,4 +1,6 @@
--- prelude: put before every script.
+-- prelude: the helpers the scripts share. Each script is sent with the definitions here that it
+-- names (and those they name), picked by shared/build.rs: a definition starts at a comment line,
+-- or a `local` at the start of a line, that follows code.
 -- REPLY: the reply codes several scripts share (a reply's first element); the same values as
 -- `code` in shared/src/store/reply.rs, which a unit test holds equal. A script's own codes are
 -- literals, listed in its header.
@@ -129,14 +131,6 @@ end
 local function from_aside(value, key)
   if value == ASIDE then return redis.call('GET', key) end
   return value
-end
--- read_outcomes: `values` read from a record for the fields `names`, with a `result` or
--- `error` set aside put back from `outcome_key`.
-local function read_outcomes(values, names, outcome_key)
-  for i, name in ipairs(names) do
-    if name == 'result' or name == 'error' then values[i] = from_aside(values[i], outcome_key) end
-  end
-  return values
 end
 -- drop_spent_tags: after claims took tasks from `ready` up to the tag `floor`, moves the floor
 -- of `fair` there and forgets tags that say nothing any more; `tenants` is a set (name ->

@@ -23,9 +23,6 @@ pub(in crate::store) async fn call(
 ) -> Result<Option<Snapshot>, StoreError> {
     let mut call = super::READ_TASK.keys(keys.list());
     call.arg(args.owner.map_or("", |o| o.tenant.as_str())).arg(args.owner.map_or("", |o| o.principal.as_str()));
-    for field in SNAPSHOT_FIELDS {
-        call.arg(field);
-    }
     super::run(conn, &call, |reply| decode(reply, args.id)).await
 }
 
@@ -44,7 +41,8 @@ pub(super) fn snapshot(reply: &Reply, id: &TaskId) -> Result<Snapshot, StoreErro
     snapshot_from(id, &fields, reply.pairs(2)?).map_err(|e| StoreError::Corrupt(e.field))
 }
 
-/// The record fields a snapshot needs, in `HMGET` order.
+/// The record fields a snapshot needs, in `HMGET` order: the `FIELDS` of `read_task.lua` and
+/// `poll_task.lua`, which a test holds equal.
 const SNAPSHOT_FIELDS: [&str; 11] =
     ["tenant", "principal", "status", "msg", "created", "updated", "ttl", "poll", "result", "error", "ver"];
 
@@ -96,6 +94,19 @@ fn snapshot_from(
 mod tests {
     use super::*;
     use crate::store::reply::reply;
+
+    /// The `FIELDS` list a script reads the record with.
+    fn script_fields(script: &str) -> Vec<&str> {
+        let list = script.split("local FIELDS = {").nth(1).and_then(|t| t.split('}').next()).expect("a FIELDS list");
+        list.split(',').map(|field| field.trim().trim_matches('\'')).collect()
+    }
+
+    #[test]
+    fn both_reads_name_the_fields_a_snapshot_decodes() {
+        for script in [include_str!("read_task.lua"), include_str!("poll_task.lua")] {
+            assert_eq!(script_fields(script), SNAPSHOT_FIELDS);
+        }
+    }
 
     #[test]
     fn not_found_or_a_snapshot_that_parses() {
