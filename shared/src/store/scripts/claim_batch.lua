@@ -39,13 +39,23 @@ for i = 10, #ARGV, 2 do
 end
 local function read(id)
   return rcall('HMGET', prefix .. id, 'status', 'holder', 'tool', 'args', 'tp', 'cancel', 'caps', 'tenant', 'entry',
-    'fence', 'tstate', 'capx', 'queued', 'principal')
+    'fence', 'tstate', 'capx', 'queued', 'principal', 'x')
+end
+-- What a claim reads beside the record, only where there can be something: the record's `x`
+-- (create_task) says what its create kept. Before a first run (token 0) answers and steps can
+-- only be the create's; a later run reads them always. A record without `x` reads everything.
+local EMPTY = {}
+local function beside(f, record, key, bit, first_only)
+  local x = tonumber(f[15] or '')
+  if x and (first_only == false or f[10] == '0') and math.floor(x / bit) % 2 == 0 then return EMPTY end
+  return rcall(key == ARGV[9] and 'GET' or 'HGETALL', record .. key)
 end
 local function granted(entry, id, f, fence)
   local record = prefix .. id
+  local related = beside(f, record, ARGV[9], 4, false)
   return {REPLY.OK, fence, f[3], from_aside(f[4], record .. ARGV[7]), f[5] or '', f[6] and 1 or 0,
-    rcall('HGETALL', record .. ARGV[5]), f[7] or '{}', f[11] or '', f[12] or '0', rcall('HGETALL', record .. ARGV[6]),
-    f[13] or '', f[8] or '', f[14] or '', rcall('GET', record .. ARGV[9]) or '', entry, id}
+    beside(f, record, ARGV[5], 1, true), f[7] or '{}', f[11] or '', f[12] or '0', beside(f, record, ARGV[6], 2, true),
+    f[13] or '', f[8] or '', f[14] or '', related ~= EMPTY and related or '', entry, id}
 end
 local out = {REPLY.OK}
 local done = rcall('GET', receipt)

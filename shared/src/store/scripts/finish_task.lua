@@ -19,7 +19,7 @@
 local rcall = redis.call
 local record, leases, inputs = KEYS[1], KEYS[2], KEYS[3]
 local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'ver', 'finisher', 'held', 'created', 'ttl', 'tenant',
-  'counted', 'claimed', 'obx')
+  'counted', 'claimed', 'obx', 'parked')
 local slot = f[10] and f[9] or ''
 if f[1] == ARGV[4] and f[5] == ARGV[2] and f[3] == ARGV[3] then return {REPLY.OK, tonumber(f[4]), slot, -1} end
 if (f[1] ~= 'working' and not (f[1] == 'input_required' and f[6])) or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then
@@ -30,16 +30,23 @@ local wrong_outbox = other_outbox(KEYS[6], box)
 if wrong_outbox then return wrong_outbox end
 local now = now_ms()
 -- What only a queued or running task needs goes with its end (a smaller record for its TTL).
-rcall('HDEL', record, 'holder', 'lease', 'held', 'entry', 'queued', 'claimed')
-rcall('HSET', record, 'finisher', ARGV[2])
+rcall('HDEL', record, 'holder', 'lease', 'held', 'entry', 'queued', 'claimed', 'x')
 rcall('ZREM', leases, ARGV[1])
-rcall('DEL', inputs)
-rcall('HSET', record, 'status', ARGV[4], 'updated', now)
+-- Only a run that asked for input (`parked`, never removed) can have left open questions.
+if f[13] then rcall('DEL', inputs) end
+-- One HSET for every field the end writes, the version included (read above, in this same
+-- script, so nothing can move it between): each command inside a script costs Redis a call.
+local ver = tonumber(f[4] or '0') + 1
+local fields = {'finisher', ARGV[2], 'status', ARGV[4], 'updated', now, 'ver', ver}
 if ARGV[5] ~= '' then
-  rcall('HSET', record, ARGV[5], aside(KEYS[5], ARGV[6], tonumber(f[7]) + tonumber(f[8])))
+  fields[#fields + 1] = ARGV[5]
+  fields[#fields + 1] = aside(KEYS[5], ARGV[6], tonumber(f[7]) + tonumber(f[8]))
 end
-if ARGV[7] ~= '' then rcall('HSET', record, 'msg', ARGV[7]) end
-local ver = rcall('HINCRBY', record, 'ver', 1)
+if ARGV[7] ~= '' then
+  fields[#fields + 1] = 'msg'
+  fields[#fields + 1] = ARGV[7]
+end
+rcall('HSET', record, unpack(fields))
 timeline(KEYS[4], now, {ev = 'finished', to = ARGV[4], fence = tonumber(ARGV[3]), holder = ARGV[2]})
 announce(ARGV[8], KEYS[6], box, ARGV[1], ver, ARGV[4], now, true)
 return {REPLY.OK, ver, slot, since(f[11], now)}
