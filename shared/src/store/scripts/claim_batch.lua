@@ -76,12 +76,13 @@ end
 local k = #entries
 if k == 0 then return out end
 -- Only an entry still pending takes a task: one acked already (taken over and claimed by
--- another worker, say) was spent by that claim.
-local live, pending = {}, 0
-for i = 1, k do
-  live[i] = rcall('XACK', stream, group, entries[i]) == 1
-  if live[i] then pending = pending + 1 end
-end
+-- another worker, say) was spent by that claim. All are acked in one call, which says how
+-- many were pending, not which: when some were not, at most that many tasks are taken from
+-- the front, and an entry that would claim its own task directly (below) is taken as pending,
+-- since one more task claimed than entries spent never leaves a task without a wake-up.
+local pending = rcall('XACK', stream, group, unpack(entries))
+local live = {}
+for i = 1, k do live[i] = pending > 0 end
 -- (ZRANGE 0 -1 would read the whole set.)
 local front = pending > 0 and rcall('ZRANGE', ready, 0, pending - 1, 'WITHSCORES') or {}
 local at_front = {}
@@ -98,7 +99,7 @@ for i = 1, k do
   if live[i] and not direct[i] then wanted = wanted + 1 end
 end
 local taken = {}
-for j = 1, math.min(wanted, #front / 2) do taken[j] = front[2 * j - 1] end
+for j = 1, math.min(wanted, pending, #front / 2) do taken[j] = front[2 * j - 1] end
 if #taken > 0 then rcall('ZREM', ready, unpack(taken)) end
 local now = now_ms()
 local lease_until = now + lease_ms
