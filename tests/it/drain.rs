@@ -93,8 +93,10 @@ async fn drain(stack: &mut Stack, concurrency: usize) -> (f64, Vec<(String, f64)
 /// timeline `RPUSHX`, and the finish's `HMGET`, `HDEL`, lease `ZREM`, one `HSET`, `RPUSHX` and
 /// `PUBLISH`. It was 19.4 while every claim read the answers, steps and related ids a task
 /// seldom has, each entry was acked on its own, each end was a script call of its own and wrote
-/// its fields in four commands: this fails if any of that comes back.
-const MOST_CALLS_AT_256: f64 = 10.5;
+/// its fields in four commands. How many ends gather in one finish call depends on timing (on a
+/// loaded machine fewer: at worst each end alone, two calls more per task), so the bound leaves
+/// that room and fails when the reads or the finish's writes come back.
+const MOST_CALLS_AT_256: f64 = 12.0;
 
 /// Without batch claims, 256 slots sent each claim again about 14 times (every claimer raced
 /// for the same front): about five times the calls per task of one slot.
