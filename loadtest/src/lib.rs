@@ -177,6 +177,15 @@ async fn drain(config: &Config, client: client::Client, watched: &[cpu::Watched]
     let drained = scenarios::drain::run(config, client).await?;
     let closed = cpu::Snapshot::take(watched)?;
     let (mut cpu_us_per_op, cpu_cores) = closed.since(&opened, drained.tasks);
+    // Where Redis's time went, per task and command, most first (a script's `evalsha` includes
+    // the commands it ran, also listed under their own names).
+    let per_task = |n: u64| n as f64 / drained.tasks.max(1) as f64;
+    let mut by_usec: Vec<_> = drained.usec.iter().collect();
+    by_usec.sort_by(|a, b| b.1.cmp(a.1));
+    for (name, usec) in by_usec {
+        let calls = drained.commands.get(name).copied().unwrap_or(0);
+        println!("drain command {name:<16} {:>7.3} calls/task {:>7.2} µs/task", per_task(calls), per_task(*usec));
+    }
     // Redis's own figure is over the drain alone (`INFO cpu`), not the creates.
     cpu_us_per_op.insert("redis".into(), drained.redis_cpu_us_per_task);
     println!(

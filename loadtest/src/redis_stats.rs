@@ -5,6 +5,12 @@ use std::collections::BTreeMap;
 
 /// Calls per command, from `INFO commandstats`.
 pub async fn command_calls(url: &str) -> anyhow::Result<BTreeMap<String, u64>> {
+    Ok(command_stats(url).await?.into_iter().map(|(name, (calls, _))| (name, calls)).collect())
+}
+
+/// Calls and microseconds per command, from `INFO commandstats`. A script's own figure
+/// (`evalsha`) includes the commands it runs, which are counted under their own names too.
+pub async fn command_stats(url: &str) -> anyhow::Result<BTreeMap<String, (u64, u64)>> {
     let client = redis::Client::open(url)?;
     let mut conn = client.get_multiplexed_async_connection().await?;
     let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await?;
@@ -12,8 +18,8 @@ pub async fn command_calls(url: &str) -> anyhow::Result<BTreeMap<String, u64>> {
         .lines()
         .filter_map(|line| {
             let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
-            Some((name.to_owned(), calls))
+            let field = |key: &str| rest.split(',').find_map(|kv| kv.strip_prefix(key)?.parse::<u64>().ok());
+            Some((name.to_owned(), (field("calls=")?, field("usec=")?)))
         })
         .collect())
 }

@@ -90,6 +90,7 @@ pub fn sleep_task<'a>(
         declares_tasks: false,
         answers: &[],
         steps: &[],
+        related: false,
         tool_state: None,
         counted: false,
         history: true,

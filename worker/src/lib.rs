@@ -131,6 +131,7 @@ async fn start(
     };
     let shared = Arc::new(runtime::Shared {
         worker_id: config.worker_id.clone(),
+        finisher: runtime::Finisher::start(store.clone(), config.worker_id.clone()),
         slots: Arc::new(Semaphore::new(config.concurrency as usize)),
         config,
         store,

@@ -85,6 +85,7 @@ pub(crate) async fn write_task(
         declares_tasks,
         answers: &answers,
         steps: &steps,
+        related: !shape.related.is_empty(),
         tool_state: gathered.carried.resume.as_deref(),
         counted: counts_active(state),
         history: state.config.console.is_some(),

@@ -29,6 +29,8 @@ pub struct Drained {
     pub redis_cpu_us_per_task: f64,
     /// Commands per task over the drain (`INFO commandstats`, the drain's own looks left out).
     pub commands: BTreeMap<String, u64>,
+    /// Microseconds Redis spent in each command over the drain (`INFO commandstats`).
+    pub usec: BTreeMap<String, u64>,
 }
 
 /// The worker stopped for as long as this lives: resumed however the scenario ends.
@@ -76,7 +78,7 @@ pub async fn run(config: &Config, client: Client) -> anyhow::Result<Drained> {
         .await
         .into_iter()
         .collect::<Result<_, _>>()?;
-    let before = crate::redis_stats::command_calls(url).await?;
+    let before = crate::redis_stats::command_stats(url).await?;
     let (resumed_ms, cpu_before) = clock_and_cpu(&mut conn).await?;
     drop(stopped);
     let shards = config.queue_shards.min(256);
@@ -102,7 +104,11 @@ pub async fn run(config: &Config, client: Client) -> anyhow::Result<Drained> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (_, cpu_after) = clock_and_cpu(&mut conn).await?;
-    let mut commands = crate::redis_stats::delta(&before, &crate::redis_stats::command_calls(url).await?);
+    let after = crate::redis_stats::command_stats(url).await?;
+    let calls = |stats: &BTreeMap<String, (u64, u64)>| stats.iter().map(|(n, (c, _))| (n.clone(), *c)).collect();
+    let usecs = |stats: &BTreeMap<String, (u64, u64)>| stats.iter().map(|(n, (_, u))| (n.clone(), *u)).collect();
+    let mut commands = crate::redis_stats::delta(&calls(&before), &calls(&after));
+    let usec = crate::redis_stats::delta(&usecs(&before), &usecs(&after));
     for (name, own) in [("zcard", 2 * looks * shards as u64), ("xlen", looks * shards as u64), ("time", 2)] {
         if let Some(calls) = commands.get_mut(name) {
             *calls = calls.saturating_sub(own);
@@ -131,5 +137,6 @@ pub async fn run(config: &Config, client: Client) -> anyhow::Result<Drained> {
         per_s: if seconds > 0.0 { completed as f64 / seconds } else { 0.0 },
         redis_cpu_us_per_task: (cpu_after - cpu_before) * 1e6 / tasks.max(1) as f64,
         commands,
+        usec,
     })
 }

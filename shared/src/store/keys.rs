@@ -161,6 +161,8 @@ const STEPS: &str = ":steps";
 const ARGS: &str = ":args";
 const TIMELINE: &str = ":timeline";
 const REL: &str = ":rel";
+const INPUTS: &str = ":in";
+const OUTCOME: &str = ":out";
 
 /// A shard's task key layout, for a script that derives a task's keys from its id (all in the
 /// shard's hash tag, so in the slot of the queue keys it is handed): `prefix + id` is the
@@ -173,6 +175,8 @@ pub struct TaskLayout {
     pub args: &'static str,
     pub timeline: &'static str,
     pub rel: &'static str,
+    pub inputs: &'static str,
+    pub outcome: &'static str,
 }
 
 /// The keys of one queue shard.
@@ -193,12 +197,12 @@ impl Keys {
         let tag = shard_tag(id.shard());
         let record = format!("{}{id}", self.task_prefix(id.shard()));
         TaskKeys {
-            inputs: format!("{record}:in"),
+            inputs: format!("{record}{INPUTS}"),
             answers: format!("{record}{ANSWERS}"),
             issued: format!("{record}:issued"),
             steps: format!("{record}{STEPS}"),
             poll: format!("{record}:poll"),
-            outcome: format!("{record}:out"),
+            outcome: format!("{record}{OUTCOME}"),
             args: format!("{record}{ARGS}"),
             stream: format!("{ns}:{tag}:queue"),
             leases: format!("{ns}:{tag}:leases"),
@@ -227,6 +231,8 @@ impl Keys {
             args: ARGS,
             timeline: TIMELINE,
             rel: REL,
+            inputs: INPUTS,
+            outcome: OUTCOME,
         }
     }
 

@@ -49,7 +49,7 @@ pub use keys::{
     CatalogueKeys, DEFAULT_POOL, HOOK_BUCKETS, HookKeys, Keys, MAX_POOL_LEN, QueueKeys, ShardKeys, TaskKeys,
     TaskLayout, TenantKeys, WORKER_GROUP, is_owner_digest, is_pool_name, owner_digest,
 };
-pub use leases::{Backlog, Delivery, Finish, Lease, MAX_BATCH, MAX_REDIRECTS, entry_ms};
+pub use leases::{Backlog, Delivery, Ending, Finish, Lease, MAX_BATCH, MAX_REDIRECTS, entry_ms};
 pub use limits::{Rate, TaskAdmission};
 pub use outbox::{EventCursor, OutboxEntry, OutboxRead, Position, ReadRequest, cursor};
 pub use outcomes::{

@@ -120,6 +120,7 @@ scripts! {
     request_input => REQUEST_INPUT: 6;
     accept_input => ACCEPT_INPUT: 8;
     finish_task => FINISH_TASK: 6;
+    finish_batch => FINISH_BATCH: 1;
     cancel_task => CANCEL_TASK: 5;
     reclaim_task => RECLAIM_TASK: 8;
     release_task => RELEASE_TASK: 8;

@@ -205,11 +205,17 @@ async fn park(shared: &Shared, held: &HeldTask, task_id: &TaskId, fence: u64, ct
 /// before a failover is thus written on the new primary, not dropped for a rerun after the
 /// lease.
 async fn finish(
-    store: &taskgate_shared::store::Store,
+    shared: &Shared,
     held: &HeldTask,
     lease: Lease<'_>,
     outcome: Finish<'_>,
 ) -> Result<bool, taskgate_shared::store::StoreError> {
+    // With the ends of the tasks finishing at the same time, in one script call.
+    let ending = taskgate_shared::store::Ending::new(lease.task_id, lease.fence, &outcome);
+    if let Some(written) = shared.finisher.finish(ending).await {
+        return Ok(written);
+    }
+    let store = &shared.store;
     let mut resend = Resend::new("finish");
     loop {
         let err = match store.finish(lease, outcome.clone()).await {
@@ -240,14 +246,14 @@ async fn write(shared: &Shared, held: &HeldTask, task_id: &TaskId, fence: u64, o
                 );
                 let error_json = error.to_value().to_string();
                 finish(
-                    store,
+                    shared,
                     held,
                     lease,
                     Finish::Failed { error: &error_json, message: Some("The result was too large.") },
                 )
                 .await
             } else {
-                finish(store, held, lease, Finish::Completed { result: &result, message: message.as_deref() }).await
+                finish(shared, held, lease, Finish::Completed { result: &result, message: message.as_deref() }).await
             }
         }
         Outcome::Done(Err(ToolError::Rpc(err))) => {
@@ -262,14 +268,14 @@ async fn write(shared: &Shared, held: &HeldTask, task_id: &TaskId, fence: u64, o
                 );
                 let error_json = error.to_value().to_string();
                 finish(
-                    store,
+                    shared,
                     held,
                     lease,
                     Finish::Failed { error: &error_json, message: Some("The error was too large.") },
                 )
                 .await
             } else {
-                finish(store, held, lease, Finish::Failed { error: &error, message: Some(&err.message) }).await
+                finish(shared, held, lease, Finish::Failed { error: &error, message: Some(&err.message) }).await
             }
         }
         Outcome::Panicked => {
@@ -277,13 +283,13 @@ async fn write(shared: &Shared, held: &HeldTask, task_id: &TaskId, fence: u64, o
             let error =
                 RpcError::new(taskgate_shared::protocol::ErrorKind::Internal, "internal error: the tool panicked");
             let error_json = error.to_value().to_string();
-            finish(store, held, lease, Finish::Failed { error: &error_json, message: Some("The tool failed.") }).await
+            finish(shared, held, lease, Finish::Failed { error: &error_json, message: Some("The tool failed.") }).await
         }
         Outcome::Done(Err(ToolError::Cancelled(message))) => {
             let message = message.unwrap_or_else(|| CANCELLED.to_owned());
-            finish(store, held, lease, Finish::Cancelled { message: &message }).await
+            finish(shared, held, lease, Finish::Cancelled { message: &message }).await
         }
-        Outcome::CancelIgnored => finish(store, held, lease, Finish::Cancelled { message: CANCELLED }).await,
+        Outcome::CancelIgnored => finish(shared, held, lease, Finish::Cancelled { message: CANCELLED }).await,
         Outcome::Release => {
             match store.release(lease, &shared.config.pool, CANCELLED).await {
                 Ok(Released::Requeued) => tracing::info!(task_id = %task_id, fence, "lease released"),

@@ -3,6 +3,7 @@
 
 mod dispatcher;
 mod execution;
+mod finisher;
 mod held;
 mod reaper;
 mod renewer;
@@ -21,6 +22,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::Config;
 use crate::metrics::METRICS;
 
+pub(crate) use finisher::Finisher;
 pub(crate) use held::Held;
 pub(crate) use served::Served;
 
@@ -40,6 +42,8 @@ pub(crate) struct Shared {
     pub(crate) executions: TaskTracker,
     /// Set once Redis has proved usable and the consumer groups exist: readiness waits for it.
     pub(crate) redis_usable: std::sync::atomic::AtomicBool,
+    /// Writes the ends of tasks that finish together in one script call.
+    pub(crate) finisher: Finisher,
 }
 
 /// Runs until `shutdown` resolves, then drains.

@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use super::{Lease, millis};
 use crate::store::outcomes::{Renewal, Started};
-use crate::store::scripts::{extend_lease, finish_task, mark_started, record_step, save_state, set_status};
+use crate::store::scripts::{
+    extend_lease, finish_batch, finish_task, mark_started, record_step, save_state, set_status,
+};
 use crate::store::{Store, StoreError};
-use crate::task::{Actor, TaskStatus, Transition};
+use crate::task::{Actor, TaskId, TaskStatus, Transition};
 
 /// A terminal outcome written by the lease holder.
 #[derive(Debug, Clone)]
@@ -25,6 +27,44 @@ pub enum Finish<'a> {
     Cancelled {
         message: &'a str,
     },
+}
+
+impl Finish<'_> {
+    /// The status it ends in, the record field its payload goes to ('' = none), the payload and
+    /// the message.
+    fn parts(&self) -> (TaskStatus, &'static str, &str, Option<&str>) {
+        match *self {
+            Finish::Completed { result, message } => (TaskStatus::Completed, "result", result, message),
+            Finish::Failed { error, message } => (TaskStatus::Failed, "error", error, message),
+            Finish::Cancelled { message } => (TaskStatus::Cancelled, "", "", Some(message)),
+        }
+    }
+}
+
+/// One task's terminal outcome, owned, for [`Store::finish_batch`]: the lease holder's fencing
+/// token and what [`Finish`] says.
+#[derive(Debug, Clone)]
+pub struct Ending {
+    pub task_id: TaskId,
+    pub fence: u64,
+    status: TaskStatus,
+    field: &'static str,
+    payload: String,
+    message: String,
+}
+
+impl Ending {
+    pub fn new(task_id: &TaskId, fence: u64, outcome: &Finish<'_>) -> Self {
+        let (status, field, payload, message) = outcome.parts();
+        Self {
+            task_id: task_id.clone(),
+            fence,
+            status,
+            field,
+            payload: payload.to_owned(),
+            message: message.unwrap_or("").to_owned(),
+        }
+    }
 }
 
 impl Store {
@@ -72,11 +112,7 @@ impl Store {
     /// Writes a terminal outcome; the store counts the transition, times the run and frees the
     /// task's active-task slot. `false` when the lease was lost (the write was refused).
     pub async fn finish(&self, lease: Lease<'_>, outcome: Finish<'_>) -> Result<bool, StoreError> {
-        let (status, field, payload, message) = match outcome {
-            Finish::Completed { result, message } => (TaskStatus::Completed, "result", result, message),
-            Finish::Failed { error, message } => (TaskStatus::Failed, "error", error, message),
-            Finish::Cancelled { message } => (TaskStatus::Cancelled, "", "", Some(message)),
-        };
+        let (status, field, payload, message) = outcome.parts();
         let events = self.events_channel(lease.task_id);
         let args = finish_task::Args { lease, status, field, payload, message: message.unwrap_or(""), events: &events };
         let run = self
@@ -94,5 +130,53 @@ impl Store {
         let transition = Transition::new(Some(TaskStatus::Working), status, Actor::Worker).after(run.ran);
         self.ended(lease.task_id, transition, run.slot.as_deref()).await;
         Ok(true)
+    }
+
+    /// Writes the outcomes of several tasks `worker` holds on one shard in one script call
+    /// (`finish_batch`), each fenced on its own, and does for each what [`Store::finish`] does
+    /// after its write. Each task's answer in the order given: `false` when its lease was lost
+    /// (its write refused, the others' made). On an error nothing is known of any of them; each
+    /// may be sent again (a write made already answers written again, as for `finish`).
+    pub async fn finish_batch(&self, worker: &str, endings: &[Ending]) -> Result<Vec<bool>, StoreError> {
+        let Some(first) = endings.first() else { return Ok(Vec::new()) };
+        let shard = first.task_id.shard();
+        if endings.iter().any(|e| e.task_id.shard() != shard) {
+            return Err(StoreError::UnexpectedReply("a batch of ends takes the tasks of one shard".into()));
+        }
+        let layout = self.keys().task_layout(shard);
+        let outbox = self.keys().outbox(shard, "");
+        let events = self.events_channel(&first.task_id);
+        let pairs: Vec<(String, String)> = endings
+            .iter()
+            .flat_map(|e| {
+                [
+                    (e.task_id.as_str().to_owned(), format!("{} {} {}", e.fence, e.status.as_str(), e.field)),
+                    (e.payload.clone(), e.message.clone()),
+                ]
+            })
+            .collect();
+        let leases = self.keys().shard(shard).leases;
+        let args = finish_batch::Args {
+            worker,
+            prefix: &layout.prefix,
+            inputs: layout.inputs,
+            timeline: layout.timeline,
+            outcome: layout.outcome,
+            outbox: &outbox,
+            events: &events,
+            endings: &pairs,
+        };
+        let ends = finish_batch::call(&mut self.conn(), finish_batch::Keys { leases: &leases }, args).await?;
+        if ends.len() != endings.len() {
+            return Err(StoreError::UnexpectedReply(format!("{} ends for {} tasks", ends.len(), endings.len())));
+        }
+        let after = endings.iter().zip(&ends).filter_map(|(ending, end)| {
+            let run = end.as_ref()?;
+            // As `finish`: counted from `working`, the run timed from its claim.
+            let transition = Transition::new(Some(TaskStatus::Working), ending.status, Actor::Worker).after(run.ran);
+            Some(self.ended(&ending.task_id, transition, run.slot.as_deref()))
+        });
+        futures::future::join_all(after).await;
+        Ok(ends.iter().map(Option::is_some).collect())
     }
 }

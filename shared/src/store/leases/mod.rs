@@ -12,7 +12,7 @@ mod queue;
 mod reaper;
 
 pub use claims::{MAX_BATCH, MAX_REDIRECTS};
-pub use fenced::Finish;
+pub use fenced::{Ending, Finish};
 pub use queue::{Backlog, Delivery, entry_ms};
 
 /// The identity every fenced write carries.

@@ -31,6 +31,9 @@ pub struct NewTask<'a> {
     /// Durable steps recorded before the task existed (step name, result JSON): those an
     /// inline call's earlier round recorded before it parked for input.
     pub steps: &'a [(String, String)],
+    /// Whether related task ids were kept beside the task ([`Store::put_related`](crate::store::Store::put_related)) before
+    /// this create: the claim reads them only then.
+    pub related: bool,
     /// The tool's saved state to start from (what [`Store::tool_state`](crate::store::Store::tool_state) read from an earlier
     /// run that parked): an inline call resumed by an MRTR retry.
     pub tool_state: Option<&'a str>,

@@ -39,13 +39,23 @@ for i = 10, #ARGV, 2 do
 end
 local function read(id)
   return rcall('HMGET', prefix .. id, 'status', 'holder', 'tool', 'args', 'tp', 'cancel', 'caps', 'tenant', 'entry',
-    'fence', 'tstate', 'capx', 'queued', 'principal')
+    'fence', 'tstate', 'capx', 'queued', 'principal', 'x')
+end
+-- What a claim reads beside the record, only where there can be something: the record's `x`
+-- (create_task) says what its create kept. Before a first run (token 0) answers and steps can
+-- only be the create's; a later run reads them always. A record without `x` reads everything.
+local EMPTY = {}
+local function beside(f, record, key, bit, first_only)
+  local x = tonumber(f[15] or '')
+  if x and (first_only == false or f[10] == '0') and math.floor(x / bit) % 2 == 0 then return EMPTY end
+  return rcall(key == ARGV[9] and 'GET' or 'HGETALL', record .. key)
 end
 local function granted(entry, id, f, fence)
   local record = prefix .. id
+  local related = beside(f, record, ARGV[9], 4, false)
   return {REPLY.OK, fence, f[3], from_aside(f[4], record .. ARGV[7]), f[5] or '', f[6] and 1 or 0,
-    rcall('HGETALL', record .. ARGV[5]), f[7] or '{}', f[11] or '', f[12] or '0', rcall('HGETALL', record .. ARGV[6]),
-    f[13] or '', f[8] or '', f[14] or '', rcall('GET', record .. ARGV[9]) or '', entry, id}
+    beside(f, record, ARGV[5], 1, true), f[7] or '{}', f[11] or '', f[12] or '0', beside(f, record, ARGV[6], 2, true),
+    f[13] or '', f[8] or '', f[14] or '', related ~= EMPTY and related or '', entry, id}
 end
 local out = {REPLY.OK}
 local done = rcall('GET', receipt)
@@ -66,12 +76,13 @@ end
 local k = #entries
 if k == 0 then return out end
 -- Only an entry still pending takes a task: one acked already (taken over and claimed by
--- another worker, say) was spent by that claim.
-local live, pending = {}, 0
-for i = 1, k do
-  live[i] = rcall('XACK', stream, group, entries[i]) == 1
-  if live[i] then pending = pending + 1 end
-end
+-- another worker, say) was spent by that claim. All are acked in one call, which says how
+-- many were pending, not which: when some were not, at most that many tasks are taken from
+-- the front, and an entry that would claim its own task directly (below) is taken as pending,
+-- since one more task claimed than entries spent never leaves a task without a wake-up.
+local pending = rcall('XACK', stream, group, unpack(entries))
+local live = {}
+for i = 1, k do live[i] = pending > 0 end
 -- (ZRANGE 0 -1 would read the whole set.)
 local front = pending > 0 and rcall('ZRANGE', ready, 0, pending - 1, 'WITHSCORES') or {}
 local at_front = {}
@@ -88,7 +99,7 @@ for i = 1, k do
   if live[i] and not direct[i] then wanted = wanted + 1 end
 end
 local taken = {}
-for j = 1, math.min(wanted, #front / 2) do taken[j] = front[2 * j - 1] end
+for j = 1, math.min(wanted, pending, #front / 2) do taken[j] = front[2 * j - 1] end
 if #taken > 0 then rcall('ZREM', ready, unpack(taken)) end
 local now = now_ms()
 local lease_until = now + lease_ms

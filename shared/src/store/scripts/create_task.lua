@@ -27,10 +27,11 @@
 -- ARGV[18] the tenant's weight (its share of the pool when several tenants have tasks queued)
 -- ARGV[19] the record's `obx` for a tenant with events on ('' = none): "<owner digest>
 --   <retention ms> <cap>" (prelude: outbox_of); KEYS[11] is then that owner's outbox
--- ARGV[20] n, the number of durable steps recorded before the task existed: an inline call's
+-- ARGV[20] '1' when related task ids were kept beside the task (its `rel` key) before this create
+-- ARGV[21] n, the number of durable steps recorded before the task existed: an inline call's
 --   earlier round recorded them and parked for input; the retry's run replays them
--- ARGV[21..20+2n] step name, result JSON pairs
--- ARGV[21+2n..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
+-- ARGV[22..21+2n] step name, result JSON pairs
+-- ARGV[22+2n..] key, answer JSON pairs recorded before the task existed (MRTR rounds)
 -- Returns {1, createdAtMs} a new task | {2, createdAtMs, '1' if it has ended else '0'} the task
 --         this owner made with this id before (a replay: nothing changed, nothing published)
 --       | {-6} the id exists for another owner or tool
@@ -76,11 +77,17 @@ optional('obx', ARGV[19])
 -- (absent: 0, and HINCRBY starts from nothing) and `counted` (absent: not counted).
 if ARGV[12] == '1' then optional('counted', '1') end
 if ARGV[14] == '1' then optional('capx', '1') end
+-- `x`: what a first claim must read beside the record (1 answers, 2 steps, 4 related ids), so
+-- that it reads nothing for the usual task that has none. Written always: a record without it
+-- (made before it existed) has every read done.
+local answered = #ARGV >= 22 + 2 * tonumber(ARGV[21])
+fields[#fields + 1] = 'x'
+fields[#fields + 1] = (answered and 1 or 0) + (ARGV[21] ~= '0' and 2 or 0) + (ARGV[20] == '1' and 4 or 0)
 rcall('HSET', record, unpack(fields))
 rcall('PEXPIREAT', record, now + tonumber(ARGV[6]))
-local carried = 21 + 2 * tonumber(ARGV[20])
-if carried > 21 then
-  for i = 21, carried - 1, 2 do rcall('HSET', KEYS[10], ARGV[i], ARGV[i + 1]) end
+local carried = 22 + 2 * tonumber(ARGV[21])
+if carried > 22 then
+  for i = 22, carried - 1, 2 do rcall('HSET', KEYS[10], ARGV[i], ARGV[i + 1]) end
   rcall('PEXPIREAT', KEYS[10], now + tonumber(ARGV[6]))
 end
 if #ARGV >= carried then

@@ -65,6 +65,7 @@ pub(in crate::store) fn invocation(keys: Keys<'_>, args: Args<'_>) -> redis::Scr
         .arg(task.fingerprint.unwrap_or(""))
         .arg(task.weight)
         .arg(args.outbox)
+        .arg(if task.related { "1" } else { "0" })
         .arg(task.steps.len())
         .arg(task.steps)
         .arg(task.answers);

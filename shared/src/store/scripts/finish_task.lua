@@ -15,31 +15,7 @@
 -- recognised: the same worker and token on a record already ended with this status answers
 -- {1, version, tenant, -1} again (the run's `claimed` went with the first), and the store does its
 -- follow-up (freeing the active-task slot) instead of reporting a lost lease.
--- Publishes "<id> <version> <status>".
-local rcall = redis.call
-local record, leases, inputs = KEYS[1], KEYS[2], KEYS[3]
-local f = rcall('HMGET', record, 'status', 'holder', 'fence', 'ver', 'finisher', 'held', 'created', 'ttl', 'tenant',
-  'counted', 'claimed', 'obx')
-local slot = f[10] and f[9] or ''
-if f[1] == ARGV[4] and f[5] == ARGV[2] and f[3] == ARGV[3] then return {REPLY.OK, tonumber(f[4]), slot, -1} end
-if (f[1] ~= 'working' and not (f[1] == 'input_required' and f[6])) or f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then
-  return {REPLY.LEASE_LOST}
-end
-local box = outbox_of(f[12])
-local wrong_outbox = other_outbox(KEYS[6], box)
-if wrong_outbox then return wrong_outbox end
-local now = now_ms()
--- What only a queued or running task needs goes with its end (a smaller record for its TTL).
-rcall('HDEL', record, 'holder', 'lease', 'held', 'entry', 'queued', 'claimed')
-rcall('HSET', record, 'finisher', ARGV[2])
-rcall('ZREM', leases, ARGV[1])
-rcall('DEL', inputs)
-rcall('HSET', record, 'status', ARGV[4], 'updated', now)
-if ARGV[5] ~= '' then
-  rcall('HSET', record, ARGV[5], aside(KEYS[5], ARGV[6], tonumber(f[7]) + tonumber(f[8])))
-end
-if ARGV[7] ~= '' then rcall('HSET', record, 'msg', ARGV[7]) end
-local ver = rcall('HINCRBY', record, 'ver', 1)
-timeline(KEYS[4], now, {ev = 'finished', to = ARGV[4], fence = tonumber(ARGV[3]), holder = ARGV[2]})
-announce(ARGV[8], KEYS[6], box, ARGV[1], ver, ARGV[4], now, true)
-return {REPLY.OK, ver, slot, since(f[11], now)}
+-- Publishes "<id> <version> <status>". The work is the prelude's finish_one, which finish_batch
+-- runs for many tasks at once.
+return finish_one({record = KEYS[1], leases = KEYS[2], inputs = KEYS[3], timeline = KEYS[4], outcome = KEYS[5],
+  outbox = KEYS[6]}, ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])

@@ -164,3 +164,50 @@ local function drop_spent_tags(ready, fair, floor, tenants)
   -- In slices: one call's arguments are bounded by Lua's stack.
   for i = 1, #gone, 1000 do redis.call('HDEL', fair, unpack(gone, i, math.min(i + 999, #gone))) end
 end
+-- finish_one: the lease holder writes a task's outcome (finish_task, and finish_batch for many
+-- tasks at once; finish_task's header says what it writes and answers). `k` holds the task's
+-- keys: record, leases, inputs, timeline, outcome, and either `outbox` (a declared key,
+-- checked against the record's: other_outbox) or `outbox_prefix` (the shard's outbox key
+-- before the owner, for a caller handing task ids rather than keys: the record's owner
+-- completes it, in the shard's hash tag). `now`: Redis's clock, read once for a batch (nil:
+-- read here).
+local function finish_one(k, id, worker, fence, status, field, payload, message, events, now)
+  local record = k.record
+  local f = redis.call('HMGET', record, 'status', 'holder', 'fence', 'ver', 'finisher', 'held', 'created', 'ttl',
+    'tenant', 'counted', 'claimed', 'obx', 'parked')
+  local slot = f[10] and f[9] or ''
+  if f[1] == status and f[5] == worker and f[3] == fence then return {REPLY.OK, tonumber(f[4]), slot, -1} end
+  if (f[1] ~= 'working' and not (f[1] == 'input_required' and f[6])) or f[2] ~= worker or f[3] ~= fence then
+    return {REPLY.LEASE_LOST}
+  end
+  local box = outbox_of(f[12])
+  local outbox = k.outbox
+  if outbox then
+    local wrong_outbox = other_outbox(outbox, box)
+    if wrong_outbox then return wrong_outbox end
+  elseif box then
+    outbox = k.outbox_prefix .. box.owner
+  end
+  now = now or now_ms()
+  -- What only a queued or running task needs goes with its end (a smaller record for its TTL).
+  redis.call('HDEL', record, 'holder', 'lease', 'held', 'entry', 'queued', 'claimed', 'x')
+  redis.call('ZREM', k.leases, id)
+  -- Only a run that asked for input (`parked`, never removed) can have left open questions.
+  if f[13] then redis.call('DEL', k.inputs) end
+  -- One HSET for every field the end writes, the version included (read above, in this same
+  -- script, so nothing can move it between): each command inside a script costs Redis a call.
+  local ver = tonumber(f[4] or '0') + 1
+  local fields = {'finisher', worker, 'status', status, 'updated', now, 'ver', ver}
+  if field ~= '' then
+    fields[#fields + 1] = field
+    fields[#fields + 1] = aside(k.outcome, payload, tonumber(f[7]) + tonumber(f[8]))
+  end
+  if message ~= '' then
+    fields[#fields + 1] = 'msg'
+    fields[#fields + 1] = message
+  end
+  redis.call('HSET', record, unpack(fields))
+  timeline(k.timeline, now, {ev = 'finished', to = status, fence = tonumber(fence), holder = worker})
+  announce(events, outbox, box, id, ver, status, now, true)
+  return {REPLY.OK, ver, slot, since(f[11], now)}
+end
