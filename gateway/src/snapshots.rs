@@ -44,6 +44,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use bytes::Bytes;
 use lru::LruCache;
 use taskgate_shared::task::{Owner, Snapshot};
 use tokio::sync::{Notify, watch};
@@ -67,13 +68,14 @@ struct Entry {
     version: u64,
     expires_at_ms: i64,
     poll_interval_ms: u64,
-    body: Box<[u8]>,
+    /// Shared with the replies that serve it: a hit copies nothing before the reply is framed.
+    body: Bytes,
     weight: usize,
 }
 
 /// What a hit serves.
 pub(crate) struct Hit {
-    pub(crate) body: Vec<u8>,
+    pub(crate) body: Bytes,
     pub(crate) poll_interval_ms: u64,
 }
 
@@ -170,7 +172,7 @@ impl SnapshotCache {
         if entry.owner != *owner || entry.expires_at_ms <= now_ms {
             return None;
         }
-        let body = if take { entry.body.to_vec() } else { Vec::new() };
+        let body = if take { entry.body.clone() } else { Bytes::new() };
         Some((entry.version, Hit { body, poll_interval_ms: entry.poll_interval_ms }))
     }
 
@@ -225,7 +227,8 @@ impl SnapshotCache {
                 .saturating_add(i64::try_from(snapshot.ttl_ms).unwrap_or(i64::MAX))
                 .saturating_sub(EXPIRY_MARGIN_MS),
             poll_interval_ms: snapshot.poll_interval_ms,
-            body: body.into(),
+            // A copy of its own, sized to the reply: the weight is what it holds.
+            body: Bytes::copy_from_slice(body),
             weight,
         };
         if let Some(old) = inner.entries.put(ticket.task.clone(), entry) {
@@ -386,7 +389,7 @@ mod tests {
     }
 
     /// What a get started now is answered, its beacon heard back first.
-    async fn get(cache: &SnapshotCache, task: &str, who: &str) -> Option<Vec<u8>> {
+    async fn get(cache: &SnapshotCache, task: &str, who: &str) -> Option<Bytes> {
         let started = Instant::now();
         cache.beacon_heard(&cache.now_ns().to_string());
         cache.get(task, &owner(who), started).await.map(|hit| hit.body)

@@ -34,7 +34,7 @@ use taskgate_shared::task::TaskId;
 use taskgate_shared::telemetry::trace;
 
 pub(crate) use create::{Durability, TaskShape, abandon_task, write_task};
-pub(crate) use reply::{Notice, NoticeParams, Reply, Stream, StreamItem};
+pub(crate) use reply::{Encoded, Notice, NoticeParams, Reply, Stream, StreamItem};
 
 use crate::auth::Principal;
 use crate::error::GatewayError;

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::stream::BoxStream;
 use serde_json::Value;
 
@@ -11,13 +12,32 @@ use crate::error::GatewayError;
 pub(crate) enum Reply {
     /// The JSON-RPC `result` of the request, sent as one JSON body.
     Result(Value),
-    /// The same, already encoded as JSON (a method that writes its result straight into bytes).
-    Encoded(Vec<u8>),
+    /// The same, already encoded as JSON.
+    Encoded(Encoded),
     /// Notifications, then the response, sent as a request-scoped SSE stream, with keep-alive
     /// comments while it is quiet.
     Stream(Stream),
     /// A notification: accepted, nothing to say.
     Accepted,
+}
+
+/// A `result` already encoded as JSON: written for this request (a method that writes its
+/// result straight into bytes), or kept and shared (a snapshot-cache hit: not copied before the
+/// edge frames it).
+pub(crate) enum Encoded {
+    Written(Vec<u8>),
+    Kept(Bytes),
+}
+
+impl std::ops::Deref for Encoded {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Self::Written(bytes) => bytes,
+            Self::Kept(bytes) => bytes,
+        }
+    }
 }
 
 /// The items of an SSE reply. The edge (`http/edge.rs`) writes each as a JSON-RPC message.

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use clap::Parser;
@@ -18,6 +19,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use redis::AsyncCommands;
+use redis::AsyncConnectionConfig;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -39,6 +41,11 @@ struct Args {
     /// One `HGETALL` per request (else the hash read at start is served).
     #[arg(long)]
     per_request: bool,
+    /// Connection and response timeout of the Redis connection. The gateway's default (2 s),
+    /// not the client library's (1 s to connect, 500 ms per reply), which a probe slowed down
+    /// by valgrind overruns: its replies then become 503s.
+    #[arg(long, default_value_t = 2000)]
+    redis_timeout_ms: u64,
 }
 
 /// The fields of a JSON-RPC request the probe looks at; the rest is parsed and skipped.
@@ -110,7 +117,9 @@ fn status(code: StatusCode) -> Response<Full<Bytes>> {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let client = redis::Client::open(args.redis_url.as_str())?;
-    let mut redis = client.get_multiplexed_async_connection().await?;
+    let timeout = Some(Duration::from_millis(args.redis_timeout_ms));
+    let config = AsyncConnectionConfig::new().set_connection_timeout(timeout).set_response_timeout(timeout);
+    let mut redis = client.get_multiplexed_async_connection_with_config(&config).await?;
     let cached: BTreeMap<String, String> = redis.hgetall(&args.key).await?;
     anyhow::ensure!(!cached.is_empty(), "no hash at {}", args.key);
     let probe = Arc::new(Probe { redis, key: args.key, per_request: args.per_request, cached });

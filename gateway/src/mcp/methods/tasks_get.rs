@@ -24,7 +24,7 @@ use crate::config::PollLimit;
 use crate::error::GatewayError;
 use crate::events::{Wake, Watch};
 use crate::limits;
-use crate::mcp::{Call, task_id, task_not_found};
+use crate::mcp::{Call, Encoded, task_id, task_not_found};
 use crate::metrics::METRICS;
 use crate::snapshots::Hit;
 
@@ -33,7 +33,7 @@ use crate::snapshots::Hit;
 const MAX_HOLDS: usize = 3;
 
 /// The GetTaskResult, encoded: written straight from the snapshot, its stored result spliced in.
-pub(crate) async fn run(call: &Call<'_>) -> Result<Vec<u8>, GatewayError> {
+pub(crate) async fn run(call: &Call<'_>) -> Result<Encoded, GatewayError> {
     // Writes acknowledged before this moment are seen by the answer, cached or not.
     let started = tokio::time::Instant::now();
     let id = task_id(call.params);
@@ -62,13 +62,13 @@ pub(crate) async fn run(call: &Call<'_>) -> Result<Vec<u8>, GatewayError> {
 
 /// An encoded answer, and the interval the poll pacer remembers it with.
 struct Answer {
-    body: Vec<u8>,
+    body: Encoded,
     poll_interval_ms: u64,
 }
 
 impl From<Hit> for Answer {
     fn from(hit: Hit) -> Self {
-        Self { body: hit.body, poll_interval_ms: hit.poll_interval_ms }
+        Self { body: Encoded::Kept(hit.body), poll_interval_ms: hit.poll_interval_ms }
     }
 }
 
@@ -89,7 +89,7 @@ fn answer(call: &Call<'_>, ticket: Option<crate::snapshots::Ticket<'_>>, snapsho
     if let Some(ticket) = ticket {
         call.state.snapshots.keep(ticket, snapshot, &body);
     }
-    Answer { body, poll_interval_ms: snapshot.poll_interval_ms }
+    Answer { body: Encoded::Written(body), poll_interval_ms: snapshot.poll_interval_ms }
 }
 
 /// The poll-rate-checked read, admitted against the tenant's request rate alongside. With
