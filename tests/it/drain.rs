@@ -104,7 +104,16 @@ const MOST_CALLS_AT_256: f64 = 12.0;
 async fn calls_per_task_do_not_grow_with_concurrency() {
     let mut stack = Stack::builder()
         .workers(0)
-        .gateway_args(&["--queue-shards", "1", "--tenant-rps", "0", "--tenant-create-rps", "0", "--tenant-max-active-tasks", "0"])
+        .gateway_args(&[
+            "--queue-shards",
+            "1",
+            "--tenant-rps",
+            "0",
+            "--tenant-create-rps",
+            "0",
+            "--tenant-max-active-tasks",
+            "0",
+        ])
         .spawn()
         .await;
     // A worker lists the tool once and goes: the backlogs are created while none runs.
