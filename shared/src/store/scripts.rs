@@ -235,27 +235,46 @@ mod tests {
         assert_eq!(rust, table, "the modules against the scripts! table");
     }
 
-    /// Each script is sent with the prelude's functions it calls (the body's `name(`, comment
-    /// lines aside), after them its own text; and without the functions nothing in it calls.
+    /// Each script is sent with the prelude's functions and values it uses (a `name(` call or
+    /// a `NAME` read, comment lines aside), whether its own text uses them or a prelude function
+    /// sent with it does, after them its own text; and without the functions nothing in it calls.
     #[test]
     fn every_script_is_sent_with_the_prelude_functions_it_calls() {
         let prelude = include_str!("scripts/prelude.lua");
         let functions: Vec<&str> =
             prelude.lines().filter_map(|line| line.strip_prefix("local function ")?.split('(').next()).collect();
         assert!(functions.len() > 10, "the prelude's functions: {functions:?}");
+        let values: Vec<&str> = prelude
+            .lines()
+            .filter_map(|line| line.strip_prefix("local ")?.split_once(" =").map(|(name, _)| name.trim()))
+            .filter(|name| !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_'))
+            .collect();
+        assert!(values.contains(&"REPLY"), "the prelude's values: {values:?}");
+        let uses = |line: &str, word: &str, then: &str| {
+            line.match_indices(word).any(|(at, _)| {
+                !line[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '.')
+                    && line[at + word.len()..].starts_with(then)
+            })
+        };
         for file in super::all() {
             let name = file.label.trim_start_matches("script:");
             let sent = std::fs::read_to_string(format!("{}/scripts/{name}.lua", env!("OUT_DIR"))).expect("sent text");
             assert!(sent.ends_with(file.source), "{name}: its own text last");
-            let body: Vec<&str> = file.source.lines().filter(|line| !line.trim_start().starts_with("--")).collect();
+            let code: Vec<&str> = sent.lines().filter(|line| !line.trim_start().starts_with("--")).collect();
             for function in &functions {
-                let call = format!("{function}(");
-                let calls = |line: &&str| {
-                    line.match_indices(&call)
-                        .any(|(at, _)| !line[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_'))
-                };
-                if body.iter().any(calls) {
+                if code.iter().any(|line| uses(line, function, "(")) {
                     assert!(sent.contains(&format!("local function {function}(")), "{name} calls {function}");
+                }
+            }
+            for value in &values {
+                let read = |line: &&str| {
+                    !line.trim_start().starts_with(&format!("local {value} ="))
+                        && [" ", ")", ",", ".", "[", "]", "}", ""].iter().any(|then| {
+                            if then.is_empty() { line.trim_end().ends_with(value) } else { uses(line, value, then) }
+                        })
+                };
+                if code.iter().any(read) {
+                    assert!(sent.contains(&format!("local {value} =")), "{name} reads {value}");
                 }
             }
         }

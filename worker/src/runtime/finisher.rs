@@ -14,6 +14,12 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 /// The most ends of one shard one script call writes.
 const MOST: usize = 256;
 
+/// The most payload bytes one script call carries (an end larger than this goes alone): Redis
+/// runs a script to its end before any other client's command, and a call that outlives the
+/// worker's Redis timeout is sent again end by end, so a batch of large results would hold up
+/// every client and then travel twice.
+const MOST_BYTES: usize = 1 << 20;
+
 /// How many batch calls may be under way at once; the ends that arrive meanwhile gather for
 /// the next.
 const IN_FLIGHT: usize = 2;
@@ -51,14 +57,7 @@ async fn run(store: Store, worker: Arc<str>, mut requests: mpsc::UnboundedReceiv
         while let Ok(next) = requests.try_recv() {
             gathered.push(next);
         }
-        let mut by_shard: Vec<Vec<Request>> = Vec::new();
-        for request in gathered {
-            let shard = request.0.task_id.shard();
-            match by_shard.iter_mut().find(|b| b.len() < MOST && b[0].0.task_id.shard() == shard) {
-                Some(batch) => batch.push(request),
-                None => by_shard.push(vec![request]),
-            }
-        }
+        let by_shard = batches(gathered, |r| (r.0.task_id.shard(), r.0.bytes()));
         let (store, worker) = (store.clone(), worker.clone());
         tokio::spawn(async move {
             let sends = by_shard.into_iter().map(|batch| send(&store, &worker, batch));
@@ -66,6 +65,24 @@ async fn run(store: Store, worker: Arc<str>, mut requests: mpsc::UnboundedReceiv
             drop(permit);
         });
     }
+}
+
+/// Ends in batches of one shard each, in arrival order, each within [`MOST`] ends and
+/// [`MOST_BYTES`] of payload (an end larger than that alone). `key` gives an end's shard and
+/// bytes.
+fn batches<T>(ends: Vec<T>, key: impl Fn(&T) -> (u8, usize)) -> Vec<Vec<T>> {
+    let mut out: Vec<(Vec<T>, u8, usize)> = Vec::new();
+    for end in ends {
+        let (shard, bytes) = key(&end);
+        match out.iter_mut().find(|(batch, s, held)| *s == shard && batch.len() < MOST && *held + bytes <= MOST_BYTES) {
+            Some((batch, _, held)) => {
+                batch.push(end);
+                *held += bytes;
+            }
+            None => out.push((vec![end], shard, bytes)),
+        }
+    }
+    out.into_iter().map(|(batch, _, _)| batch).collect()
 }
 
 async fn send(store: &Store, worker: &str, batch: Vec<Request>) {
@@ -82,5 +99,24 @@ async fn send(store: &Store, worker: &str, batch: Vec<Request>) {
                 let _ = answer.send(None);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_keep_to_one_shard_and_bound_their_ends_and_bytes() {
+        // (id, shard, bytes)
+        let ends = vec![(0, 1, 10), (1, 2, 10), (2, 1, MOST_BYTES), (3, 1, 10), (4, 2, 10)];
+        let grouped: Vec<Vec<i32>> =
+            batches(ends, |e| (e.1, e.2)).into_iter().map(|b| b.iter().map(|e| e.0).collect()).collect();
+        // The large end does not fit beside the first; it goes alone, and the ends after it join
+        // the first batch of their shard that has room.
+        assert_eq!(grouped, vec![vec![0, 3], vec![1, 4], vec![2]]);
+        let many: Vec<(usize, u8, usize)> = (0..MOST + 1).map(|i| (i, 7, 1)).collect();
+        let sizes: Vec<usize> = batches(many, |e| (e.1, e.2)).iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![MOST, 1]);
     }
 }

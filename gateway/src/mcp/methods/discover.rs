@@ -1,5 +1,5 @@
 //! `server/discover`: versions, capabilities and cache hints. Identity goes in `_meta`, not in a
-//! top-level `serverInfo` (removed from SEP-2575 by PR #3002).
+//! top-level `serverInfo` (the revision's discovery result has none).
 
 use std::time::Duration;
 

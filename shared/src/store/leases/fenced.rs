@@ -54,6 +54,11 @@ pub struct Ending {
 }
 
 impl Ending {
+    /// The bytes of its payload and message: what it adds to a batch's script call.
+    pub fn bytes(&self) -> usize {
+        self.payload.len() + self.message.len()
+    }
+
     pub fn new(task_id: &TaskId, fence: u64, outcome: &Finish<'_>) -> Self {
         let (status, field, payload, message) = outcome.parts();
         Self {

@@ -39,7 +39,7 @@ local wrong_outbox = other_outbox(KEYS[5], box)
 if wrong_outbox then return wrong_outbox end
 rcall('DEL', inputs)
 if f[6] then
-  rcall('HDEL', record, 'holder', 'lease', 'held', 'entry', 'queued', 'claimed')
+  rcall('HDEL', record, 'holder', 'lease', 'held', 'entry', 'queued', 'claimed', 'x')
   rcall('ZREM', KEYS[3], ARGV[1])
   if f[4] then rcall('PUBLISH', ARGV[6] .. f[4], ARGV[1]) end
 end

@@ -2,10 +2,10 @@
 -- one per delivered wake-up entry, in fair order, in one run (docs/design.md, "Fair dispatch").
 -- The claimer does not name a candidate: the script takes the front itself, so no claim is sent
 -- again because another took the front first, and claims of one shard never race for a task.
--- Each entry takes at most one task (the k entries still pending take the k lowest tags, fewer
--- when fewer are queued; an entry acked already takes none), so the stream still holds at
--- least one entry per queued task: no task is ever left queued without a wake-up. Every entry
--- handed in is acked and deleted.
+-- At most as many tasks are taken as entries were still pending (one XACK for all of them says
+-- how many, not which; fewer when fewer are queued), so the stream still holds at least one
+-- entry per queued task: no task is ever left queued without a wake-up. Every entry handed in
+-- is acked and deleted.
 -- The record decides (invariant 1): only a `working` task with no holder is claimed; one that
 -- is not (cancelled while queued) still leaves the ready set, for nothing, its entry spent.
 -- An entry whose own task is `working`, unheld and not in the ready set was written before fair

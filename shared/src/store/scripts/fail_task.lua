@@ -22,7 +22,7 @@ local now = now_ms()
 rcall('DEL', KEYS[2])
 rcall('ZREM', KEYS[3], ARGV[1])
 -- What only a queued or running task needs goes with its end (a smaller record for its TTL).
-rcall('HDEL', record, 'holder', 'lease', 'held', 'entry', 'queued', 'claimed')
+rcall('HDEL', record, 'holder', 'lease', 'held', 'entry', 'queued', 'claimed', 'x')
 rcall('HSET', record, 'status', 'failed', 'error', ARGV[2], 'msg', ARGV[3], 'updated', now)
 local ver = rcall('HINCRBY', record, 'ver', 1)
 timeline(KEYS[4], now, {ev = 'failed by an operator', to = 'failed', holder = f[2] or nil, by = ARGV[6], why = ARGV[7]})

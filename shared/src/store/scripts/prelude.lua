@@ -41,7 +41,8 @@ local function outbox_of(obx)
   return {owner = owner, retention = tonumber(retention), cap = tonumber(cap)}
 end
 -- other_outbox: a script is handed its outbox as a declared key (invariant 2: no script builds
--- a key); a caller that does not know the owner (the reaper) declares the shard's placeholder.
+-- a key, but for the batch scripts, which derive it in the shard's slot); a caller that does
+-- not know the owner (the reaper) declares the shard's placeholder.
 -- When the record's outbox is not the declared key the script writes nothing and names the
 -- owner, and the caller sends it again with that key. Returns nil when they agree (or there is
 -- no outbox). Call it before the first write.

@@ -105,7 +105,11 @@ mod tests {
     fn both_reads_name_the_fields_a_snapshot_decodes() {
         for script in [include_str!("read_task.lua"), include_str!("poll_task.lua")] {
             assert_eq!(script_fields(script), SNAPSHOT_FIELDS);
+            // The scripts put a set-aside outcome back by position (`f[9], f[10]`, Lua counts
+            // from 1).
+            assert!(script.contains("f[9], f[10] = from_aside(f[9]"), "the outcome's positions moved");
         }
+        assert_eq!((SNAPSHOT_FIELDS[8], SNAPSHOT_FIELDS[9]), ("result", "error"));
     }
 
     #[test]
