@@ -2,11 +2,16 @@
 //! derives the tasks' keys in the queue's slot): the entries of one read take the front of the
 //! fair ready set, one task each; a task cancelled while queued leaves the ready set for
 //! nothing; an entry written before fair dispatch claims its own task; a batch re-sent after a
-//! lost reply answers what its first run took, and takes nothing more.
+//! lost reply answers what its first run took, and takes nothing more. And the batch finish
+//! that ends such claims: each end fenced on its own in one call.
 
 use std::time::Duration;
 
-use taskgate_shared::store::{Claim, DEFAULT_POOL, Delivery, NewTask, Store, WORKER_GROUP};
+use std::collections::HashMap;
+
+use taskgate_shared::store::{
+    Claim, DEFAULT_POOL, Delivery, Ending, Finish, NewTask, OutboxLimits, Store, WORKER_GROUP,
+};
 use taskgate_shared::task::{Owner, TaskId};
 use taskgate_tests::Topology;
 
@@ -14,6 +19,7 @@ taskgate_tests::on_topologies!(
     [standalone: Standalone, cluster: Cluster]
     a_batch_takes_the_front_one_task_per_entry_and_replays_its_claims,
     a_cancelled_task_leaves_the_ready_set_and_an_old_entry_claims_its_own_task,
+    a_finish_batch_fences_each_end_on_its_own,
 );
 
 const SHARD: u8 = 5;
@@ -21,9 +27,14 @@ const LEASE: Duration = Duration::from_secs(30);
 
 /// Creates a queued task of `tenant` on [`SHARD`].
 async fn queue(store: &Store, tenant: &str) -> TaskId {
+    queue_with(store, tenant, None).await
+}
+
+/// Creates a queued task of `tenant` on [`SHARD`], with an outbox when `events` is given.
+async fn queue_with(store: &Store, tenant: &str, events: Option<OutboxLimits>) -> TaskId {
     let id = TaskId::derived(256, SHARD.into(), rand::random());
     let owner = Owner { tenant: tenant.into(), principal: "p".into() };
-    store.create_task(NewTask { ..taskgate_tests::sleep_task(&id, &owner) }).await.expect("created");
+    store.create_task(NewTask { events, ..taskgate_tests::sleep_task(&id, &owner) }).await.expect("created");
     id
 }
 
@@ -118,4 +129,122 @@ async fn a_cancelled_task_leaves_the_ready_set_and_an_old_entry_claims_its_own_t
     assert_eq!(taken, expected, "the cancelled task is not claimed; the old one is, by its own entry");
     assert_eq!(count(&store, "ZCARD", &queue_keys.ready).await, 0, "the cancelled task left the ready set");
     assert_eq!(count(&store, "XLEN", &queue_keys.stream).await, 0);
+}
+
+/// A task's record, every field.
+async fn record(store: &Store, id: &TaskId) -> HashMap<String, String> {
+    redis::cmd("HGETALL").arg(&store.keys().task(id).record).query_async(&mut store.conn()).await.unwrap()
+}
+
+async fn in_lease_index(store: &Store, id: &TaskId) -> bool {
+    let leases = store.keys().shard(SHARD).leases;
+    let score: Option<f64> =
+        redis::cmd("ZSCORE").arg(&leases).arg(id.as_str()).query_async(&mut store.conn()).await.unwrap();
+    score.is_some()
+}
+
+/// One finish batch of seven ends on one shard, each fenced on its own: a valid end; an end
+/// of a task another worker holds (its fencing token, the wrong holder); an end under a wrong
+/// token; an end written already, sent again the same (answered written, nothing rewritten)
+/// and with another outcome (refused); a result too long for the record (set aside in `:out`);
+/// the end of a task with an outbox (its entry appended). The refused ends leave their records
+/// and leases as they were; the others are written.
+async fn a_finish_batch_fences_each_end_on_its_own(topology: Topology) {
+    let stack = topology.builder().workers(0).gateways(0).spawn().await;
+    let store = stack.store();
+    // Held by another worker: queued and claimed alone, first.
+    let other = queue(&store, "a").await;
+    let theirs = store.claim_batch(&deliveries(&store, "w-2").await, DEFAULT_POOL, "w-2", LEASE).await.unwrap();
+    assert_eq!(ids(&theirs).iter().map(|(id, _)| id.clone()).collect::<Vec<_>>(), vec![other.clone()]);
+    let their_fence = theirs[0].fence;
+    let limits = OutboxLimits { retention_ms: 3_600_000, cap: 10_000 };
+    let valid = queue(&store, "a").await;
+    let long = queue(&store, "a").await;
+    let replayed = queue(&store, "a").await;
+    let wrong = queue(&store, "a").await;
+    let announced = queue_with(&store, "a", Some(limits)).await;
+    let claims = store.claim_batch(&deliveries(&store, "w-1").await, DEFAULT_POOL, "w-1", LEASE).await.unwrap();
+    let fences: HashMap<TaskId, u64> = ids(&claims).into_iter().collect();
+    assert_eq!(fences.len(), 5, "w-1 holds the other five: {fences:?}");
+
+    let short = r#"{"content":[],"isError":false}"#;
+    let long_result = format!(r#"{{"content":[{{"type":"text","text":"{}"}}],"isError":false}}"#, "x".repeat(100));
+    let completed = |result| Finish::Completed { result, message: None };
+    let end = |id: &TaskId, fence: u64, outcome: &Finish<'_>| Ending::new(id, fence, outcome);
+    let first = store.finish_batch("w-1", &[end(&replayed, fences[&replayed], &completed(short))]).await.unwrap();
+    assert_eq!(first, vec![true]);
+
+    let other_before = record(&store, &other).await;
+    let wrong_before = record(&store, &wrong).await;
+    let replayed_before = record(&store, &replayed).await;
+    let valid_before = record(&store, &valid).await;
+    let timeline_len = |id: &TaskId| {
+        let key = store.keys().task(id).timeline;
+        let mut conn = store.conn();
+        async move { redis::cmd("LLEN").arg(&key).query_async::<u64>(&mut conn).await.unwrap() }
+    };
+    let replayed_timeline = timeline_len(&replayed).await;
+    let obx = record(&store, &announced).await.remove("obx").expect("a task with events on has `obx`");
+    let outbox = store.keys().outbox(SHARD, obx.split(' ').next().unwrap());
+    let outbox_len = count(&store, "XLEN", &outbox).await;
+    assert!(outbox_len >= 1, "the create's entry");
+
+    let failed = Finish::Failed { error: r#"{"code":-32603,"message":"late"}"#, message: None };
+    let ends = [
+        end(&valid, fences[&valid], &completed(short)),
+        end(&other, their_fence, &completed(short)),
+        end(&long, fences[&long], &completed(&long_result)),
+        end(&replayed, fences[&replayed], &completed(short)),
+        end(&wrong, fences[&wrong] + 1, &completed(short)),
+        end(&replayed, fences[&replayed], &failed),
+        end(&announced, fences[&announced], &completed(short)),
+    ];
+    let answers = store.finish_batch("w-1", &ends).await.unwrap();
+    assert_eq!(answers, vec![true, false, true, true, false, false, true], "each end's answer, in order");
+
+    // Written: the terminal fields, one version on, the lease gone.
+    let valid_after = record(&store, &valid).await;
+    assert_eq!(valid_after["status"], "completed");
+    assert_eq!(valid_after["result"], short, "a short result stays in the record");
+    assert_eq!(valid_after["finisher"], "w-1");
+    assert!(!valid_after.contains_key("holder"), "{valid_after:?}");
+    let version = |r: &HashMap<String, String>| r.get("ver").map_or(0, |v| v.parse::<u64>().unwrap());
+    assert_eq!(version(&valid_after), version(&valid_before) + 1);
+    assert!(!in_lease_index(&store, &valid).await);
+    assert_eq!(count(&store, "EXISTS", &store.keys().task(&valid).outcome).await, 0);
+
+    // Refused: the records and their leases as they were.
+    assert_eq!(record(&store, &other).await, other_before, "another worker's task is untouched");
+    assert_eq!(record(&store, &wrong).await, wrong_before, "a wrong token writes nothing");
+    assert!(in_lease_index(&store, &other).await && in_lease_index(&store, &wrong).await);
+
+    // Sent again, the same or otherwise: the terminal record is not written again.
+    assert_eq!(record(&store, &replayed).await, replayed_before, "an ended task is not rewritten");
+    assert_eq!(replayed_before["status"], "completed");
+    assert_eq!(timeline_len(&replayed).await, replayed_timeline, "nor its timeline appended to");
+
+    // A long result is set aside, expiring with the record.
+    let long_after = record(&store, &long).await;
+    assert_eq!(long_after["status"], "completed");
+    assert_eq!(long_after["result"], "@aside", "a long result leaves the record");
+    let out = store.keys().task(&long).outcome;
+    let kept: String = redis::cmd("GET").arg(&out).query_async(&mut store.conn()).await.unwrap();
+    assert_eq!(kept, long_result);
+    let ttl: i64 = redis::cmd("PTTL").arg(&out).query_async(&mut store.conn()).await.unwrap();
+    assert!(ttl > 0, "the set-aside result expires with the record: {ttl}");
+
+    // A task with an outbox gets its end appended.
+    assert_eq!(record(&store, &announced).await["status"], "completed");
+    assert_eq!(count(&store, "XLEN", &outbox).await, outbox_len + 1, "one entry for the end");
+    let last: Vec<(String, Vec<String>)> = redis::cmd("XREVRANGE")
+        .arg(&outbox)
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(1)
+        .query_async(&mut store.conn())
+        .await
+        .unwrap();
+    let fields: HashMap<&str, &str> = last[0].1.chunks(2).map(|kv| (kv[0].as_str(), kv[1].as_str())).collect();
+    assert_eq!((fields["t"], fields["s"]), (announced.as_str(), "completed"), "{fields:?}");
 }
