@@ -325,8 +325,16 @@ async fn one_trace_from_the_request_to_the_worker() {
             .find(|(_, s)| s["name"] == "script:create_task")
             .expect("the Redis call has a span of its own");
         assert_eq!(script.1["parentSpanId"], request["spanId"]);
+        // The end is written in a batch with whatever other ends gathered (here none): the
+        // task's `task.finish` span, and under it the batch's script call.
+        let finish = spans
+            .iter()
+            .find(|(svc, s)| svc == "taskgate-worker" && s["name"] == "task.finish")
+            .expect("the task's end has a span in its trace");
         assert!(
-            spans.iter().any(|(svc, s)| svc == "taskgate-worker" && s["name"] == "script:finish_task"),
+            spans.iter().any(|(svc, s)| svc == "taskgate-worker"
+                && s["name"] == "script:finish_batch"
+                && s["parentSpanId"] == finish.1["spanId"]),
             "the worker's Redis calls join the trace"
         );
     }

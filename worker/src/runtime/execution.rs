@@ -212,7 +212,8 @@ async fn finish(
 ) -> Result<bool, taskgate_shared::store::StoreError> {
     // With the ends of the tasks finishing at the same time, in one script call.
     let ending = taskgate_shared::store::Ending::new(lease.task_id, lease.fence, &outcome);
-    if let Some(written) = shared.finisher.finish(ending).await {
+    let span = tracing::info_span!("task.finish");
+    if let Some(written) = shared.finisher.finish(ending).instrument(span).await {
         return Ok(written);
     }
     let store = &shared.store;

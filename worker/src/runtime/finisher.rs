@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use taskgate_shared::store::{Ending, Store};
 use tokio::sync::{Semaphore, mpsc, oneshot};
+use tracing::Instrument as _;
 
 /// The most ends of one shard one script call writes.
 const MOST: usize = 256;
@@ -24,7 +25,8 @@ const MOST_BYTES: usize = 1 << 20;
 /// the next.
 const IN_FLIGHT: usize = 2;
 
-type Request = (Ending, oneshot::Sender<Option<bool>>);
+/// An end, where its answer goes, and the span it was handed in under (its task's trace).
+type Request = (Ending, oneshot::Sender<Option<bool>>, tracing::Span);
 
 pub(crate) struct Finisher {
     requests: mpsc::UnboundedSender<Request>,
@@ -42,7 +44,7 @@ impl Finisher {
     /// lost (the write refused); `None` when the batch's outcome is unknown.
     pub(crate) async fn finish(&self, ending: Ending) -> Option<bool> {
         let (answer, answered) = oneshot::channel();
-        self.requests.send((ending, answer)).ok()?;
+        self.requests.send((ending, answer, tracing::Span::current())).ok()?;
         answered.await.ok().flatten()
     }
 }
@@ -86,8 +88,11 @@ fn batches<T>(ends: Vec<T>, key: impl Fn(&T) -> (u8, usize)) -> Vec<Vec<T>> {
 }
 
 async fn send(store: &Store, worker: &str, batch: Vec<Request>) {
-    let (endings, answers): (Vec<Ending>, Vec<_>) = batch.into_iter().unzip();
-    match store.finish_batch(worker, &endings).await {
+    // The call's span joins the trace of the batch's first task (a span has one parent; the
+    // others' traces show their own `task.finish` span, which waited for this call).
+    let parent = batch.first().map_or_else(tracing::Span::none, |request| request.2.clone());
+    let (endings, answers): (Vec<Ending>, Vec<_>) = batch.into_iter().map(|(end, answer, _)| (end, answer)).unzip();
+    match store.finish_batch(worker, &endings).instrument(parent).await {
         Ok(written) => {
             for (answer, written) in answers.into_iter().zip(written) {
                 let _ = answer.send(Some(written));
