@@ -74,25 +74,30 @@ pub(crate) async fn handle(
     }
     let id = message.id.as_ref().unwrap_or(&Value::Null);
     let call = Call { state, headers, principal, meta, params: &params, id };
+    // Every method but `tasks/get` runs boxed. The route boxes this future whole, moving it
+    // into place, and a future is as large as the largest state of any method it can run: a
+    // `tasks/get` paid for a copy of `tools/call`'s and the streams' state (kilobytes) on every
+    // request. Boxed, each costs one allocation the size of its own future, on paths that go
+    // to Redis anyway, and the hot path moves only what it uses.
     match method {
-        Method::Discover => Ok(Reply::Result(methods::discover::run(&call).await)),
-        Method::ToolsList => methods::tools_list::run(&call).await.map(Reply::Result),
-        Method::ToolsCall => methods::tools_call::run(&call).await,
         Method::TasksGet => methods::tasks_get::run(&call).await.map(Reply::Encoded),
-        Method::TasksUpdate => methods::tasks_update::run(&call).await.map(Reply::Result),
-        Method::TasksCancel => methods::tasks_cancel::run(&call).await.map(Reply::Result),
-        Method::SubscriptionsListen => methods::subscriptions_listen::run(&call).await.map(Reply::Stream),
-        Method::PromptsList => methods::prompts_list::run(&call).await.map(Reply::Result),
-        Method::PromptsGet => methods::prompts_get::run(&call).await,
-        Method::ResourcesList => methods::resources_list::resources(&call).await.map(Reply::Result),
-        Method::ResourcesTemplatesList => methods::resources_list::templates(&call).await.map(Reply::Result),
-        Method::ResourcesRead => methods::resources_read::run(&call).await,
-        Method::CompletionComplete => methods::completion_complete::run(&call).await,
-        Method::EventsSubscribe => methods::events_subscribe::run(&call).await.map(Reply::Result),
-        Method::EventsUnsubscribe => methods::events_unsubscribe::run(&call).await.map(Reply::Result),
+        Method::Discover => Ok(Reply::Result(Box::pin(methods::discover::run(&call)).await)),
+        Method::ToolsList => Box::pin(methods::tools_list::run(&call)).await.map(Reply::Result),
+        Method::ToolsCall => Box::pin(methods::tools_call::run(&call)).await,
+        Method::TasksUpdate => Box::pin(methods::tasks_update::run(&call)).await.map(Reply::Result),
+        Method::TasksCancel => Box::pin(methods::tasks_cancel::run(&call)).await.map(Reply::Result),
+        Method::SubscriptionsListen => Box::pin(methods::subscriptions_listen::run(&call)).await.map(Reply::Stream),
+        Method::PromptsList => Box::pin(methods::prompts_list::run(&call)).await.map(Reply::Result),
+        Method::PromptsGet => Box::pin(methods::prompts_get::run(&call)).await,
+        Method::ResourcesList => Box::pin(methods::resources_list::resources(&call)).await.map(Reply::Result),
+        Method::ResourcesTemplatesList => Box::pin(methods::resources_list::templates(&call)).await.map(Reply::Result),
+        Method::ResourcesRead => Box::pin(methods::resources_read::run(&call)).await,
+        Method::CompletionComplete => Box::pin(methods::completion_complete::run(&call)).await,
+        Method::EventsSubscribe => Box::pin(methods::events_subscribe::run(&call)).await.map(Reply::Result),
+        Method::EventsUnsubscribe => Box::pin(methods::events_unsubscribe::run(&call)).await.map(Reply::Result),
         Method::EventsList => methods::events_list::run(&call).map(Reply::Result),
-        Method::EventsPoll => methods::events_poll::run(&call).await.map(Reply::Result),
-        Method::EventsStream => methods::events_stream::run(&call).await.map(Reply::Stream),
+        Method::EventsPoll => Box::pin(methods::events_poll::run(&call)).await.map(Reply::Result),
+        Method::EventsStream => Box::pin(methods::events_stream::run(&call)).await.map(Reply::Stream),
     }
 }
 
