@@ -40,7 +40,7 @@
 //! which would make the bound and the eviction count loose.)
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -54,6 +54,10 @@ use crate::metrics::METRICS;
 
 /// How long a request waits for its beacon before it reads Redis instead.
 pub(crate) const BEACON_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// One beacon in this many waits out its whole gap, whatever the count of the last gap says
+/// (see [`SnapshotCache::send_beacons`]): a closed loop pays one gap per this many rounds.
+const PROBE_EVERY: u32 = 64;
 
 /// What an entry costs besides its reply, key and owner: the map's node and bookkeeping.
 const ENTRY_OVERHEAD: usize = 160;
@@ -113,18 +117,28 @@ pub(crate) struct SnapshotCache {
     heard: watch::Sender<u64>,
     /// A request waits for a beacon.
     wanted: Notify,
+    /// Requests that asked for a beacon newer than the last one sent, ever (see
+    /// [`Self::send_beacons`]).
+    asked: AtomicU64,
+    /// The send time of the newest beacon published.
+    last_sent: AtomicU64,
+    /// `--snapshot-cache-beacon-gap-ms`.
+    gap: Duration,
     epoch: Instant,
 }
 
 impl SnapshotCache {
-    /// A cache of at most `capacity` bytes; 0 turns it off.
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// A cache of at most `capacity` bytes (0 turns it off), its beacons paced by `gap`.
+    pub(crate) fn new(capacity: usize, gap: Duration) -> Self {
         Self {
             capacity,
             subscribed: AtomicBool::new(false),
             inner: Mutex::new(Inner { entries: LruCache::unbounded(), bytes: 0, reading: HashMap::new(), era: 0 }),
             heard: watch::Sender::new(0),
             wanted: Notify::new(),
+            asked: AtomicU64::new(0),
+            last_sent: AtomicU64::new(0),
+            gap,
             epoch: Instant::now(),
         }
     }
@@ -182,6 +196,11 @@ impl SnapshotCache {
         let mut heard = self.heard.subscribe();
         if *heard.borrow_and_update() >= since {
             return true;
+        }
+        // A beacon already sent after `since` serves this request too: only a request that
+        // needs a newer one is counted for the pacing.
+        if self.last_sent.load(Ordering::Acquire) < since {
+            self.asked.fetch_add(1, Ordering::AcqRel);
         }
         self.wanted.notify_one();
         let wait = heard.wait_for(|sent| *sent >= since);
@@ -300,19 +319,65 @@ impl SnapshotCache {
     }
 
     /// Publishes a beacon through `publish` whenever a request waits for one, one in flight at
-    /// a time: the next goes as soon as this one is heard back (or given up on after
-    /// [`BEACON_TIMEOUT`]). A request then waits about two trips through the subscription at
-    /// most, with no timer in the way (a timer's millisecond granularity doubled that wait), and
-    /// every request waiting meanwhile shares the next beacon. Runs for as long as the
-    /// subscription that hears them.
+    /// a time, each shared by every request that began before it was sent. Runs for as long as
+    /// the subscription that hears them.
+    ///
+    /// **Pacing.** The next beacon goes once the last is heard back (or given up on after
+    /// [`BEACON_TIMEOUT`]), and no sooner than `gap` after the last was sent, so that polls
+    /// arriving on their own schedules (a fleet's) share one beacon per `gap` instead of taking
+    /// one per trip through the subscription, each a `PUBLISH` and its delivery for Redis. Two
+    /// exceptions keep the wait from costing anyone: a request that comes when no beacon was
+    /// sent within the gap gets one at once (a lone poll waits one trip), and once a whole gap
+    /// has shown how many requests it brings, the next beacon goes as soon as that many wait. A
+    /// closed loop of clients (each asking again when answered) is back to its size within a
+    /// trip, so it never waits on the gap; open arrivals take about the gap to get there. Every
+    /// [`PROBE_EVERY`]th beacon waits out the gap to learn the count afresh. A `gap` of 0 sends
+    /// the next beacon at once.
     pub(crate) async fn send_beacons<F, Fut>(&self, publish: F)
     where
         F: Fn(String) -> Fut,
         Fut: std::future::Future<Output = ()>,
     {
+        let mut asked_at_send = self.asked.load(Ordering::Acquire);
+        let mut last_send: Option<Instant> = None;
+        // How many requests a whole gap brought last time it was waited out (`None`: not
+        // known, or they came slower than one per gap).
+        let mut per_gap: Option<u64> = None;
+        let mut since_probe = 0u32;
         loop {
-            self.wanted.notified().await;
+            while self.asked.load(Ordering::Acquire) == asked_at_send {
+                self.wanted.notified().await;
+            }
+            let until = last_send.map_or_else(Instant::now, |at| at + self.gap);
+            let within_gap = Instant::now() < until;
+            since_probe += 1;
+            let enough = if since_probe >= PROBE_EVERY {
+                since_probe = 0;
+                None
+            } else {
+                per_gap
+            };
+            let mut cut_short = false;
+            while Instant::now() < until {
+                if enough.is_some_and(|enough| self.asked.load(Ordering::Acquire) - asked_at_send >= enough) {
+                    cut_short = true;
+                    break;
+                }
+                tokio::select! {
+                    () = self.wanted.notified() => {}
+                    () = tokio::time::sleep_until(until) => {}
+                }
+            }
+            let asked = self.asked.load(Ordering::Acquire);
+            if !within_gap {
+                per_gap = None;
+            } else if !cut_short {
+                per_gap = Some(asked - asked_at_send);
+            }
+            asked_at_send = asked;
             let sent = self.now_ns();
+            self.last_sent.store(sent, Ordering::Release);
+            last_send = Some(Instant::now());
             let mut heard = self.heard.subscribe();
             publish(sent.to_string()).await;
             let _ = tokio::time::timeout(BEACON_TIMEOUT, heard.wait_for(|h| *h >= sent)).await;
@@ -350,6 +415,8 @@ fn wall_ms() -> i64 {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use serde_json::Map;
     use taskgate_shared::task::TaskStatus;
 
@@ -378,7 +445,7 @@ mod tests {
 
     /// A subscribed cache whose beacons are heard back at once.
     fn cache(capacity: usize) -> SnapshotCache {
-        let cache = SnapshotCache::new(capacity);
+        let cache = SnapshotCache::new(capacity, Duration::ZERO);
         cache.resubscribed();
         cache
     }
@@ -467,6 +534,90 @@ mod tests {
         let huge = vec![b'x'; weight * 4];
         keep(&cache, "t5", 1, &huge);
         assert!(cache.bytes() <= weight * 3, "an entry above the bound is not kept");
-        assert!(SnapshotCache::new(0).ticket("t1").is_none(), "0 turns it off");
+        assert!(SnapshotCache::new(0, Duration::ZERO).ticket("t1").is_none(), "0 turns it off");
+    }
+
+    /// A cache pacing its beacons by `gap`, each heard back one trip after it is sent, and how
+    /// many were sent. (The paused clock's timers tick by the millisecond: a trip takes 1 ms.)
+    async fn paced(gap: Duration) -> (Arc<SnapshotCache>, Arc<AtomicU64>) {
+        let cache = Arc::new(SnapshotCache::new(1 << 20, gap));
+        cache.resubscribed();
+        keep(&cache, "t1", 1, b"one");
+        let sent = Arc::new(AtomicU64::new(0));
+        let (beacons, count) = (cache.clone(), sent.clone());
+        tokio::spawn(async move {
+            let heard = beacons.clone();
+            beacons
+                .send_beacons(move |payload| {
+                    count.fetch_add(1, Ordering::Relaxed);
+                    let heard = heard.clone();
+                    async move {
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            heard.beacon_heard(&payload);
+                        });
+                    }
+                })
+                .await;
+        });
+        // A get at the cache's first instant would count as heard.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        (cache, sent)
+    }
+
+    /// Polls arriving every millisecond for 400 ms, each on its own; how many beacons they took.
+    async fn open_arrivals(gap: Duration) -> u64 {
+        let (cache, sent) = paced(gap).await;
+        let mut gets = tokio::task::JoinSet::new();
+        for _ in 0..400 {
+            let cache = cache.clone();
+            gets.spawn(async move { cache.get("t1", &owner("alice"), Instant::now()).await.is_some() });
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        while let Some(hit) = gets.join_next().await {
+            assert!(hit.expect("no panic"), "every poll is answered from the cache");
+        }
+        sent.load(Ordering::Relaxed)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn open_arrivals_share_one_beacon_per_gap() {
+        let paced = open_arrivals(Duration::from_millis(10)).await;
+        let unpaced = open_arrivals(Duration::ZERO).await;
+        assert!((30..=60).contains(&paced), "about one beacon per 10 ms over 400 ms, sent {paced}");
+        assert!(unpaced >= 200, "without a gap, one beacon per trip: sent {unpaced}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_loop_never_waits_on_the_gap() {
+        let gap = Duration::from_millis(5);
+        let (cache, sent) = paced(gap).await;
+        let start = Instant::now();
+        let mut clients = tokio::task::JoinSet::new();
+        for _ in 0..8 {
+            let cache = cache.clone();
+            clients.spawn(async move {
+                for _ in 0..50 {
+                    assert!(cache.get("t1", &owner("alice"), Instant::now()).await.is_some());
+                }
+            });
+        }
+        while let Some(done) = clients.join_next().await {
+            done.expect("no panic");
+        }
+        // 50 rounds of a trip (1 ms) each, and the first gap; one gap per round would be 250 ms.
+        assert!(start.elapsed() < gap * 15, "50 rounds took {:?}", start.elapsed());
+        assert!(sent.load(Ordering::Relaxed) <= 51, "one beacon per round of the loop");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_poll_waits_one_trip_not_the_gap() {
+        let (cache, _) = paced(Duration::from_millis(5)).await;
+        for _ in 0..3 {
+            let start = Instant::now();
+            assert!(cache.get("t1", &owner("alice"), start).await.is_some());
+            assert!(start.elapsed() <= Duration::from_millis(1), "waited {:?}", start.elapsed());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }

@@ -90,7 +90,10 @@ impl AppState {
         );
         let secrets = secrets::Secrets::new(&config);
         let polls = Arc::new(polls::PollPacer::new(config.polls.max_held, config.polls.max_held_per_principal));
-        let snapshots = Arc::new(snapshots::SnapshotCache::new(config.polls.snapshot_cache_bytes));
+        let snapshots = Arc::new(snapshots::SnapshotCache::new(
+            config.polls.snapshot_cache_bytes,
+            config.polls.snapshot_cache_beacon_gap,
+        ));
         let config_slice = config.tenants.admission_slice;
         let credential_keys = config.credentials.clone();
         let egress = config

@@ -341,6 +341,8 @@ pub struct PollSettings {
     pub max_held_per_principal: usize,
     /// `--snapshot-cache-bytes` (0: off).
     pub snapshot_cache_bytes: usize,
+    /// `--snapshot-cache-beacon-gap-ms`.
+    pub snapshot_cache_beacon_gap: Duration,
 }
 
 /// The default per-principal listen-stream cap is this fraction (1/N) of the replica's.
@@ -508,6 +510,7 @@ impl Config {
                 max_held: cli.max_held_polls,
                 max_held_per_principal: cli.max_held_polls_per_principal,
                 snapshot_cache_bytes: cli.snapshot_cache_bytes,
+                snapshot_cache_beacon_gap: Duration::from_millis(cli.snapshot_cache_beacon_gap_ms),
             },
             events: cli.events.then(|| EventsSettings {
                 tenants: cli.events_tenants.iter().filter(|t| !t.is_empty()).cloned().collect(),
