@@ -55,10 +55,6 @@ use crate::metrics::METRICS;
 /// How long a request waits for its beacon before it reads Redis instead.
 pub(crate) const BEACON_TIMEOUT: Duration = Duration::from_millis(100);
 
-/// One beacon in this many waits out its whole gap, whatever the count of the last gap says
-/// (see [`SnapshotCache::send_beacons`]): a closed loop pays one gap per this many rounds.
-const PROBE_EVERY: u32 = 64;
-
 /// What an entry costs besides its reply, key and owner: the map's node and bookkeeping.
 const ENTRY_OVERHEAD: usize = 160;
 
@@ -122,6 +118,8 @@ pub(crate) struct SnapshotCache {
     asked: AtomicU64,
     /// The send time of the newest beacon published.
     last_sent: AtomicU64,
+    /// `asked` when the newest beacon was heard, before anyone waiting was woken.
+    asked_at_heard: AtomicU64,
     /// `--snapshot-cache-beacon-gap-ms`.
     gap: Duration,
     epoch: Instant,
@@ -138,6 +136,7 @@ impl SnapshotCache {
             wanted: Notify::new(),
             asked: AtomicU64::new(0),
             last_sent: AtomicU64::new(0),
+            asked_at_heard: AtomicU64::new(0),
             gap,
             epoch: Instant::now(),
         }
@@ -309,6 +308,8 @@ impl SnapshotCache {
         let Ok(sent) = payload.parse::<u64>() else { return };
         let lag = self.now_ns().saturating_sub(sent);
         METRICS.snapshot_cache_beacon_lag.observe(Duration::from_nanos(lag).as_secs_f64());
+        // Taken before the requests it answers are woken: those may ask again at once.
+        self.asked_at_heard.store(self.asked.load(Ordering::Acquire), Ordering::Release);
         self.heard.send_if_modified(|heard| {
             let newer = sent > *heard;
             if newer {
@@ -327,12 +328,12 @@ impl SnapshotCache {
     /// arriving on their own schedules (a fleet's) share one beacon per `gap` instead of taking
     /// one per trip through the subscription, each a `PUBLISH` and its delivery for Redis. Two
     /// exceptions keep the wait from costing anyone: a request that comes when no beacon was
-    /// sent within the gap gets one at once (a lone poll waits one trip), and once a whole gap
-    /// has shown how many requests it brings, the next beacon goes as soon as that many wait. A
-    /// closed loop of clients (each asking again when answered) is back to its size within a
-    /// trip, so it never waits on the gap; open arrivals take about the gap to get there. Every
-    /// [`PROBE_EVERY`]th beacon waits out the gap to learn the count afresh. A `gap` of 0 sends
-    /// the next beacon at once.
+    /// sent within the gap gets one at once (a lone poll waits one trip), and so does a closed
+    /// loop of clients (each asking again when answered, none asking meanwhile): once no
+    /// request came while the last beacon travelled, the next goes as soon as as many wait as
+    /// the last one served. Open arrivals keep coming during a trip and so wait out the gap; a
+    /// closed loop that grew does too, once, and one that shrank waits one gap to count afresh.
+    /// A `gap` of 0 sends the next beacon at once.
     pub(crate) async fn send_beacons<F, Fut>(&self, publish: F)
     where
         F: Fn(String) -> Fut,
@@ -340,27 +341,16 @@ impl SnapshotCache {
     {
         let mut asked_at_send = self.asked.load(Ordering::Acquire);
         let mut last_send: Option<Instant> = None;
-        // How many requests a whole gap brought last time it was waited out (`None`: not
-        // known, or they came slower than one per gap).
-        let mut per_gap: Option<u64> = None;
-        let mut since_probe = 0u32;
+        // How many requests the last beacon was sent for, and whether none asked for a newer
+        // one while it travelled.
+        let (mut served, mut quiet_trip) = (0, false);
         loop {
             while self.asked.load(Ordering::Acquire) == asked_at_send {
                 self.wanted.notified().await;
             }
             let until = last_send.map_or_else(Instant::now, |at| at + self.gap);
-            let within_gap = Instant::now() < until;
-            since_probe += 1;
-            let enough = if since_probe >= PROBE_EVERY {
-                since_probe = 0;
-                None
-            } else {
-                per_gap
-            };
-            let mut cut_short = false;
             while Instant::now() < until {
-                if enough.is_some_and(|enough| self.asked.load(Ordering::Acquire) - asked_at_send >= enough) {
-                    cut_short = true;
+                if quiet_trip && self.asked.load(Ordering::Acquire) - asked_at_send >= served {
                     break;
                 }
                 tokio::select! {
@@ -369,18 +359,15 @@ impl SnapshotCache {
                 }
             }
             let asked = self.asked.load(Ordering::Acquire);
-            if !within_gap {
-                per_gap = None;
-            } else if !cut_short {
-                per_gap = Some(asked - asked_at_send);
-            }
-            asked_at_send = asked;
+            (served, asked_at_send) = (asked - asked_at_send, asked);
             let sent = self.now_ns();
             self.last_sent.store(sent, Ordering::Release);
             last_send = Some(Instant::now());
             let mut heard = self.heard.subscribe();
             publish(sent.to_string()).await;
             let _ = tokio::time::timeout(BEACON_TIMEOUT, heard.wait_for(|h| *h >= sent)).await;
+            // Not heard in time: the count is an older beacon's, lower than `asked_at_send`.
+            quiet_trip = self.asked_at_heard.load(Ordering::Acquire) == asked_at_send;
         }
     }
 
@@ -537,8 +524,12 @@ mod tests {
         assert!(SnapshotCache::new(0, Duration::ZERO).ticket("t1").is_none(), "0 turns it off");
     }
 
-    /// A cache pacing its beacons by `gap`, each heard back one trip after it is sent, and how
-    /// many were sent. (The paused clock's timers tick by the millisecond: a trip takes 1 ms.)
+    /// How long a beacon takes to be heard back in these tests. (The paused clock's timers tick
+    /// by the millisecond; polls arrive every millisecond, so some arrive during each trip.)
+    const TRIP: Duration = Duration::from_millis(2);
+
+    /// A cache pacing its beacons by `gap`, each heard back one [`TRIP`] after it is sent, and
+    /// how many were sent.
     async fn paced(gap: Duration) -> (Arc<SnapshotCache>, Arc<AtomicU64>) {
         let cache = Arc::new(SnapshotCache::new(1 << 20, gap));
         cache.resubscribed();
@@ -553,7 +544,7 @@ mod tests {
                     let heard = heard.clone();
                     async move {
                         tokio::spawn(async move {
-                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            tokio::time::sleep(TRIP).await;
                             heard.beacon_heard(&payload);
                         });
                     }
@@ -565,11 +556,15 @@ mod tests {
         (cache, sent)
     }
 
-    /// Polls arriving every millisecond for 400 ms, each on its own; how many beacons they took.
-    async fn open_arrivals(gap: Duration) -> u64 {
+    /// Polls arriving every millisecond for 400 ms, each on its own, with a pause of `pause` ms
+    /// every 40; how many beacons they took.
+    async fn open_arrivals(gap: Duration, pause: u64) -> u64 {
         let (cache, sent) = paced(gap).await;
         let mut gets = tokio::task::JoinSet::new();
-        for _ in 0..400 {
+        for i in 0..400 {
+            if i % 40 == 39 {
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
             let cache = cache.clone();
             gets.spawn(async move { cache.get("t1", &owner("alice"), Instant::now()).await.is_some() });
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -582,10 +577,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn open_arrivals_share_one_beacon_per_gap() {
-        let paced = open_arrivals(Duration::from_millis(10)).await;
-        let unpaced = open_arrivals(Duration::ZERO).await;
+        let paced = open_arrivals(Duration::from_millis(10), 0).await;
+        let unpaced = open_arrivals(Duration::ZERO, 0).await;
+        let paused = open_arrivals(Duration::from_millis(10), 6).await;
         assert!((30..=60).contains(&paced), "about one beacon per 10 ms over 400 ms, sent {paced}");
-        assert!(unpaced >= 200, "without a gap, one beacon per trip: sent {unpaced}");
+        assert!(unpaced >= 150, "without a gap, one beacon per trip: sent {unpaced}");
+        assert!((30..=60).contains(&paused), "a gap short of polls does not cut the next ones short: {paused}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -605,8 +602,8 @@ mod tests {
         while let Some(done) = clients.join_next().await {
             done.expect("no panic");
         }
-        // 50 rounds of a trip (1 ms) each, and the first gap; one gap per round would be 250 ms.
-        assert!(start.elapsed() < gap * 15, "50 rounds took {:?}", start.elapsed());
+        // 50 rounds of a trip each, and the first gap; one gap per round would be 250 ms.
+        assert!(start.elapsed() < TRIP * 50 + gap * 4, "50 rounds took {:?}", start.elapsed());
         assert!(sent.load(Ordering::Relaxed) <= 51, "one beacon per round of the loop");
     }
 
@@ -616,7 +613,7 @@ mod tests {
         for _ in 0..3 {
             let start = Instant::now();
             assert!(cache.get("t1", &owner("alice"), start).await.is_some());
-            assert!(start.elapsed() <= Duration::from_millis(1), "waited {:?}", start.elapsed());
+            assert!(start.elapsed() <= TRIP, "waited {:?}", start.elapsed());
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
