@@ -119,6 +119,9 @@ pub(super) struct File {
     /// The keys its header names, in order (generated).
     #[cfg(test)]
     key_names: &'static [&'static str],
+    /// The tail key its table entry names (`n + name`), if any.
+    #[cfg(test)]
+    tails: &'static [&'static str],
 }
 
 macro_rules! scripts {
@@ -152,6 +155,8 @@ macro_rules! scripts {
                 key_counts: &[$(key_entries!($keys $(+ $tail)?)),+],
                 #[cfg(test)]
                 key_names: &$file::KEY_NAMES,
+                #[cfg(test)]
+                tails: &[$($(stringify!($tail),)?)*],
             },)*];
             ALL
         }
@@ -258,6 +263,10 @@ mod tests {
             assert_eq!(key_entries(&header), named, "{}: its header's KEYS entries against its Keys", file.label);
             let most = *file.key_counts.iter().max().expect("every script has a handle");
             assert_eq!(most, named.len(), "{}: its largest handle passes every key the header names", file.label);
+            for tail in file.tails {
+                let header_tail = format!("KEYS[{}..] {tail}:", named.len());
+                assert!(header.contains(&header_tail), "{}: its table's tail {tail} is not {header_tail}", file.label);
+            }
             let body_most = key_indexes(file.source).into_iter().max().unwrap_or(0);
             assert!(body_most <= most, "{} reads KEYS[{body_most}], past the {most} its header names", file.label);
         }
