@@ -4,7 +4,9 @@
 //!
 //! - `KEYS[n] name: description`: the `Keys` struct (fields in the header's order), `list()`
 //!   (what the handle takes, so a key added to the header and not passed fails the build), and,
-//!   when every key is a field of one of the store's key sets, the constructor from it.
+//!   when every key is a field of one of the store's key sets, the constructor from it. The last
+//!   entry may be `KEYS[n..] name:`, any number of keys from `n` on (a `&[String]` field; the
+//!   table in `store/scripts.rs` declares such a handle `n - 1 + name`, its fixed keys and more).
 //! - `ARGV[n] name: description`, `ARGV[n] name (kind): …`, `ARGV[a..b] name (kind): …` (one
 //!   field that is several arguments) and `ARGV[n..] name (kind): …` (the variable tail): the
 //!   `Args` struct and `push`, which adds them to a call in the header's order. A kind is one of
@@ -41,11 +43,14 @@ const SETS: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// One `KEYS[n] name: description` entry of a header.
+/// One `KEYS[n] name: description` entry of a header, or `KEYS[n..] name:`, the last, for
+/// any number of keys from `n` on (at least one).
 struct Key {
     index: usize,
     name: String,
     doc: String,
+    /// `KEYS[n..]`: the keys from `n` on, as many as the call passes.
+    tail: bool,
 }
 
 /// An argument's kind: its name in the header, the field's type, how many arguments it is
@@ -177,13 +182,14 @@ fn header_keys(script: &str, text: &str) -> Vec<Key> {
         let mut rest = line;
         while let Some(at) = rest.find("KEYS[") {
             rest = &rest[at + "KEYS[".len()..];
-            let Some((index, name, doc, next)) = entry(rest) else { continue };
-            keys.push(Key { index, name, doc });
+            let Some((index, tail, name, doc, next)) = entry(rest) else { continue };
+            keys.push(Key { index, name, doc, tail });
             rest = next;
         }
     }
     for (i, key) in keys.iter().enumerate() {
         assert_eq!(key.index, i + 1, "{script}.lua: KEYS[{}] {} out of order", key.index, key.name);
+        assert!(!key.tail || i + 1 == keys.len(), "{script}.lua: only the last key is a tail");
     }
     keys
 }
@@ -261,11 +267,16 @@ fn next_arg_entry(script: &str, text: &str) -> Option<usize> {
     None
 }
 
-/// After `KEYS[`: `n] name: description`, the description up to the next entry; `None` for a
-/// mention (`KEYS[2] is …`) rather than an entry.
-fn entry(rest: &str) -> Option<(usize, String, String, &str)> {
+/// After `KEYS[`: `n] name: description` (or `n..] name:`, a tail: whether it is one is the
+/// second value), the description up to the next entry; `None` for a mention (`KEYS[2] is …`)
+/// rather than an entry.
+fn entry(rest: &str) -> Option<(usize, bool, String, String, &str)> {
     let close = rest.find(']')?;
-    let index = rest[..close].parse().ok()?;
+    let (index, many) = match rest[..close].strip_suffix("..") {
+        Some(first) => (first, true),
+        None => (&rest[..close], false),
+    };
+    let index = index.parse().ok()?;
     let after = rest[close + 1..].strip_prefix(' ')?;
     let name_len = after.find(|c: char| !(c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit()))?;
     let (name, tail) = after.split_at(name_len);
@@ -275,7 +286,7 @@ fn entry(rest: &str) -> Option<(usize, String, String, &str)> {
     }
     let end = next_entry(tail).unwrap_or(tail.len());
     let doc = tail[..end].trim().trim_end_matches(['[', ']']).trim().to_owned();
-    Some((index, name.to_owned(), doc, &tail[end..]))
+    Some((index, many, name.to_owned(), doc, &tail[end..]))
 }
 
 /// Where the next `KEYS[n] name:` entry starts in `text` (a mention such as `KEYS[4] is` does not
@@ -299,21 +310,35 @@ fn generate(out: &mut String, script: &str, keys: &[Key], args: Option<&[Arg]>, 
         if !key.doc.is_empty() {
             let _ = writeln!(out, "        /// {}", key.doc);
         }
-        let _ = writeln!(out, "        pub(in crate::store) {}: &'a str,", key.name);
+        let kind = if key.tail { "&'a [String]" } else { "&'a str" };
+        let _ = writeln!(out, "        pub(in crate::store) {}: {kind},", key.name);
     }
     let _ = writeln!(out, "    }}\n");
     // Not every script builds its keys each way: what one does not use is no mistake.
     let _ = writeln!(out, "    #[allow(dead_code)]\n    impl<'a> Keys<'a> {{");
-    let fields: Vec<String> = keys.iter().map(|k| format!("self.{}", k.name)).collect();
-    let _ = writeln!(
-        out,
-        "        /// What the script's handle takes.\n        pub(in crate::store) fn list(&self) -> [&'a str; {n}] {{\n            [{}]\n        }}",
-        fields.join(", ")
-    );
+    let fields: Vec<String> = keys.iter().filter(|k| !k.tail).map(|k| format!("self.{}", k.name)).collect();
+    if let Some(tail) = keys.last().filter(|k| k.tail) {
+        // The keys before the tail, then the tail: what a handle of a variable count takes.
+        let _ = writeln!(
+            out,
+            "        /// What the script's handle takes: the fixed keys, then the tail.\n        pub(in crate::store) fn list(&self) -> ([&'a str; {}], &'a [String]) {{\n            ([{}], self.{})\n        }}",
+            n - 1,
+            fields.join(", "),
+            tail.name
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "        /// What the script's handle takes.\n        pub(in crate::store) fn list(&self) -> [&'a str; {n}] {{\n            [{}]\n        }}",
+            fields.join(", ")
+        );
+    }
+    let tailed = keys.iter().any(|k| k.tail);
     let names: Vec<&str> = keys.iter().map(|k| k.name.as_str()).collect();
     let in_task = |name: &str| TASK.contains(&name);
     let in_queue = |name: &str| QUEUE.contains(&name);
-    let on_queue = names.iter().any(|n| in_queue(n))
+    let on_queue = !tailed
+        && names.iter().any(|n| in_queue(n))
         && names.iter().any(|n| in_task(n))
         && names.iter().all(|n| in_task(n) || in_queue(n));
     if on_queue {
@@ -328,7 +353,8 @@ fn generate(out: &mut String, script: &str, keys: &[Key], args: Option<&[Arg]>, 
         );
     }
     let _ = writeln!(out, "    }}");
-    if let Some((set, _)) = SETS.iter().find(|(_, fields)| names.iter().all(|name| fields.contains(name))) {
+    let set = SETS.iter().find(|(_, fields)| names.iter().all(|name| fields.contains(name)));
+    if let Some((set, _)) = set.filter(|_| !tailed) {
         let fill: Vec<String> = names.iter().map(|name| format!("{name}: &keys.{name}")).collect();
         let _ = writeln!(
             out,

@@ -20,6 +20,7 @@ taskgate_tests::on_topologies!(
     a_batch_takes_the_front_one_task_per_entry_and_replays_its_claims,
     a_cancelled_task_leaves_the_ready_set_and_an_old_entry_claims_its_own_task,
     a_finish_batch_fences_each_end_on_its_own,
+    a_finish_batch_spans_shards_where_one_call_may,
 );
 
 const SHARD: u8 = 5;
@@ -32,7 +33,12 @@ async fn queue(store: &Store, tenant: &str) -> TaskId {
 
 /// Creates a queued task of `tenant` on [`SHARD`], with an outbox when `events` is given.
 async fn queue_with(store: &Store, tenant: &str, events: Option<OutboxLimits>) -> TaskId {
-    let id = TaskId::derived(256, SHARD.into(), rand::random());
+    queue_on(store, tenant, SHARD, events).await
+}
+
+/// Creates a queued task of `tenant` on `shard`, with an outbox when `events` is given.
+async fn queue_on(store: &Store, tenant: &str, shard: u8, events: Option<OutboxLimits>) -> TaskId {
+    let id = TaskId::derived(256, shard.into(), rand::random());
     let owner = Owner { tenant: tenant.into(), principal: "p".into() };
     store.create_task(NewTask { events, ..taskgate_tests::sleep_task(&id, &owner) }).await.expect("created");
     id
@@ -40,7 +46,12 @@ async fn queue_with(store: &Store, tenant: &str, events: Option<OutboxLimits>) -
 
 /// Every entry waiting on [`SHARD`]'s stream, read as worker `consumer`.
 async fn deliveries(store: &Store, consumer: &str) -> Vec<Delivery> {
-    let stream = store.keys().queue(SHARD, DEFAULT_POOL).stream;
+    deliveries_on(store, consumer, SHARD).await
+}
+
+/// Every entry waiting on `shard`'s stream, read as worker `consumer`.
+async fn deliveries_on(store: &Store, consumer: &str, shard: u8) -> Vec<Delivery> {
+    let stream = store.keys().queue(shard, DEFAULT_POOL).stream;
     let created: redis::RedisResult<()> = redis::cmd("XGROUP")
         .arg("CREATE")
         .arg(&stream)
@@ -53,7 +64,7 @@ async fn deliveries(store: &Store, consumer: &str) -> Vec<Delivery> {
         assert_eq!(err.code(), Some("BUSYGROUP"), "{err}");
     }
     let mut reader = store.blocking_connection().await.unwrap();
-    store.read_deliveries(&mut reader, &[SHARD], DEFAULT_POOL, consumer, 100, Duration::from_millis(100)).await.unwrap()
+    store.read_deliveries(&mut reader, &[shard], DEFAULT_POOL, consumer, 100, Duration::from_millis(100)).await.unwrap()
 }
 
 async fn count(store: &Store, cmd: &str, key: &str) -> u64 {
@@ -137,7 +148,7 @@ async fn record(store: &Store, id: &TaskId) -> HashMap<String, String> {
 }
 
 async fn in_lease_index(store: &Store, id: &TaskId) -> bool {
-    let leases = store.keys().shard(SHARD).leases;
+    let leases = store.keys().shard(id.shard()).leases;
     let score: Option<f64> =
         redis::cmd("ZSCORE").arg(&leases).arg(id.as_str()).query_async(&mut store.conn()).await.unwrap();
     score.is_some()
@@ -247,4 +258,71 @@ async fn a_finish_batch_fences_each_end_on_its_own(topology: Topology) {
         .unwrap();
     let fields: HashMap<&str, &str> = last[0].1.chunks(2).map(|kv| (kv[0].as_str(), kv[1].as_str())).collect();
     assert_eq!((fields["t"], fields["s"]), (announced.as_str(), "completed"), "{fields:?}");
+}
+
+/// One finish batch of the ends of tasks on three shards, interleaved, one with a stale token.
+/// Where one call may use keys of several slots (standalone) it writes each valid end under its
+/// own shard's keys (the record, the shard's lease index, the shard's outbox) and refuses the
+/// stale one; on a Cluster the store refuses the whole batch before sending it (the worker
+/// sends each shard's ends on their own there), and nothing is written.
+async fn a_finish_batch_spans_shards_where_one_call_may(topology: Topology) {
+    let stack = topology.builder().workers(0).gateways(0).spawn().await;
+    let store = stack.store();
+    let limits = OutboxLimits { retention_ms: 3_600_000, cap: 10_000 };
+    let shards = [SHARD, 9, 200];
+    let (mut plain, mut announced) = (Vec::new(), Vec::new());
+    for shard in shards {
+        let one = queue_on(&store, "a", shard, None).await;
+        let other = queue_on(&store, "a", shard, Some(limits)).await;
+        let claims = store.claim_batch(&deliveries_on(&store, "w-1", shard).await, DEFAULT_POOL, "w-1", LEASE).await;
+        let fences: HashMap<TaskId, u64> = ids(&claims.unwrap()).into_iter().collect();
+        assert_eq!(fences.len(), 2, "w-1 holds both of shard {shard}: {fences:?}");
+        plain.push((one.clone(), fences[&one]));
+        announced.push((other.clone(), fences[&other]));
+    }
+    let outbox_of = |id: &TaskId| {
+        let store = store.clone();
+        let (id, shard) = (id.clone(), id.shard());
+        async move {
+            let obx = record(&store, &id).await.remove("obx").expect("a task with events on has `obx`");
+            store.keys().outbox(shard, obx.split(' ').next().unwrap())
+        }
+    };
+    let mut outboxes = Vec::new();
+    for (id, _) in &announced {
+        let outbox = outbox_of(id).await;
+        let len = count(&store, "XLEN", &outbox).await;
+        outboxes.push((outbox, len));
+    }
+    let short = r#"{"content":[],"isError":false}"#;
+    let done = Finish::Completed { result: short, message: None };
+    // Shards interleaved; the second shard's announced task under a wrong token.
+    let mut ends: Vec<Ending> = plain.iter().map(|(id, fence)| Ending::new(id, *fence, &done)).collect();
+    ends.extend(announced.iter().enumerate().map(|(i, (id, fence))| Ending::new(id, fence + u64::from(i == 1), &done)));
+    let status = |id: &TaskId| {
+        let store = store.clone();
+        let id = id.clone();
+        async move { record(&store, &id).await.remove("status").unwrap_or_default() }
+    };
+
+    let answers = store.finish_batch("w-1", &ends).await;
+    if matches!(topology, Topology::Standalone) {
+        assert_eq!(answers.unwrap(), vec![true, true, true, true, false, true], "each end's answer, in order");
+    } else {
+        assert!(answers.is_err(), "a Cluster's batch keeps to one shard: {answers:?}");
+        for end in &ends {
+            assert_eq!(status(&end.task_id).await, "working", "nothing written");
+            assert!(in_lease_index(&store, &end.task_id).await);
+        }
+        return;
+    }
+    for (i, end) in ends.iter().enumerate() {
+        let refused = i == 4;
+        assert_eq!(status(&end.task_id).await, if refused { "working" } else { "completed" }, "{i}");
+        assert_eq!(in_lease_index(&store, &end.task_id).await, refused, "{i}: its shard's lease index");
+    }
+    for (i, (outbox, before)) in outboxes.iter().enumerate() {
+        let appended = u64::from(i != 1);
+        assert_eq!(count(&store, "XLEN", outbox).await, before + appended, "shard {}'s outbox", shards[i]);
+    }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use taskgate_shared::store::{DEFAULT_POOL, Store};
-use taskgate_tests::{Stack, eventually};
+use taskgate_tests::{Scrape, Stack, eventually, free_port};
 
 const PATIENCE: Duration = Duration::from_secs(120);
 
@@ -166,4 +166,75 @@ async fn calls_per_task_do_not_grow_with_concurrency() {
             "{calls:.1} calls per task at concurrency {concurrency} against {one:.1} at 1: {per_task:?}"
         );
     }
+}
+
+/// The finish scripts (`finish_batch`, and `finish_task` for an end sent alone) a task cost to
+/// drain [`TASKS`] no-op tasks queued over `shards` queue shards while no worker ran, with one
+/// worker of 256 slots; read from the worker's own count of its Redis calls.
+async fn finish_calls_per_task(shards: usize) -> f64 {
+    let shards_arg = shards.to_string();
+    let mut stack = Stack::builder()
+        .workers(0)
+        .gateway_args(&[
+            "--queue-shards",
+            &shards_arg,
+            "--tenant-rps",
+            "0",
+            "--tenant-create-rps",
+            "0",
+            "--tenant-max-active-tasks",
+            "0",
+        ])
+        .spawn()
+        .await;
+    let listed = stack.add_worker(&["--queue-shards", &shards_arg, "--catalogue-ttl-ms", "600000"]).await;
+    let client = stack.client(0);
+    let warm = client.create_task("noop", json!({})).await;
+    client.wait_for_status(&warm, "completed", PATIENCE).await;
+    stack.workers[listed].kill().await;
+    let mut ids = Vec::with_capacity(TASKS);
+    for _ in 0..TASKS / 50 {
+        ids.extend(futures::future::join_all((0..50).map(|_| client.create_task("noop", json!({})))).await);
+    }
+    let metrics_port = free_port();
+    let listen = format!("127.0.0.1:{metrics_port}");
+    let args = ["--queue-shards", &shards_arg, "--catalogue-ttl-ms", "600000", "--concurrency", "256"];
+    let worker = stack.add_worker(&[&args[..], &["--metrics-listen", &listen]].concat()).await;
+    let store = stack.store();
+    eventually(PATIENCE, "the backlog to drain", || {
+        let store = store.clone();
+        async move {
+            let mut pipe = redis::pipe();
+            for shard in 0..shards as u8 {
+                let queue = store.keys().queue(shard, DEFAULT_POOL);
+                pipe.cmd("ZCARD").arg(&queue.ready).cmd("ZCARD").arg(store.keys().shard(shard).leases);
+                pipe.cmd("XLEN").arg(&queue.stream);
+            }
+            let counts: Vec<u64> = pipe.query_async(&mut store.conn()).await.unwrap();
+            (counts.iter().sum::<u64>() == 0).then_some(())
+        }
+    })
+    .await;
+    let metrics = Scrape::of(&format!("http://{listen}/metrics")).await;
+    stack.workers[worker].kill().await;
+    for id in &ids {
+        assert_eq!(client.get_task(id).await.result()["status"], "completed", "task {id} after the drain");
+    }
+    let calls = |script: &str| {
+        metrics.get("taskgate_redis_command_duration_seconds_count", &[("command", &format!("script:{script}"))])
+    };
+    (calls("finish_batch") + calls("finish_task")) / TASKS as f64
+}
+
+/// On a Redis that is not a Cluster one `finish_batch` call takes the ends of every shard that
+/// gathered: spread over 16 queue shards, a drain's ends cost about as many finish calls as
+/// over one. (Sent a call per shard, 256 slots' ends over 16 shards made about 16 ends a call,
+/// not the whole burst.)
+#[tokio::test]
+async fn finish_batches_span_shards_on_a_standalone_redis() {
+    let one = finish_calls_per_task(1).await;
+    let sixteen = finish_calls_per_task(16).await;
+    eprintln!("finish script calls per task: {one:.3} over 1 shard, {sixteen:.3} over 16");
+    assert!(one > 0.0, "the worker counted its finish calls");
+    assert!(sixteen <= one * 2.0 + 0.02, "{sixteen:.3} finish calls a task over 16 shards against {one:.3} over 1");
 }

@@ -14,7 +14,9 @@
 //! A handle is typed by the number of keys its script takes ([`Lua::keys`] wants exactly
 //! that many), which the generated `Keys::list` gives: a key added to the header and not to the
 //! table fails the build, and a test holds the script's body to the keys its header names, so
-//! a key read and not declared fails the tests, never a request in a Cluster.
+//! a key read and not declared fails the tests, never a request in a Cluster. A script whose
+//! last key entry is `KEYS[n..]` (any number of keys from `n` on) has a handle declared `n - 1 + name`
+//! ([`LuaMore`]): its fixed keys, then a slice.
 
 use std::sync::LazyLock;
 
@@ -30,6 +32,10 @@ struct Lua<const KEYS: usize> {
 }
 
 impl<const KEYS: usize> Lua<KEYS> {
+    const fn new(script: &'static LazyLock<Script>) -> Self {
+        Self { script }
+    }
+
     /// A call with its keys in the order of the script's header; arguments follow.
     fn keys(&self, keys: [&str; KEYS]) -> ScriptInvocation<'static> {
         let script: &'static Script = self.script;
@@ -39,6 +45,47 @@ impl<const KEYS: usize> Lua<KEYS> {
         }
         call
     }
+}
+
+/// A script taking `FIXED` keys and then any number more (its header's last key entry is
+/// `KEYS[n..]`): `finish_batch`, whose keys are the lease index of each shard its ends are on.
+struct LuaMore<const FIXED: usize> {
+    script: &'static LazyLock<Script>,
+}
+
+impl<const FIXED: usize> LuaMore<FIXED> {
+    const fn new(script: &'static LazyLock<Script>) -> Self {
+        Self { script }
+    }
+
+    /// A call with its fixed keys, then the others, in the order of the script's header;
+    /// arguments follow.
+    fn keys(&self, (fixed, more): ([&str; FIXED], &[String])) -> ScriptInvocation<'static> {
+        let script: &'static Script = self.script;
+        let mut call = script.prepare_invoke();
+        for key in fixed.into_iter().chain(more.iter().map(String::as_str)) {
+            call.key(key);
+        }
+        call
+    }
+}
+
+/// A handle's type by its table entry: `n` keys exactly, or `n + tail`, `n` and then any number
+/// more (the header's `KEYS[n + 1..] tail:`).
+macro_rules! handle {
+    ($keys:literal) => { Lua<$keys> };
+    ($keys:literal + $tail:ident) => { LuaMore<$keys> };
+}
+
+/// The key entries a handle's header names by its table entry (a tail is one entry).
+#[cfg(test)]
+macro_rules! key_entries {
+    ($keys:literal) => {
+        $keys
+    };
+    ($keys:literal + $tail:ident) => {
+        $keys + 1
+    };
 }
 
 /// Sends `call` and reads its reply array with `decode`: every module's `call` is this.
@@ -72,10 +119,13 @@ pub(super) struct File {
     /// The keys its header names, in order (generated).
     #[cfg(test)]
     key_names: &'static [&'static str],
+    /// The tail key its table entry names (`n + name`), if any.
+    #[cfg(test)]
+    tails: &'static [&'static str],
 }
 
 macro_rules! scripts {
-    ($($file:ident => $($name:ident: $keys:literal),+;)*) => {
+    ($($file:ident => $($name:ident: $keys:literal $(+ $tail:ident)?),+;)*) => {
         $(pub(super) mod $file;)*
 
         /// Each script's text: the prelude's definitions it uses, then its file (put together
@@ -90,7 +140,7 @@ macro_rules! scripts {
             )*
         }
         $($(
-            static $name: Lua<$keys> = Lua { script: &text::$file };
+            static $name: handle!($keys $(+ $tail)?) = <handle!($keys $(+ $tail)?)>::new(&text::$file);
         )+)*
 
         /// Every script, for loading at boot (so a broken one fails start-up rather than a
@@ -102,9 +152,11 @@ macro_rules! scripts {
                 #[cfg(test)]
                 source: include_str!(concat!("scripts/", stringify!($file), ".lua")),
                 #[cfg(test)]
-                key_counts: &[$($keys),+],
+                key_counts: &[$(key_entries!($keys $(+ $tail)?)),+],
                 #[cfg(test)]
                 key_names: &$file::KEY_NAMES,
+                #[cfg(test)]
+                tails: &[$($(stringify!($tail),)?)*],
             },)*];
             ALL
         }
@@ -120,7 +172,7 @@ scripts! {
     request_input => REQUEST_INPUT: 6;
     accept_input => ACCEPT_INPUT: 8;
     finish_task => FINISH_TASK: 6;
-    finish_batch => FINISH_BATCH: 1;
+    finish_batch => FINISH_BATCH: 0 + leases;
     cancel_task => CANCEL_TASK: 5;
     reclaim_task => RECLAIM_TASK: 8;
     release_task => RELEASE_TASK: 8;
@@ -189,6 +241,8 @@ mod tests {
             .filter_map(|(at, _)| {
                 let rest = &text[at + "KEYS[".len()..];
                 let (index, rest) = rest.split_once("] ")?;
+                // `KEYS[n..]`: the keys from `n` on, one entry.
+                let index = index.strip_suffix("..").unwrap_or(index);
                 let (name, _) = rest.split_once(':')?;
                 let named = !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
                 Some((index.parse().ok()?, name.to_owned())).filter(|_| named)
@@ -209,6 +263,10 @@ mod tests {
             assert_eq!(key_entries(&header), named, "{}: its header's KEYS entries against its Keys", file.label);
             let most = *file.key_counts.iter().max().expect("every script has a handle");
             assert_eq!(most, named.len(), "{}: its largest handle passes every key the header names", file.label);
+            for tail in file.tails {
+                let header_tail = format!("KEYS[{}..] {tail}:", named.len());
+                assert!(header.contains(&header_tail), "{}: its table's tail {tail} is not {header_tail}", file.label);
+            }
             let body_most = key_indexes(file.source).into_iter().max().unwrap_or(0);
             assert!(body_most <= most, "{} reads KEYS[{body_most}], past the {most} its header names", file.label);
         }
@@ -287,6 +345,7 @@ mod tests {
         assert_eq!(key_indexes("-- KEYS[1] a   KEYS[12] b  KEYS[x] #KEYS"), BTreeSet::from([1, 12]));
         let entries = key_entries("-- KEYS[1] record: the record   [KEYS[2] tenant_index: x] KEYS[3] is named");
         assert_eq!(entries, vec![(1, "record".to_owned()), (2, "tenant_index".to_owned())]);
+        assert_eq!(key_entries("-- KEYS[1..] leases: each shard's"), vec![(1, "leases".to_owned())]);
     }
 
     /// The prelude's `REPLY` table, as (name, code) pairs.

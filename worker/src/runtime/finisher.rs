@@ -1,7 +1,8 @@
 //! The outcomes of tasks that end together go out together: each run hands its end to one
-//! loop, which sends whatever has gathered, up to [`MOST`] a shard, in one `finish_batch` script
-//! call per shard (each task fenced on its own there), while the calls before it are still
-//! under way. A burst of ends thus costs Redis one script run, not one each; a lone end goes out
+//! loop, which sends whatever has gathered, up to [`MOST`] a call, in one `finish_batch` script
+//! call (each task fenced on its own there), while the calls before it are still under way. One
+//! call takes the ends of every shard, except where a command must keep to one slot (a Redis
+//! Cluster: `Store::one_slot_per_command`), where each shard's ends go in a call of their own. A burst of ends thus costs Redis one script run, not one each; a lone end goes out
 //! at once, alone. A batch whose outcome is unknown (an error) is answered `None`: each run then
 //! writes its own end the usual way (`Store::finish`, sent again while its lease is known
 //! valid), which finds an end the batch did write and answers written.
@@ -12,7 +13,7 @@ use taskgate_shared::store::{Ending, Store};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tracing::Instrument as _;
 
-/// The most ends of one shard one script call writes.
+/// The most ends one script call writes.
 const MOST: usize = 256;
 
 /// The most payload bytes one script call carries (an end larger than this goes alone): Redis
@@ -59,23 +60,24 @@ async fn run(store: Store, worker: Arc<str>, mut requests: mpsc::UnboundedReceiv
         while let Ok(next) = requests.try_recv() {
             gathered.push(next);
         }
-        let by_shard = batches(gathered, |r| (r.0.task_id.shard(), r.0.bytes()));
+        let calls = batches(gathered, store.one_slot_per_command(), |r| (r.0.task_id.shard(), r.0.bytes()));
         let (store, worker) = (store.clone(), worker.clone());
         tokio::spawn(async move {
-            let sends = by_shard.into_iter().map(|batch| send(&store, &worker, batch));
+            let sends = calls.into_iter().map(|batch| send(&store, &worker, batch));
             futures::future::join_all(sends).await;
             drop(permit);
         });
     }
 }
 
-/// Ends in batches of one shard each, in arrival order, each within [`MOST`] ends and
-/// [`MOST_BYTES`] of payload (an end larger than that alone). `key` gives an end's shard and
-/// bytes.
-fn batches<T>(ends: Vec<T>, key: impl Fn(&T) -> (u8, usize)) -> Vec<Vec<T>> {
+/// Ends in batches, in arrival order, each within [`MOST`] ends and [`MOST_BYTES`] of payload
+/// (an end larger than that alone), and each of one shard when `by_shard` (a Cluster's script
+/// keeps to one slot); otherwise a batch mixes shards. `key` gives an end's shard and bytes.
+fn batches<T>(ends: Vec<T>, by_shard: bool, key: impl Fn(&T) -> (u8, usize)) -> Vec<Vec<T>> {
     let mut out: Vec<(Vec<T>, u8, usize)> = Vec::new();
     for end in ends {
         let (shard, bytes) = key(&end);
+        let shard = if by_shard { shard } else { 0 };
         match out.iter_mut().find(|(batch, s, held)| *s == shard && batch.len() < MOST && *held + bytes <= MOST_BYTES) {
             Some((batch, _, held)) => {
                 batch.push(end);
@@ -112,16 +114,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn batches_keep_to_one_shard_and_bound_their_ends_and_bytes() {
+    fn batches_keep_to_one_shard_on_a_cluster_and_bound_their_ends_and_bytes() {
         // (id, shard, bytes)
-        let ends = vec![(0, 1, 10), (1, 2, 10), (2, 1, MOST_BYTES), (3, 1, 10), (4, 2, 10)];
-        let grouped: Vec<Vec<i32>> =
-            batches(ends, |e| (e.1, e.2)).into_iter().map(|b| b.iter().map(|e| e.0).collect()).collect();
+        let ends = || vec![(0, 1, 10), (1, 2, 10), (2, 1, MOST_BYTES), (3, 1, 10), (4, 2, 10)];
+        let grouped = |by_shard| -> Vec<Vec<i32>> {
+            batches(ends(), by_shard, |e| (e.1, e.2)).into_iter().map(|b| b.iter().map(|e| e.0).collect()).collect()
+        };
         // The large end does not fit beside the first; it goes alone, and the ends after it join
-        // the first batch of their shard that has room.
-        assert_eq!(grouped, vec![vec![0, 3], vec![1, 4], vec![2]]);
-        let many: Vec<(usize, u8, usize)> = (0..MOST + 1).map(|i| (i, 7, 1)).collect();
-        let sizes: Vec<usize> = batches(many, |e| (e.1, e.2)).iter().map(Vec::len).collect();
-        assert_eq!(sizes, vec![MOST, 1]);
+        // the first batch (of their shard, on a Cluster) that has room.
+        assert_eq!(grouped(true), vec![vec![0, 3], vec![1, 4], vec![2]]);
+        // Elsewhere the shards share a batch.
+        assert_eq!(grouped(false), vec![vec![0, 1, 3, 4], vec![2]]);
+        for by_shard in [true, false] {
+            let many: Vec<(usize, u8, usize)> = (0..MOST + 1).map(|i| (i, 7, 1)).collect();
+            let sizes: Vec<usize> = batches(many, by_shard, |e| (e.1, e.2)).iter().map(Vec::len).collect();
+            assert_eq!(sizes, vec![MOST, 1]);
+        }
+        // Many shards: one call for them all unless each must go alone.
+        let spread = |by_shard| batches((0..64).map(|i| (i, (i % 16) as u8, 1)).collect(), by_shard, |e| (e.1, e.2));
+        assert_eq!(spread(false).len(), 1);
+        assert_eq!(spread(true).len(), 16);
     }
 }

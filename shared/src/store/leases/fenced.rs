@@ -137,37 +137,50 @@ impl Store {
         Ok(true)
     }
 
-    /// Writes the outcomes of several tasks `worker` holds on one shard in one script call
-    /// (`finish_batch`), each fenced on its own, and does for each what [`Store::finish`] does
-    /// after its write. Each task's answer in the order given: `false` when its lease was lost
-    /// (its write refused, the others' made). On an error nothing is known of any of them; each
-    /// may be sent again (a write made already answers written again, as for `finish`).
+    /// Writes the outcomes of several tasks `worker` holds in one script call (`finish_batch`),
+    /// each fenced on its own, and does for each what [`Store::finish`] does after its write.
+    /// The tasks may be of several shards, except where a command must keep to one slot
+    /// ([`Store::one_slot_per_command`], a Cluster): there they must be of one. Each task's answer
+    /// in the order given: `false` when its lease was lost (its write refused, the others'
+    /// made). On an error nothing is known of any of them; each may be sent again (a write made
+    /// already answers written again, as for `finish`).
     pub async fn finish_batch(&self, worker: &str, endings: &[Ending]) -> Result<Vec<bool>, StoreError> {
         let Some(first) = endings.first() else { return Ok(Vec::new()) };
-        let shard = first.task_id.shard();
-        if endings.iter().any(|e| e.task_id.shard() != shard) {
-            return Err(StoreError::UnexpectedReply("a batch of ends takes the tasks of one shard".into()));
-        }
-        let layout = self.keys().task_layout(shard);
-        let outbox = self.keys().outbox(shard, "");
-        let events = self.events_channel(&first.task_id);
-        let pairs: Vec<(String, String)> = endings
+        // The shards in the order they first appear; an end names its shard by its place here.
+        let mut shards: Vec<u8> = Vec::new();
+        let places: Vec<usize> = endings
             .iter()
-            .flat_map(|e| {
-                [
-                    (e.task_id.as_str().to_owned(), format!("{} {} {}", e.fence, e.status.as_str(), e.field)),
-                    (e.payload.clone(), e.message.clone()),
-                ]
+            .map(|e| {
+                let shard = e.task_id.shard();
+                shards.iter().position(|s| *s == shard).unwrap_or_else(|| {
+                    shards.push(shard);
+                    shards.len() - 1
+                }) + 1
             })
             .collect();
-        let leases = self.keys().shard(shard).leases;
+        if shards.len() > 1 && self.one_slot_per_command() {
+            return Err(StoreError::UnexpectedReply("a batch of ends takes the tasks of one shard here".into()));
+        }
+        // One layout's suffixes serve every shard: only the prefix carries the shard.
+        let layout = self.keys().task_layout(shards[0]);
+        // On a Cluster (sharded events) the batch is of one shard, so one channel serves it.
+        let events = self.events_channel(&first.task_id);
+        let leases: Vec<String> = shards.iter().map(|shard| self.keys().shard(*shard).leases).collect();
+        let mut pairs: Vec<(String, String)> = Vec::with_capacity(shards.len() + 2 * endings.len());
+        pairs.extend(
+            shards.iter().map(|shard| (self.keys().task_layout(*shard).prefix, self.keys().outbox(*shard, ""))),
+        );
+        pairs.extend(endings.iter().zip(&places).flat_map(|(e, place)| {
+            [
+                (e.task_id.as_str().to_owned(), format!("{place} {} {} {}", e.fence, e.status.as_str(), e.field)),
+                (e.payload.clone(), e.message.clone()),
+            ]
+        }));
         let args = finish_batch::Args {
             worker,
-            prefix: &layout.prefix,
             inputs: layout.inputs,
             timeline: layout.timeline,
             outcome: layout.outcome,
-            outbox: &outbox,
             events: &events,
             endings: &pairs,
         };

@@ -1,5 +1,5 @@
-//! `finish_batch.lua`: the lease holder writes several of its tasks' outcomes on one shard in
-//! one run, each fenced on its own.
+//! `finish_batch.lua`: the lease holder writes several of its tasks' outcomes, of one shard or of
+//! several, in one run, each fenced on its own.
 
 use crate::store::reply::{Reply, RunEnd, code};
 use crate::store::{Conn, StoreError};
