@@ -2,8 +2,9 @@
 //! loop, which sends whatever has gathered, up to [`MOST`] a call, in one `finish_batch` script
 //! call (each task fenced on its own there), while the calls before it are still under way. One
 //! call takes the ends of every shard, except where a command must keep to one slot (a Redis
-//! Cluster: `Store::one_slot_per_command`), where each shard's ends go in a call of their own. A burst of ends thus costs Redis one script run, not one each; a lone end goes out
-//! at once, alone. A batch whose outcome is unknown (an error) is answered `None`: each run then
+//! Cluster: `Store::one_slot_per_command`), where each shard's ends go in a call of their own.
+//! A burst of ends thus costs Redis one script run, not one each; a lone end goes out at once,
+//! alone. A batch whose outcome is unknown (an error) is answered `None`: each run then
 //! writes its own end the usual way (`Store::finish`, sent again while its lease is known
 //! valid), which finds an end the batch did write and answers written.
 
