@@ -55,6 +55,10 @@ use crate::metrics::METRICS;
 /// How long a request waits for its beacon before it reads Redis instead.
 pub(crate) const BEACON_TIMEOUT: Duration = Duration::from_millis(100);
 
+/// How many beacons' counts of requests served the pacing keeps (see
+/// [`SnapshotCache::send_beacons`]).
+const SERVED_KEPT: usize = 4;
+
 /// What an entry costs besides its reply, key and owner: the map's node and bookkeeping.
 const ENTRY_OVERHEAD: usize = 160;
 
@@ -331,8 +335,10 @@ impl SnapshotCache {
     /// sent within the gap gets one at once (a lone poll waits one trip), and so does a closed
     /// loop of clients (each asking again when answered, none asking meanwhile): once no
     /// request came while the last beacon travelled, the next goes as soon as as many wait as
-    /// the last one served. Open arrivals keep coming during a trip and so wait out the gap; a
-    /// closed loop that grew does too, once, and one that shrank waits one gap to count afresh.
+    /// any of the last [`SERVED_KEPT`] served. Open arrivals keep coming during most trips and
+    /// so wait out the gap, and a trip that fell between two bursts of them is not enough: the
+    /// count to reach is a whole gap's as long as one of those beacons waited the gap out. A
+    /// closed loop that grew waits one gap; one that shrank, a few, to count afresh.
     /// A `gap` of 0 sends the next beacon at once.
     pub(crate) async fn send_beacons<F, Fut>(&self, publish: F)
     where
@@ -341,16 +347,17 @@ impl SnapshotCache {
     {
         let mut asked_at_send = self.asked.load(Ordering::Acquire);
         let mut last_send: Option<Instant> = None;
-        // How many requests the last beacon was sent for, and whether none asked for a newer
-        // one while it travelled.
-        let (mut served, mut quiet_trip) = (0, false);
+        // How many requests each of the last few beacons was sent for, and whether none asked
+        // for a newer one while the last travelled.
+        let (mut served, mut quiet_trip) = ([0u64; SERVED_KEPT], false);
         loop {
             while self.asked.load(Ordering::Acquire) == asked_at_send {
                 self.wanted.notified().await;
             }
             let until = last_send.map_or_else(Instant::now, |at| at + self.gap);
             while Instant::now() < until {
-                if quiet_trip && self.asked.load(Ordering::Acquire) - asked_at_send >= served {
+                let back = self.asked.load(Ordering::Acquire) - asked_at_send;
+                if quiet_trip && served.iter().all(|&served| back >= served) {
                     break;
                 }
                 tokio::select! {
@@ -359,7 +366,8 @@ impl SnapshotCache {
                 }
             }
             let asked = self.asked.load(Ordering::Acquire);
-            (served, asked_at_send) = (asked - asked_at_send, asked);
+            served.rotate_right(1);
+            (served[0], asked_at_send) = (asked - asked_at_send, asked);
             let sent = self.now_ns();
             self.last_sent.store(sent, Ordering::Release);
             last_send = Some(Instant::now());
@@ -556,9 +564,9 @@ mod tests {
         (cache, sent)
     }
 
-    /// Polls arriving every millisecond for 400 ms, each on its own, with a pause of `pause` ms
-    /// every 40; how many beacons they took.
-    async fn open_arrivals(gap: Duration, pause: u64) -> u64 {
+    /// 400 polls, each on its own schedule: `burst` at once every `every` ms, with a pause of
+    /// `pause` ms after every 40; how many beacons they took.
+    async fn open_arrivals(gap: Duration, burst: usize, every: u64, pause: u64) -> u64 {
         let (cache, sent) = paced(gap).await;
         let mut gets = tokio::task::JoinSet::new();
         for i in 0..400 {
@@ -567,7 +575,9 @@ mod tests {
             }
             let cache = cache.clone();
             gets.spawn(async move { cache.get("t1", &owner("alice"), Instant::now()).await.is_some() });
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            if i % burst == burst - 1 {
+                tokio::time::sleep(Duration::from_millis(every)).await;
+            }
         }
         while let Some(hit) = gets.join_next().await {
             assert!(hit.expect("no panic"), "every poll is answered from the cache");
@@ -577,12 +587,17 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn open_arrivals_share_one_beacon_per_gap() {
-        let paced = open_arrivals(Duration::from_millis(10), 0).await;
-        let unpaced = open_arrivals(Duration::ZERO, 0).await;
-        let paused = open_arrivals(Duration::from_millis(10), 6).await;
+        let gap = Duration::from_millis(10);
+        let paced = open_arrivals(gap, 1, 1, 0).await;
+        let unpaced = open_arrivals(Duration::ZERO, 1, 1, 0).await;
+        let paused = open_arrivals(gap, 1, 1, 6).await;
+        // Bursts that fall between trips look like a closed loop of five clients that think
+        // between polls (which the pacing cannot tell apart): one beacon per burst, no more.
+        let bursts = open_arrivals(gap, 5, 5, 0).await;
         assert!((30..=60).contains(&paced), "about one beacon per 10 ms over 400 ms, sent {paced}");
         assert!(unpaced >= 150, "without a gap, one beacon per trip: sent {unpaced}");
         assert!((30..=60).contains(&paused), "a gap short of polls does not cut the next ones short: {paused}");
+        assert!(bursts <= 80, "at most one beacon per burst: sent {bursts}");
     }
 
     #[tokio::test(start_paused = true)]
