@@ -18,10 +18,10 @@
 //! at a time and delivers a connection's messages in order, so a beacon published after the
 //! request began is heard after every change written before it began: a write acknowledged by
 //! any replica (or worker) before a `tasks/get` starts is seen by that get, on any replica. The
-//! beacons are shared: one in flight at a time, the next sent as soon as it is heard, serves
-//! every request waiting on the replica, and they are sent only while some request waits: a
-//! cost per replica bounded by its trips through the subscription, not a cost per poll. A beacon not heard back within [`BEACON_TIMEOUT`] sends the
-//! request to Redis instead.
+//! beacons are shared: one in flight at a time serves every request waiting on the replica, and
+//! they are sent only while some request waits, paced by a gap ([`SnapshotCache::send_beacons`]):
+//! a cost per replica, not per poll. A beacon not heard back within [`BEACON_TIMEOUT`] sends
+//! the request to Redis instead.
 //!
 //! On a Cluster (sharded events, one subscription per shard) there is no single ordered stream
 //! to put a beacon in, so the cache is off there.

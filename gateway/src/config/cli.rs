@@ -329,11 +329,11 @@ pub struct Cli {
     pub snapshot_cache_bytes: usize,
 
     /// Milliseconds a replica's snapshot-cache beacon waits after the previous one, at most,
-    /// for more polls to share it, unless as many already wait as the previous one served (a
-    /// closed loop of clients never waits on it). Bounds the beacons of open arrivals to 1000/gap
-    /// a second per replica, and adds up to that much to a cached get's latency (0: the next
-    /// beacon goes as soon as the last is heard back; at most 50, well within the 100 ms a get
-    /// waits for its beacon before it reads Redis).
+    /// for more polls to share it (a lone poll and a closed loop of clients do not wait:
+    /// docs/architecture.md, "The snapshot cache"). Holds the beacons of a fleet's polls to
+    /// about 1000/gap a second per replica, and adds up to that much to a cached get's latency
+    /// (0: the next beacon goes as soon as the last is heard back; at most 50, well within the
+    /// 100 ms a get waits for its beacon before it reads Redis).
     #[arg(long, env = "TASKGATE_SNAPSHOT_CACHE_BEACON_GAP_MS", default_value_t = 5,
           value_parser = clap::value_parser!(u64).range(0..=50))]
     pub snapshot_cache_beacon_gap_ms: u64,
