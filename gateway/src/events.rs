@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt as _;
 use serde_json::Value;
 use taskgate_shared::backoff::Backoff;
-use taskgate_shared::store::{ShardEvent, Store};
+use taskgate_shared::store::{ShardEvent, Store, SubscriptionSink};
 use taskgate_shared::task::TaskStatus;
 use tokio::sync::mpsc;
 
@@ -42,8 +42,9 @@ pub(crate) struct EventHub {
     polls: Option<Arc<crate::polls::PollPacer>>,
     /// Told of every change too, and of the subscription's state; hears its own beacons back.
     snapshots: Option<Arc<crate::snapshots::SnapshotCache>>,
-    /// This process's beacon channel name suffix (random).
-    replica: String,
+    /// Where the snapshot cache's beacons go while the classic subscription is established: its
+    /// connection's command half, and the subscription loop's queue of beacons heard back.
+    beacon_route: Mutex<Option<(SubscriptionSink, mpsc::UnboundedSender<String>)>>,
 }
 
 /// A registration; dropping it unregisters.
@@ -59,8 +60,7 @@ pub(crate) struct Watch {
 impl EventHub {
     /// A hub that also tells `polls` and `snapshots` of every change.
     pub(crate) fn new(polls: Arc<crate::polls::PollPacer>, snapshots: Arc<crate::snapshots::SnapshotCache>) -> Self {
-        let replica = format!("{:016x}", rand::random::<u64>());
-        Self { polls: Some(polls), snapshots: Some(snapshots), replica, ..Self::default() }
+        Self { polls: Some(polls), snapshots: Some(snapshots), ..Self::default() }
     }
 
     /// Watches these tasks. Register before acting, so that no change is missed.
@@ -158,32 +158,44 @@ impl EventHub {
             // No single ordered stream to put a beacon in: the snapshot cache stays bypassed.
             tokio::join!(self.clone().run_classic(store.clone(), false), self.run_sharded(store, shards));
         } else {
-            tokio::join!(self.clone().run_classic(store.clone(), true), self.send_beacons(store));
+            tokio::join!(self.clone().run_classic(store, true), self.send_beacons());
         }
     }
 
-    /// Publishes the snapshot cache's beacons on this process's channel, as it asks for them.
-    async fn send_beacons(self: Arc<Self>, store: Store) {
+    /// Sends the snapshot cache's beacons, as it asks for them: each a `PING` on the event
+    /// subscription's own connection. Redis answers it in that connection's order, after every
+    /// message published before it ran, and the subscription loop hands the answer on only once
+    /// it has handled every message that came before it (see [`Self::run_classic`]), so a beacon
+    /// heard back proves what a `PUBLISH` looped through the subscription proved, for one
+    /// connection's read and write instead of two connections' I/O.
+    async fn send_beacons(self: Arc<Self>) {
         let Some(snapshots) = self.snapshots.clone().filter(|s| s.enabled()) else { return };
-        let channel = store.keys().beacon_channel(&self.replica);
         snapshots
             .send_beacons(|payload| {
-                let (store, channel) = (&store, &channel);
+                let route = self.beacon_route.lock().expect("lock poisoned: a holder panicked").clone();
                 async move {
-                    // Not heard back: the waiting requests read Redis instead.
-                    if let Err(err) = store.publish(channel, &payload).await {
-                        tracing::debug!(error = %err, "snapshot cache beacon not sent");
+                    // No subscription: the waiting requests read Redis instead.
+                    let Some((mut sink, heard)) = route else { return };
+                    // Bounded: the subscription's connection has no command timeout of its own.
+                    let pong = tokio::time::timeout(crate::snapshots::BEACON_TIMEOUT, sink.ping(&payload)).await;
+                    match pong {
+                        Ok(Ok(_)) => {
+                            let _ = heard.send(payload);
+                        }
+                        Ok(Err(err)) => tracing::debug!(error = %err, "snapshot cache beacon not answered"),
+                        Err(_) => tracing::debug!("snapshot cache beacon not answered in time"),
                     }
                 }
             })
             .await;
     }
 
+    /// The classic subscription: task events (with `with_events`) and the tools' notices, and
+    /// the beacons' answers, in the order Redis sent them.
     async fn run_classic(self: Arc<Self>, store: Store, with_events: bool) {
         let events = store.keys().events_channel();
         let notices = store.keys().notify_channel();
-        let beacons = store.keys().beacon_channel(&self.replica);
-        let channels: Vec<&str> = if with_events { vec![&events, &notices, &beacons] } else { vec![&notices] };
+        let channels: Vec<&str> = if with_events { vec![&events, &notices] } else { vec![&notices] };
         let mut backoff = Backoff::redis();
         loop {
             // Taken before the connection is made: a primary left meanwhile ends it at once.
@@ -192,38 +204,46 @@ impl EventHub {
                 Ok(mut pubsub) => match pubsub.subscribe(&channels).await {
                     Ok(()) => {
                         backoff.reset();
+                        let (sink, mut messages) = pubsub.split();
+                        let (heard, mut beacons) = mpsc::unbounded_channel::<String>();
+                        if with_events {
+                            *self.beacon_route.lock().expect("lock poisoned: a holder panicked") = Some((sink, heard));
+                        }
                         self.resubscribed();
                         if with_events {
                             self.events_subscribed();
                         }
-                        let mut messages = pubsub.on_message();
                         loop {
+                            // Messages first: a beacon's answer is handled only once every
+                            // message the connection delivered before it has been (the client
+                            // library queues them before it hands the answer over).
                             let msg = tokio::select! {
-                                msg = messages.next() => msg,
+                                biased;
                                 // The old primary hears nothing the new one publishes.
                                 () = moved.wait() => None,
+                                msg = messages.next() => msg,
+                                Some(payload) = beacons.recv() => {
+                                    if let Some(snapshots) = &self.snapshots {
+                                        snapshots.beacon_heard(&payload);
+                                    }
+                                    continue;
+                                }
                             };
                             let Some(msg) = msg else { break };
                             let Ok(payload) = msg.get_payload::<String>() else { continue };
                             if msg.get_channel_name() == events {
                                 self.on_event(&payload);
-                            } else if msg.get_channel_name() == beacons {
-                                // In order with the events: every change written before this
-                                // beacon was sent has been handled above.
-                                if let Some(snapshots) = &self.snapshots {
-                                    snapshots.beacon_heard(&payload);
-                                }
                             } else if let Ok(notice) = serde_json::from_str::<Value>(&payload)
                                 && let Some(task) = notice.get("taskId").and_then(Value::as_str)
                             {
                                 self.dispatch(task, &Wake::Notice(notice.clone()));
                             }
                         }
-                        drop(messages);
+                        // Dropping the stream (and the route's sink) closes the connection.
+                        self.beacon_route.lock().expect("lock poisoned: a holder panicked").take();
                         if with_events {
                             self.events_lost();
                         }
-                        pubsub.discard();
                         tracing::warn!("event subscription closed; resubscribing");
                     }
                     Err(err) => tracing::warn!(error = %err, "cannot subscribe to task events"),

@@ -121,8 +121,9 @@ pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMe
     ),
     snapshot_cache_beacon_lag: prometheus::register_histogram!(
         "taskgate_snapshot_cache_beacon_lag_seconds",
-        "From a snapshot cache beacon being published to this replica hearing it back through its \
-         event subscription: the pub/sub delivery lag, which invalidations share.",
+        "From a snapshot cache beacon being sent (a PING on the event subscription's connection) to \
+         this replica handling its answer, after every message before it: the subscription's \
+         delivery lag, which invalidations share.",
         LATENCY_BUCKETS.to_vec()
     )
     .expect("a valid histogram definition"),

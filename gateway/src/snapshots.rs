@@ -13,10 +13,10 @@
 //!
 //! **Freshness across replicas: the beacon.** A change is heard some time after it was
 //! written, so an entry may outlive its task's state by the pub/sub delivery lag. Before an
-//! entry is served, the replica waits until it hears back a *beacon* it published (on a channel
-//! of its own, through the same subscription) after the request began. Redis runs commands one
-//! at a time and delivers a connection's messages in order, so a beacon published after the
-//! request began is heard after every change written before it began: a write acknowledged by
+//! entry is served, the replica waits until it hears back a *beacon* it sent after the request
+//! began: a `PING` on the event subscription's own connection (`events.rs`). Redis runs commands
+//! one at a time and writes a connection's replies and messages in order, so a beacon sent after
+//! the request began is heard after every change written before it began: a write acknowledged by
 //! any replica (or worker) before a `tasks/get` starts is seen by that get, on any replica. The
 //! beacons are shared: one in flight at a time serves every request waiting on the replica, and
 //! they are sent only while some request waits, paced by a gap ([`SnapshotCache::send_beacons`]):
@@ -330,7 +330,7 @@ impl SnapshotCache {
     /// **Pacing.** The next beacon goes once the last is heard back (or given up on after
     /// [`BEACON_TIMEOUT`]), and no sooner than `gap` after the last was sent, so that polls
     /// arriving on their own schedules (a fleet's) share one beacon per `gap` instead of taking
-    /// one per trip through the subscription, each a `PUBLISH` and its delivery for Redis. Two
+    /// one per trip through the subscription, each a command and its answer for Redis. Two
     /// exceptions keep the wait from costing anyone: a request that comes when no beacon was
     /// sent within the gap gets one at once (a lone poll waits one trip), and so does a closed
     /// loop of clients (each asking again when answered, none asking meanwhile): once no

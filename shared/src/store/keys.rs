@@ -382,13 +382,6 @@ impl Keys {
         format!("{}:notify", self.ns)
     }
 
-    /// One gateway replica's beacon channel (`replica` is random per process): the replica
-    /// publishes there and hears itself back through its event subscription, which tells it
-    /// that every change written before the beacon has been heard.
-    pub fn beacon_channel(&self, replica: &str) -> String {
-        format!("{}:beacon:{replica}", self.ns)
-    }
-
     /// Prefix of the per-worker signal channels; a script appends the lease holder's id.
     pub fn signal_prefix(&self) -> String {
         format!("{}:signal:", self.ns)

@@ -173,12 +173,6 @@ impl Store {
         Ok(())
     }
 
-    /// Publishes `payload` on `channel` (a gateway's beacon, `Keys::beacon_channel`).
-    pub async fn publish(&self, channel: &str, payload: &str) -> Result<(), StoreError> {
-        redis::cmd("PUBLISH").arg(channel).arg(payload).query_async::<()>(&mut self.conn()).await?;
-        Ok(())
-    }
-
     /// Cancels a task, or flags it and signals its worker. Ownership is checked inside.
     pub async fn cancel_task(&self, id: &TaskId, owner: &Owner, message: &str) -> Result<CancelOutcome, StoreError> {
         self.cancel(id, Some(owner), message, None).await
