@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt as _;
 use serde_json::Value;
 use taskgate_shared::backoff::Backoff;
-use taskgate_shared::store::{ShardEvent, Store, SubscriptionSink};
+use taskgate_shared::store::{ShardEvent, Store};
 use taskgate_shared::task::TaskStatus;
 use tokio::sync::mpsc;
 
@@ -42,9 +42,9 @@ pub(crate) struct EventHub {
     polls: Option<Arc<crate::polls::PollPacer>>,
     /// Told of every change too, and of the subscription's state; hears its own beacons back.
     snapshots: Option<Arc<crate::snapshots::SnapshotCache>>,
-    /// Where the snapshot cache's beacons go while the classic subscription is established: its
-    /// connection's command half, and the subscription loop's queue of beacons heard back.
-    beacon_route: Mutex<Option<(SubscriptionSink, mpsc::UnboundedSender<String>)>>,
+    /// Where the snapshot cache's beacons go while the classic subscription is established: the
+    /// subscription loop, which sends each on its connection.
+    beacon_route: Mutex<Option<mpsc::UnboundedSender<String>>>,
 }
 
 /// A registration; dropping it unregisters.
@@ -162,36 +162,27 @@ impl EventHub {
         }
     }
 
-    /// Sends the snapshot cache's beacons, as it asks for them: each a `PING` on the event
-    /// subscription's own connection. Redis answers it in that connection's order, after every
-    /// message published before it ran, and the subscription loop hands the answer on only once
-    /// it has handled every message that came before it (see [`Self::run_classic`]), so a beacon
-    /// heard back proves what a `PUBLISH` looped through the subscription proved, for one
+    /// Sends the snapshot cache's beacons, as it asks for them, to the subscription loop, which
+    /// sends each as a `PING` on the subscription's own connection. Redis answers it in that
+    /// connection's order, after every message published before it ran, and the loop takes the
+    /// answer as heard only once it has handled every message that came before it (see
+    /// [`Self::run_classic`]): what a `PUBLISH` looped through the subscription proved, for one
     /// connection's read and write instead of two connections' I/O.
     async fn send_beacons(self: Arc<Self>) {
         let Some(snapshots) = self.snapshots.clone().filter(|s| s.enabled()) else { return };
         snapshots
             .send_beacons(|payload| {
-                let route = self.beacon_route.lock().expect("lock poisoned: a holder panicked").clone();
-                async move {
-                    // No subscription: the waiting requests read Redis instead.
-                    let Some((mut sink, heard)) = route else { return };
-                    // Bounded: the subscription's connection has no command timeout of its own.
-                    let pong = tokio::time::timeout(crate::snapshots::BEACON_TIMEOUT, sink.ping(&payload)).await;
-                    match pong {
-                        Ok(Ok(_)) => {
-                            let _ = heard.send(payload);
-                        }
-                        Ok(Err(err)) => tracing::debug!(error = %err, "snapshot cache beacon not answered"),
-                        Err(_) => tracing::debug!("snapshot cache beacon not answered in time"),
-                    }
+                // No subscription: not heard, and the waiting requests read Redis instead.
+                if let Some(route) = self.beacon_route.lock().expect("lock poisoned: a holder panicked").as_ref() {
+                    let _ = route.send(payload);
                 }
+                std::future::ready(())
             })
             .await;
     }
 
     /// The classic subscription: task events (with `with_events`) and the tools' notices, and
-    /// the beacons' answers, in the order Redis sent them.
+    /// the snapshot cache's beacons, in the order Redis sent them.
     async fn run_classic(self: Arc<Self>, store: Store, with_events: bool) {
         let events = store.keys().events_channel();
         let notices = store.keys().notify_channel();
@@ -204,27 +195,42 @@ impl EventHub {
                 Ok(mut pubsub) => match pubsub.subscribe(&channels).await {
                     Ok(()) => {
                         backoff.reset();
-                        let (sink, mut messages) = pubsub.split();
-                        let (heard, mut beacons) = mpsc::unbounded_channel::<String>();
+                        let (route, mut beacons) = mpsc::unbounded_channel::<String>();
                         if with_events {
-                            *self.beacon_route.lock().expect("lock poisoned: a holder panicked") = Some((sink, heard));
+                            *self.beacon_route.lock().expect("lock poisoned: a holder panicked") = Some(route);
                         }
                         self.resubscribed();
                         if with_events {
                             self.events_subscribed();
                         }
+                        // A beacon answered, to be taken as heard once the messages before it are.
+                        let mut answered: Option<String> = None;
                         loop {
-                            // Messages first: a beacon's answer is handled only once every
-                            // message the connection delivered before it has been (the client
-                            // library queues them before it hands the answer over).
+                            // In this order: a beacon's answer counts only when no message is
+                            // left queued before it (the client library queues them before it
+                            // hands the answer over).
                             let msg = tokio::select! {
                                 biased;
                                 // The old primary hears nothing the new one publishes.
                                 () = moved.wait() => None,
-                                msg = messages.next() => msg,
-                                Some(payload) = beacons.recv() => {
-                                    if let Some(snapshots) = &self.snapshots {
+                                msg = async { pubsub.on_message().next().await } => msg,
+                                () = std::future::ready(()), if answered.is_some() => {
+                                    if let (Some(snapshots), Some(payload)) = (&self.snapshots, answered.take()) {
                                         snapshots.beacon_heard(&payload);
+                                    }
+                                    continue;
+                                }
+                                Some(payload) = beacons.recv() => {
+                                    // Messages arriving meanwhile wait in the library's queue.
+                                    let pong = tokio::time::timeout(
+                                        crate::snapshots::BEACON_TIMEOUT,
+                                        pubsub.ping_in_order(&payload),
+                                    )
+                                    .await;
+                                    match pong {
+                                        Ok(Ok(())) => answered = Some(payload),
+                                        Ok(Err(err)) => tracing::debug!(error = %err, "snapshot cache beacon not answered"),
+                                        Err(_) => tracing::debug!("snapshot cache beacon not answered in time"),
                                     }
                                     continue;
                                 }
@@ -239,11 +245,11 @@ impl EventHub {
                                 self.dispatch(task, &Wake::Notice(notice.clone()));
                             }
                         }
-                        // Dropping the stream (and the route's sink) closes the connection.
                         self.beacon_route.lock().expect("lock poisoned: a holder panicked").take();
                         if with_events {
                             self.events_lost();
                         }
+                        pubsub.discard();
                         tracing::warn!("event subscription closed; resubscribing");
                     }
                     Err(err) => tracing::warn!(error = %err, "cannot subscribe to task events"),

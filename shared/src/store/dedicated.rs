@@ -137,18 +137,6 @@ impl<M: Manager> Held<M> {
         self.release(true);
     }
 
-    /// The connection itself, no longer the pool's (as [`Self::discard`] leaves it) but still
-    /// open.
-    fn into_inner(mut self) -> M::Type {
-        let object = self.object.take().expect("held until dropped");
-        let pool = Object::pool(&object);
-        let inner = Object::take(object);
-        if let Some(pool) = pool {
-            report(self.name, &pool);
-        }
-        inner
-    }
-
     fn release(&mut self, close: bool) {
         let Some(object) = self.object.take() else { return };
         let pool = Object::pool(&object);
@@ -269,25 +257,12 @@ pub struct Subscriber {
 }
 
 impl Held<Subscriber> {
-    /// Splits a subscription into its command half and its messages, for a caller that sends
-    /// commands on the subscribed connection while it reads (the snapshot cache's beacons). The
-    /// connection is the pool's no more; it closes when both halves are dropped.
-    pub fn split(self) -> (SubscriptionSink, redis::aio::PubSubStream) {
-        let (sink, stream) = self.into_inner().split();
-        (SubscriptionSink(sink), stream)
-    }
-}
-
-/// The command half of a split subscription ([`Held::split`]).
-#[derive(Clone)]
-pub struct SubscriptionSink(redis::aio::PubSubSink);
-
-impl SubscriptionSink {
     /// `PING payload` on the subscribed connection. Redis answers it after every message it
-    /// delivered to the connection before it ran, and the client library queues those for the
-    /// stream before it hands the answer here. Unbounded in time: the caller bounds it.
-    pub async fn ping(&mut self, payload: &str) -> Result<(), StoreError> {
-        self.0.ping_message::<redis::Value>(payload).await?;
+    /// delivered to the connection before it ran, and the client library queues those for
+    /// [`redis::aio::PubSub::on_message`] before it hands the answer here. Unbounded in time:
+    /// the caller bounds it.
+    pub async fn ping_in_order(&mut self, payload: &str) -> Result<(), StoreError> {
+        self.ping_message::<redis::Value>(payload).await?;
         Ok(())
     }
 }

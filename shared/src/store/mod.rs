@@ -40,7 +40,7 @@ pub use compact::stored_capabilities;
 pub use connection::{PrimaryMoves, Store};
 pub use console::{Cursor, Filter, Inspection, Page, REVEALS_KEPT, Row, TIMELINE_MAX};
 pub use credentials::{ListedCredential, StoredCredentials};
-pub use dedicated::{Exclusive, Held, MAX_BLOCK, ShardSubscriber, Subscriber, SubscriptionSink};
+pub use dedicated::{Exclusive, Held, MAX_BLOCK, ShardSubscriber, Subscriber};
 pub use diagnosis::Diagnosis;
 pub use endpoint::{Endpoint, SentinelLogin, TlsPem, redact};
 pub use error::StoreError;
