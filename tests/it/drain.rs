@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use taskgate_shared::store::{DEFAULT_POOL, Store};
-use taskgate_tests::{Scrape, Stack, eventually, free_port};
+use taskgate_tests::{McpClient, Scrape, Stack, eventually, free_port};
 
 const PATIENCE: Duration = Duration::from_secs(120);
 
@@ -31,8 +31,43 @@ async fn command_calls(store: &Store) -> HashMap<String, u64> {
 
 /// A drain worker's arguments: its tools stay listed for long after it is gone, so the next
 /// backlog can be created while no worker runs.
-fn worker_args(concurrency: &str) -> [&str; 6] {
-    ["--queue-shards", "1", "--catalogue-ttl-ms", "600000", "--concurrency", concurrency]
+fn worker_args<'a>(shards: &'a str, concurrency: &'a str) -> [&'a str; 6] {
+    ["--queue-shards", shards, "--catalogue-ttl-ms", "600000", "--concurrency", concurrency]
+}
+
+/// A stack over `shards` queue shards whose gateway takes a backlog at any rate, and whose
+/// catalogue lists the no-op tool from a worker already gone: backlogs are created while no
+/// worker runs.
+async fn backlog_stack(shards: &str) -> Stack {
+    let mut stack = Stack::builder()
+        .workers(0)
+        .gateway_args(&[
+            "--queue-shards",
+            shards,
+            "--tenant-rps",
+            "0",
+            "--tenant-create-rps",
+            "0",
+            "--tenant-max-active-tasks",
+            "0",
+        ])
+        .spawn()
+        .await;
+    let listed = stack.add_worker(&worker_args(shards, "1")).await;
+    let client = stack.client(0);
+    let warm = client.create_task("noop", json!({})).await;
+    client.wait_for_status(&warm, "completed", PATIENCE).await;
+    stack.workers[listed].kill().await;
+    stack
+}
+
+/// [`TASKS`] no-op tasks, created 50 at a time.
+async fn create_backlog(client: &McpClient) -> Vec<String> {
+    let mut ids = Vec::with_capacity(TASKS);
+    for _ in 0..TASKS / 50 {
+        ids.extend(futures::future::join_all((0..50).map(|_| client.create_task("noop", json!({})))).await);
+    }
+    ids
 }
 
 /// Redis calls per task to drain [`TASKS`] no-op tasks, queued while no worker ran, with one
@@ -40,15 +75,11 @@ fn worker_args(concurrency: &str) -> [&str; 6] {
 async fn drain(stack: &mut Stack, concurrency: usize) -> (f64, Vec<(String, f64)>) {
     let client = stack.client(0);
     let store = stack.store();
-    let mut ids = Vec::with_capacity(TASKS);
-    for _ in 0..TASKS / 50 {
-        let batch = (0..50).map(|_| client.create_task("noop", json!({})));
-        ids.extend(futures::future::join_all(batch).await);
-    }
+    let ids = create_backlog(&client).await;
     let queue = store.keys().queue(0, DEFAULT_POOL);
     let leases = store.keys().shard(0).leases;
     let before = command_calls(&store).await;
-    let worker = stack.add_worker(&worker_args(&concurrency.to_string())).await;
+    let worker = stack.add_worker(&worker_args("1", &concurrency.to_string())).await;
     // Drained: nothing queued, nothing held, no wake-up left. Each look is three calls, taken
     // off the count below.
     let mut looks = 0u64;
@@ -128,26 +159,7 @@ fn over_the_tasks_own(by_command: &[(String, f64)]) -> Vec<String> {
 /// for the same front): about five times the calls per task of one slot.
 #[tokio::test]
 async fn calls_per_task_do_not_grow_with_concurrency() {
-    let mut stack = Stack::builder()
-        .workers(0)
-        .gateway_args(&[
-            "--queue-shards",
-            "1",
-            "--tenant-rps",
-            "0",
-            "--tenant-create-rps",
-            "0",
-            "--tenant-max-active-tasks",
-            "0",
-        ])
-        .spawn()
-        .await;
-    // A worker lists the tool once and goes: the backlogs are created while none runs.
-    let first = stack.add_worker(&worker_args("1")).await;
-    let client = stack.client(0);
-    let warm = client.create_task("noop", json!({})).await;
-    client.wait_for_status(&warm, "completed", PATIENCE).await;
-    stack.workers[first].kill().await;
+    let mut stack = backlog_stack("1").await;
     let mut per_task = Vec::new();
     for concurrency in [1, 16, 256] {
         let (calls, by_command) = drain(&mut stack, concurrency).await;
@@ -173,33 +185,12 @@ async fn calls_per_task_do_not_grow_with_concurrency() {
 /// worker of 256 slots; read from the worker's own count of its Redis calls.
 async fn finish_calls_per_task(shards: usize) -> f64 {
     let shards_arg = shards.to_string();
-    let mut stack = Stack::builder()
-        .workers(0)
-        .gateway_args(&[
-            "--queue-shards",
-            &shards_arg,
-            "--tenant-rps",
-            "0",
-            "--tenant-create-rps",
-            "0",
-            "--tenant-max-active-tasks",
-            "0",
-        ])
-        .spawn()
-        .await;
-    let listed = stack.add_worker(&["--queue-shards", &shards_arg, "--catalogue-ttl-ms", "600000"]).await;
+    let mut stack = backlog_stack(&shards_arg).await;
     let client = stack.client(0);
-    let warm = client.create_task("noop", json!({})).await;
-    client.wait_for_status(&warm, "completed", PATIENCE).await;
-    stack.workers[listed].kill().await;
-    let mut ids = Vec::with_capacity(TASKS);
-    for _ in 0..TASKS / 50 {
-        ids.extend(futures::future::join_all((0..50).map(|_| client.create_task("noop", json!({})))).await);
-    }
-    let metrics_port = free_port();
-    let listen = format!("127.0.0.1:{metrics_port}");
-    let args = ["--queue-shards", &shards_arg, "--catalogue-ttl-ms", "600000", "--concurrency", "256"];
-    let worker = stack.add_worker(&[&args[..], &["--metrics-listen", &listen]].concat()).await;
+    let ids = create_backlog(&client).await;
+    let listen = format!("127.0.0.1:{}", free_port());
+    let worker =
+        stack.add_worker(&[&worker_args(&shards_arg, "256")[..], &["--metrics-listen", &listen]].concat()).await;
     let store = stack.store();
     eventually(PATIENCE, "the backlog to drain", || {
         let store = store.clone();
