@@ -161,10 +161,10 @@ impl Service {
         self.start().await;
     }
 
-    /// Sends a signal by name (`TERM`, `STOP`, `CONT`).
+    /// Sends a signal by name (`TERM`, `STOP`, `CONT`); `STOP` returns once every thread of
+    /// the process has stopped (see [`send_signal`]).
     pub fn signal(&self, name: &str) {
-        let status = std::process::Command::new("kill").arg(format!("-{name}")).arg(self.pid().to_string()).status();
-        assert!(status.is_ok_and(|s| s.success()), "kill -{name} failed");
+        send_signal(self.pid(), name);
     }
 
     /// Waits for the process to exit on its own and returns its exit code.
@@ -189,4 +189,33 @@ async fn wait_ready(url: &str) {
         async move { request.await.ok().filter(|r| r.status() == 200).map(drop) }
     })
     .await;
+}
+
+/// Sends a signal by name to `pid`. For `STOP`, waits until every thread of the process is
+/// stopped: `kill` returns once the signal is queued, and the stop takes effect only when the
+/// thread picked to handle it next runs. On a loaded machine that can be milliseconds later,
+/// while the process's other threads go on running (a worker could still claim the task a test
+/// queues right after "stopping" it).
+pub(crate) fn send_signal(pid: u32, name: &str) {
+    let status = std::process::Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status();
+    assert!(status.is_ok_and(|s| s.success()), "kill -{name} failed");
+    if name != "STOP" {
+        return;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !all_threads_stopped(pid) {
+        assert!(std::time::Instant::now() < deadline, "process {pid} did not stop within 10 s of SIGSTOP");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Whether every thread of `pid` is stopped (or gone), by the state field of
+/// `/proc/<pid>/task/<tid>/stat` (the first field after the parenthesised name).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return true };
+    tasks.flatten().all(|task| {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { return true };
+        let state = stat.rfind(')').and_then(|end| stat[end + 1..].trim_start().chars().next());
+        matches!(state, Some('T' | 't' | 'Z' | 'X') | None)
+    })
 }

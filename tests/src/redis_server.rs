@@ -168,11 +168,10 @@ impl RedisServer {
         redis::Client::open(self.url())?.get_multiplexed_async_connection().await
     }
 
-    /// Sends a signal by name (`STOP`, `CONT`).
+    /// Sends a signal by name (`STOP`, `CONT`); `STOP` returns once the server has stopped.
     pub fn signal(&self, name: &str) {
         let pid = self.child.as_ref().and_then(Child::id).expect("running");
-        let status = std::process::Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status();
-        assert!(status.is_ok_and(|s| s.success()), "kill -{name} failed");
+        crate::process::send_signal(pid, name);
     }
 
     /// Whether the process is up (not killed by [`Self::kill`]).
