@@ -27,6 +27,7 @@ pub(crate) struct GatewayMetrics {
     pub(crate) snapshot_cache_bytes: IntGauge,
     pub(crate) snapshot_cache_beacon_lag: Histogram,
     pub(crate) request_slices: IntCounterVec,
+    pub(crate) request_slice_calls: IntCounter,
     pub(crate) webhook_deliveries: IntCounterVec,
     pub(crate) webhook_dead_lettered: IntCounterVec,
     pub(crate) webhook_refused: IntCounterVec,
@@ -101,6 +102,11 @@ pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMe
         "Leases of a slice of a tenant's request rate from Redis (granted, refused: the tenant is \
          at its rate, error), each admitting up to --admission-slice-ms of the rate in memory.",
         &["outcome"],
+    ),
+    request_slice_calls: metrics::counter(
+        "taskgate_gateway_request_slice_calls_total",
+        "Calls to Redis that leased request slices: one call leases for the tenant that ran dry \
+         and for others of this replica whose slices were nearly done.",
     ),
     snapshot_cache_hits: metrics::counter(
         "taskgate_snapshot_cache_hits_total",

@@ -3,7 +3,12 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use taskgate_tests::{Reply, Stack};
+use taskgate_tests::{Reply, Stack, Topology};
+
+taskgate_tests::on_topologies!(
+    [standalone: Standalone, cluster: Cluster]
+    a_lease_grants_at_most_the_burst_and_takes_back_what_was_not_used,
+);
 
 fn assert_refused(r: &Reply, limit: &str) {
     assert_eq!(r.status, 429, "{}", r.text);
@@ -185,25 +190,35 @@ async fn what_is_stored_counts_against_the_argument_limit() {
 /// A replica leases slices of a tenant's request rate and admits from them in memory; Redis
 /// grants no more than the rate, takes back what a replica did not use, and refuses a lease
 /// while the tenant is at its rate.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_grants_at_most_the_burst_and_takes_back_what_was_not_used() {
-    use taskgate_shared::store::{Endpoint, Leased, Rate, Store};
-    let redis = taskgate_tests::RedisServer::start().await;
-    let namespace = taskgate_tests::unique_namespace();
-    let store = Store::connect_lazy(&Endpoint::new(redis.url()), &namespace, Duration::from_secs(2)).unwrap();
+/// On a Cluster each tenant's keys are in a slot of their own: several tenants go as one call
+/// each, sent together, with the same answers.
+async fn a_lease_grants_at_most_the_burst_and_takes_back_what_was_not_used(topology: Topology) {
+    use taskgate_shared::store::{Leased, Rate, SliceAsk};
+    let stack = topology.builder().gateways(0).workers(0).spawn().await;
+    let store = stack.store();
     // One request per 10 s: nothing comes back by the clock while the test runs.
     let rate = Rate { per_second: 0.1, burst: 10 };
-    assert_eq!(store.lease_requests("acme", rate, 8, 0).await.unwrap(), Leased::Granted(8));
-    assert_eq!(store.lease_requests("acme", rate, 8, 0).await.unwrap(), Leased::Granted(2), "only the burst's rest");
-    let Leased::Refused { retry_after_ms } = store.lease_requests("acme", rate, 8, 0).await.unwrap() else {
+    let lease = |tenant, want, unused| SliceAsk { tenant, rate, want, unused };
+    let one = |ask| {
+        let store = store.clone();
+        async move { store.lease_requests(&[ask]).await.unwrap()[0] }
+    };
+    assert_eq!(one(lease("acme", 8, 0)).await, Leased::Granted(8));
+    assert_eq!(one(lease("acme", 8, 0)).await, Leased::Granted(2), "only the burst's rest");
+    let Leased::Refused { retry_after_ms } = one(lease("acme", 8, 0)).await else {
         panic!("a tenant at its rate gets no lease");
     };
     assert!((9_000..=10_000).contains(&retry_after_ms), "{retry_after_ms}");
     // Five cells given back (with nothing asked) are there for the next lease, from any replica.
-    assert!(matches!(store.lease_requests("acme", rate, 0, 5).await.unwrap(), Leased::Refused { .. }));
-    assert_eq!(store.lease_requests("acme", rate, 8, 0).await.unwrap(), Leased::Granted(5));
-    // Another tenant's rate is its own.
-    assert_eq!(store.lease_requests("globex", rate, 3, 0).await.unwrap(), Leased::Granted(3));
+    assert!(matches!(one(lease("acme", 0, 5)).await, Leased::Refused { .. }));
+    assert_eq!(one(lease("acme", 8, 0)).await, Leased::Granted(5));
+    // Several tenants in one call, each against its own rate, in the order asked.
+    let leases = store.lease_requests(&[lease("globex", 3, 0), lease("acme", 1, 0), lease("initech", 12, 0)]).await;
+    let refused = matches!(leases.as_deref(), Ok([_, Leased::Refused { .. }, _]));
+    assert!(refused, "acme is at its rate: {leases:?}");
+    assert_eq!(leases.as_ref().unwrap()[0], Leased::Granted(3));
+    assert_eq!(leases.as_ref().unwrap()[2], Leased::Granted(10), "the burst");
+    assert_eq!(store.lease_requests(&[]).await.unwrap(), vec![], "nothing asked, nothing sent");
 }
 
 /// Three replicas hammering one tenant admit at most what one exact limiter would, plus one
@@ -304,4 +319,63 @@ async fn a_tenant_well_under_its_rate_leases_about_once_a_second() {
     println!("{granted} leases in {elapsed:.2} s");
     // One lease per second of the run, and the first; a slice per 100 ms would be ten times that.
     assert!(granted >= 1.0 && granted <= elapsed.ceil() + 1.0, "{granted} leases in {elapsed:.2} s");
+}
+
+/// Tenants well under their rate on one replica renew their slices together: the lease of the
+/// tenant that runs dry takes along the nearly spent slices of the others, so the calls to
+/// Redis are far fewer than the slices leased, and every request is still admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_under_their_rate_renew_their_slices_in_one_call() {
+    const TENANTS: usize = 40;
+    // 100 a second over 100 ms: slices of 10 cells; each tenant sends about 7 a second, so a
+    // slice lasts about 1.5 s and is nearly spent long after two slice times.
+    let mut stack = Stack::builder().gateways(0).workers(0).spawn().await;
+    let file = stack.scratch_dir().join("api-keys");
+    let keys: String = (0..TENANTS).map(|i| format!("{} t{i} t{i}-user\n", sha256_hex(&format!("key-{i}")))).collect();
+    std::fs::write(&file, keys).unwrap();
+    let keys_file = file.to_str().unwrap();
+    stack.add_gateway_with_auth(&["--auth", "api-keys", "--api-keys-file", keys_file, "--tenant-rps", "100"]).await;
+    let started = tokio::time::Instant::now();
+    let run = Duration::from_secs(5);
+    let mut loops = tokio::task::JoinSet::new();
+    for i in 0..TENANTS {
+        let client = stack.client_as(0, &format!("key-{i}"));
+        loops.spawn(async move {
+            // Spread over the first 150 ms, as independent clients would be.
+            tokio::time::sleep_until(started + Duration::from_micros(3_750 * i as u64)).await;
+            let mut pace = tokio::time::interval(Duration::from_millis(150));
+            while started.elapsed() < run {
+                pace.tick().await;
+                let r = client.call("server/discover", json!({})).await;
+                assert_eq!(r.status, 200, "{}", r.text);
+            }
+        });
+    }
+    let metrics = format!("{}/metrics", stack.client(0).base());
+    let counts = |s: &taskgate_tests::Scrape| {
+        let granted = s.sum("taskgate_gateway_request_slices_total", &[("outcome", "granted")]);
+        (granted, s.sum("taskgate_gateway_request_slice_calls_total", &[]))
+    };
+    // From every tenant's first lease on (each its own call: nothing is nearly spent yet).
+    let (granted_before, calls_before) =
+        taskgate_tests::eventually(Duration::from_secs(20), "every first lease", || async {
+            let (granted, calls) = counts(&taskgate_tests::Scrape::of(&metrics).await);
+            (granted >= TENANTS as f64).then_some((granted, calls))
+        })
+        .await;
+    while let Some(done) = loops.join_next().await {
+        done.unwrap();
+    }
+    let after = taskgate_tests::Scrape::of(&metrics).await;
+    let (granted, calls) = counts(&after);
+    let (granted, calls) = (granted - granted_before, calls - calls_before);
+    println!("{granted} slices leased in {calls} calls");
+    assert_eq!(after.sum("taskgate_gateway_request_slices_total", &[]), counts(&after).0, "none refused or failed");
+    assert!(granted >= TENANTS as f64, "every tenant renewed its slice: {granted}");
+    assert!(calls * 4.0 <= granted, "{granted} slices leased in {calls} calls");
+}
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -24,6 +24,18 @@ impl Rate {
     }
 }
 
+/// One tenant's slice asked of [`Store::lease_requests`].
+#[derive(Debug, Clone, Copy)]
+pub struct SliceAsk<'a> {
+    pub tenant: &'a str,
+    /// The tenant's request rate (limited).
+    pub rate: Rate,
+    /// Cells asked for; 0 only gives back.
+    pub want: u64,
+    /// Cells of the tenant's previous slice given back.
+    pub unused: u64,
+}
+
 /// A task about to be created, for admission.
 #[derive(Debug, Clone, Copy)]
 pub struct TaskAdmission<'a> {
@@ -34,19 +46,33 @@ pub struct TaskAdmission<'a> {
 }
 
 impl Store {
-    /// A slice of `tenant`'s request rate for this replica to admit in memory: up to `want`
-    /// requests, after giving back `unused` requests of its previous slice. `want` 0 only gives
-    /// back. Unlimited rates are never leased (the caller admits without asking).
-    pub async fn lease_requests(
-        &self,
-        tenant: &str,
-        requests: Rate,
-        want: u64,
-        unused: u64,
-    ) -> Result<Leased, StoreError> {
-        let keys = self.keys().tenant(tenant);
-        let args = lease_requests::Args { interval: requests.gcra().interval_ms, burst: requests.burst, want, unused };
-        lease_requests::call(&mut self.conn(), lease_requests::Keys::from(&keys), args).await
+    /// Slices of tenants' request rates for this replica to admit in memory, one per ask, in
+    /// the order asked: up to `want` requests each, after giving back `unused` requests of the
+    /// tenant's previous slice (`want` 0 only gives back). One call for them all, except where
+    /// a command keeps to one slot (each tenant's keys have their own): one call each, sent
+    /// together. Unlimited rates are never leased (the caller admits without asking).
+    pub async fn lease_requests(&self, asks: &[SliceAsk<'_>]) -> Result<Vec<Leased>, StoreError> {
+        let one = |ask: &SliceAsk<'_>| lease_requests::Ask {
+            interval: ask.rate.gcra().interval_ms,
+            burst: ask.rate.burst,
+            want: ask.want,
+            unused: ask.unused,
+        };
+        let key = |ask: &SliceAsk<'_>| self.keys().tenant(ask.tenant).requests;
+        if asks.is_empty() {
+            return Ok(Vec::new());
+        }
+        if self.one_slot_per_command() && asks.len() > 1 {
+            let calls = asks.iter().map(|ask| async move {
+                let keys = [key(ask)];
+                lease_requests::call(&mut self.conn(), lease_requests::Keys { requests: &keys }, &[one(ask)]).await
+            });
+            let leases = futures::future::try_join_all(calls).await?;
+            return Ok(leases.into_iter().flatten().collect());
+        }
+        let keys: Vec<String> = asks.iter().map(key).collect();
+        let asks: Vec<_> = asks.iter().map(one).collect();
+        lease_requests::call(&mut self.conn(), lease_requests::Keys { requests: &keys }, &asks).await
     }
 
     /// One request that creates a task: request rate, creation rate and the active-task cap,

@@ -50,7 +50,7 @@ pub use keys::{
     TaskLayout, TenantKeys, WORKER_GROUP, is_owner_digest, is_pool_name, owner_digest,
 };
 pub use leases::{Backlog, Delivery, Ending, Finish, Lease, MAX_BATCH, MAX_REDIRECTS, entry_ms};
-pub use limits::{Rate, TaskAdmission};
+pub use limits::{Rate, SliceAsk, TaskAdmission};
 pub use outbox::{EventCursor, OutboxEntry, OutboxRead, Position, ReadRequest, cursor};
 pub use outcomes::{
     Admission, Answered, CancelOutcome, Claim, Created, HeldAnswer, Hold, HookAck, HookClaim, HookRenewal, HookSecrets,

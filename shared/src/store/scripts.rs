@@ -48,7 +48,8 @@ impl<const KEYS: usize> Lua<KEYS> {
 }
 
 /// A script taking `FIXED` keys and then any number more (its header's last key entry is
-/// `KEYS[n..]`): `finish_batch`, whose keys are the lease index of each shard its ends are on.
+/// `KEYS[n..]`): `finish_batch`, whose keys are the lease index of each shard its ends are on,
+/// and `lease_requests`, whose keys are the request rates of the tenants it leases for.
 struct LuaMore<const FIXED: usize> {
     script: &'static LazyLock<Script>,
 }
@@ -177,7 +178,7 @@ scripts! {
     reclaim_task => RECLAIM_TASK: 8;
     release_task => RELEASE_TASK: 8;
     admit => ADMIT: 3;
-    lease_requests => LEASE_REQUESTS: 1;
+    lease_requests => LEASE_REQUESTS: 0 + requests;
     poll_task => POLL_TASK: 4;
     read_task => READ_TASK: 3;
     reap_consumers => REAP_CONSUMERS: 1;
