@@ -146,8 +146,12 @@ impl Slices {
         if live && slice.left > 0 {
             slice.left -= 1;
             if !slice.due && slice.nearly_done(now, self.lifetime) {
-                slice.due = true;
-                lock(&self.due).push(tenant.to_owned());
+                let mut due = lock(&self.due);
+                // Bounded as the tenants are (names of tenants gone quiet wait for a lease).
+                if due.len() < KEPT {
+                    slice.due = true;
+                    due.push(tenant.to_owned());
+                }
             }
             return Ok(Admission::Admitted);
         }

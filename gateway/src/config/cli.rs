@@ -334,7 +334,7 @@ pub struct Cli {
     /// about 1000/gap a second per replica, and adds up to that much to a cached get's latency
     /// (0: the next beacon goes as soon as the last is heard back; at most 50, well within the
     /// 100 ms a get waits for its beacon before it reads Redis).
-    #[arg(long, env = "TASKGATE_SNAPSHOT_CACHE_BEACON_GAP_MS", default_value_t = 5,
+    #[arg(long, env = "TASKGATE_SNAPSHOT_CACHE_BEACON_GAP_MS", default_value_t = 10,
           value_parser = clap::value_parser!(u64).range(0..=50))]
     pub snapshot_cache_beacon_gap_ms: u64,
 
