@@ -342,8 +342,8 @@ async fn tenants_under_their_rate_renew_their_slices_in_one_call() {
         let (client, stop) = (stack.client_as(0, &format!("key-{i}")), stop.clone());
         loops.spawn(async move {
             // Spread over the first 150 ms, as independent clients would be.
-            tokio::time::sleep_until(started + Duration::from_micros(3_750 * i as u64)).await;
-            let mut pace = tokio::time::interval(Duration::from_millis(150));
+            let first = started + Duration::from_micros(3_750 * i as u64);
+            let mut pace = tokio::time::interval_at(first, Duration::from_millis(150));
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 pace.tick().await;
                 let r = client.call("server/discover", json!({})).await;

@@ -80,6 +80,18 @@ impl Reply {
         }
     }
 
+    /// A batch script's replies, `{1, reply…}`: each nested reply after the code, in order, up
+    /// to the first that is not an array.
+    pub(super) fn batch(&self) -> Result<Vec<Reply>, StoreError> {
+        if self.code()? != code::OK {
+            return Err(self.unexpected_code());
+        }
+        Ok(self.0[1..]
+            .iter()
+            .map_while(|v| if let Value::Array(items) = v { Some(Reply(items.clone())) } else { None })
+            .collect())
+    }
+
     /// A flat `k1, v1, k2, v2…` array (HGETALL) as pairs.
     pub(super) fn pairs(&self, i: usize) -> Result<Vec<(String, String)>, StoreError> {
         match self.0.get(i) {

@@ -1,7 +1,7 @@
 //! `claim_batch.lua`: fenced leases on the tasks at the front of a pool's fair ready set on a
 //! shard, one per delivered entry, in one run.
 
-use crate::store::reply::{Reply, code};
+use crate::store::reply::Reply;
 use crate::store::{Claim, Conn, StoreError};
 use crate::task::TaskId;
 
@@ -18,16 +18,12 @@ pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, args: Args<'
 }
 
 fn decode(reply: Reply) -> Result<Vec<Claim>, StoreError> {
-    if reply.code()? != code::OK {
-        return Err(reply.unexpected_code());
-    }
     let mut claims = Vec::new();
-    for i in 1.. {
-        let Ok(items) = reply.array(i) else { break };
+    for one in reply.batch()? {
         // One claim that does not decode (a damaged record) costs only its own task, which
         // stays leased until the lease runs out and the reaper takes it back, as a failed
         // single claim would: the batch's other tasks run.
-        match decode_one(Reply::new(items.to_vec())) {
+        match decode_one(one) {
             Ok(claim) => claims.push(claim),
             Err(err) => tracing::warn!(error = %err, "a claimed task does not decode; left to its lease"),
         }

@@ -17,20 +17,12 @@ pub(in crate::store) async fn call(
 }
 
 fn decode(reply: Reply) -> Result<Vec<Option<RunEnd>>, StoreError> {
-    if reply.code()? != code::OK {
-        return Err(reply.unexpected_code());
-    }
-    let mut ends = Vec::new();
-    for i in 1.. {
-        let Ok(items) = reply.array(i) else { break };
-        let one = Reply::new(items.to_vec());
-        ends.push(match one.code()? {
-            code::OK => Some(RunEnd { slot: one.counted_tenant(2)?, ran: one.spent(3)? }),
-            code::LEASE_LOST => None,
-            _ => return Err(one.unexpected_code()),
-        });
-    }
-    Ok(ends)
+    let end = |one: Reply| match one.code()? {
+        code::OK => Ok(Some(RunEnd { slot: one.counted_tenant(2)?, ran: one.spent(3)? })),
+        code::LEASE_LOST => Ok(None),
+        _ => Err(one.unexpected_code()),
+    };
+    reply.batch()?.into_iter().map(end).collect()
 }
 
 #[cfg(test)]

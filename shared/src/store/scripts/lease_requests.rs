@@ -33,15 +33,7 @@ pub(in crate::store) async fn call(conn: &mut Conn, keys: Keys<'_>, asks: &[Ask]
 
 /// `{1, lease…}`, each `{1, granted}` | `{0, retry after ms}`.
 fn decode(reply: Reply) -> Result<Vec<Leased>, StoreError> {
-    if reply.code()? != code::OK {
-        return Err(reply.unexpected_code());
-    }
-    let mut leases = Vec::new();
-    for i in 1.. {
-        let Ok(items) = reply.array(i) else { break };
-        leases.push(one(Reply::new(items.to_vec()))?);
-    }
-    Ok(leases)
+    reply.batch()?.into_iter().map(one).collect()
 }
 
 fn one(reply: Reply) -> Result<Leased, StoreError> {
