@@ -37,7 +37,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     if matches!(config.auth, Auth::None) {
         tracing::warn!(listen = %config.listen, "AUTHENTICATION IS OFF (--auth none): every caller is tenant 'default', principal 'anonymous'");
     }
-    let listeners = runtime::bind(config.listen, config.runtime.listeners())
+    let listeners = runtime::bind(config.listen, config.runtime.runtimes())
         .with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(
         listen = %listeners[0].local_addr()?,

@@ -13,6 +13,7 @@ pub mod backoff;
 pub mod config;
 pub mod credentials;
 pub mod protocol;
+pub mod runtime;
 pub mod shutdown;
 pub mod store;
 pub mod task;

@@ -51,3 +51,4 @@ mod upstream;
 mod upstream_hostile;
 mod upstream_oauth_fixture;
 mod upstream_servers;
+mod worker_lanes;

@@ -115,6 +115,9 @@ pub struct Cli {
     /// Log format: auto (JSON unless on a terminal), json or text.
     #[arg(long, env = "TASKGATE_LOG_FORMAT", default_value = "auto")]
     pub log_format: LogFormat,
+
+    #[command(flatten)]
+    pub runtime: taskgate_shared::runtime::RuntimeArgs,
 }
 
 /// A configuration the worker refuses to start with. [`Config::from_cli`] reports every one.
@@ -200,6 +203,8 @@ pub struct Config {
     pub max_result_bytes: usize,
     pub ledger_dir: Option<PathBuf>,
     pub log_format: LogFormat,
+    /// `--runtime`: with `per-core`, the worker runs as lanes (`runtime::lanes`).
+    pub runtime: taskgate_shared::runtime::RuntimeSettings,
 }
 
 impl Config {
@@ -270,6 +275,7 @@ impl Config {
             max_result_bytes: cli.max_result_bytes,
             ledger_dir: cli.ledger_dir,
             log_format: cli.log_format,
+            runtime: cli.runtime.settings(),
         })
     }
 

@@ -38,6 +38,8 @@ pub enum StartError {
         "tool names collide: {0:?}; give the upstream servers distinct prefixes, and your own tools names of their own"
     )]
     Collision(Vec<String>),
+    #[error("cannot start the lanes' runtimes: {0}")]
+    Runtime(std::io::Error),
     #[error("cannot listen for metrics on {addr}: {source}")]
     MetricsListen { addr: std::net::SocketAddr, source: std::io::Error },
 }
@@ -117,7 +119,7 @@ async fn start(
     for tool in provide::hidden_tools(&providers) {
         tools.insert(tool.spec().descriptor.name.clone(), tool);
     }
-    let served = runtime::Served::new(tools, specs, providers, upstreams);
+    let served = Arc::new(runtime::Served::new(tools, specs, providers, upstreams));
     let collisions = served.rebuild();
     if !collisions.is_empty() {
         upstreams_stop.cancel();
@@ -129,24 +131,28 @@ async fn start(
         ),
         None => None,
     };
+    let mut shares = runtime::shares(&config).into_iter();
+    let first = shares.next().expect("a worker has at least one lane");
     let shared = Arc::new(runtime::Shared {
         worker_id: config.worker_id.clone(),
         finisher: runtime::Finisher::start(store.clone(), config.worker_id.clone()),
-        slots: Arc::new(Semaphore::new(config.concurrency as usize)),
+        slots: Arc::new(Semaphore::new(first.slots)),
+        shards: first.shards,
         config,
         store,
         served,
-        held: runtime::Held::default(),
+        held: Arc::default(),
         stop_claiming: CancellationToken::new(),
         drain_over: CancellationToken::new(),
         executions: TaskTracker::new(),
-        redis_usable: std::sync::atomic::AtomicBool::new(false),
+        redis_usable: Arc::default(),
     });
+    let lanes = runtime::Lanes::start(&shared, shares.collect()).map_err(StartError::Runtime)?;
     if let Some(listener) = metrics_listener {
         tracing::info!(listen = ?listener.local_addr().ok(), "serving /metrics, /healthz and /readyz");
         tokio::spawn(probes::serve(shared.clone(), listener));
     }
-    runtime::run(shared, shutdown).await;
+    runtime::run(shared, lanes, shutdown).await;
     // Stdio children get their shutdown sequence (stdin closed, then SIGTERM, then kill).
     upstreams_stop.cancel();
     Ok(())

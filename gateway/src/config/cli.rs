@@ -10,7 +10,6 @@ use taskgate_shared::config::RedisArgs;
 use taskgate_shared::telemetry::LogFormat;
 
 use super::PollLimit;
-use crate::runtime::RuntimeShape;
 
 /// How requests are authenticated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -140,25 +139,8 @@ pub struct Cli {
     #[arg(long, env = "TASKGATE_HTTP1_MAX_BUFFER_BYTES", value_parser = clap::value_parser!(u32).range(8192..))]
     pub http1_max_buffer_bytes: Option<u32>,
 
-    /// The runtime: `work-stealing` (one multi-threaded runtime) or `per-core` (one
-    /// single-threaded runtime per core, each with its own listening socket and Redis
-    /// connection; `--max-connections` is shared out among them). See docs/performance.md.
-    #[arg(long, env = "TASKGATE_RUNTIME", default_value = "work-stealing")]
-    pub runtime: RuntimeShape,
-
-    /// Runtime threads (work-stealing) or runtimes (per-core); default: the cores this process
-    /// may use (for work-stealing, tokio's choice, which reads `TOKIO_WORKER_THREADS`).
-    #[arg(long, env = "TASKGATE_RUNTIME_THREADS")]
-    pub runtime_threads: Option<NonZeroUsize>,
-
-    /// Scheduler ticks between polls for I/O and timers (tokio's default when unset: 61).
-    #[arg(long, env = "TASKGATE_RUNTIME_EVENT_INTERVAL")]
-    pub runtime_event_interval: Option<NonZeroU32>,
-
-    /// Scheduler ticks between looks at the shared run queue, work-stealing only (tokio's
-    /// default when unset adapts to how long tasks run).
-    #[arg(long, env = "TASKGATE_RUNTIME_GLOBAL_QUEUE_INTERVAL")]
-    pub runtime_global_queue_interval: Option<NonZeroU32>,
+    #[command(flatten)]
+    pub runtime: taskgate_shared::runtime::RuntimeArgs,
 
     /// Serves `POST /test/panic`, a handler that panics. For the black-box tests only.
     #[arg(long, env = "TASKGATE_TEST_ROUTES", hide = true)]

@@ -18,7 +18,7 @@ use taskgate_shared::credentials::KeyRing;
 use taskgate_shared::store::Rate;
 use taskgate_shared::telemetry::LogFormat;
 
-use crate::runtime::RuntimeSettings;
+use taskgate_shared::runtime::RuntimeSettings;
 
 pub use cli::{AuthMode, Cli};
 pub use webhooks::{DeliveryMode, Ports, WebhookConfigError, WebhookSettings};
@@ -462,12 +462,7 @@ impl Config {
                 allowed_hosts: cli.allowed_hosts,
                 strict: cli.strict_headers,
             },
-            runtime: RuntimeSettings {
-                shape: cli.runtime,
-                threads: cli.runtime_threads,
-                event_interval: cli.runtime_event_interval,
-                global_queue_interval: cli.runtime_global_queue_interval,
-            },
+            runtime: cli.runtime.settings(),
             test_routes: cli.test_routes,
             admin: AdminSettings {
                 operator_scope: cli.console_scope.clone(),

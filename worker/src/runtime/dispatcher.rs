@@ -45,7 +45,7 @@ const BLOCK: Duration = MAX_BLOCK;
 const CLUSTER_BLOCK: Duration = Duration::from_millis(200);
 
 pub(super) async fn run(shared: Arc<Shared>) {
-    let shards: Vec<u8> = (0..shared.config.redis.queue_shards.min(256)).map(|s| s as u8).collect();
+    let shards = shared.shards.clone();
     let claiming = Arc::new(Claiming::default());
     if !shared.store.one_slot_per_command() {
         shared.store.reserve_blocking(1);

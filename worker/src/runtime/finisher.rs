@@ -30,6 +30,7 @@ const IN_FLIGHT: usize = 2;
 /// An end, where its answer goes, and the span it was handed in under (its task's trace).
 type Request = (Ending, oneshot::Sender<Option<bool>>, tracing::Span);
 
+#[derive(Clone)]
 pub(crate) struct Finisher {
     requests: mpsc::UnboundedSender<Request>,
 }

@@ -5,6 +5,7 @@ mod dispatcher;
 mod execution;
 mod finisher;
 mod held;
+mod lanes;
 mod reaper;
 mod renewer;
 mod resend;
@@ -24,39 +25,49 @@ use crate::metrics::METRICS;
 
 pub(crate) use finisher::Finisher;
 pub(crate) use held::Held;
+pub(crate) use lanes::{Lanes, shares};
 pub(crate) use served::Served;
 
-/// What every part of the runtime shares.
+/// What every part of the runtime shares: one per lane (`lanes`), each lane with its own Redis
+/// connection, finisher, slots and shards, and the rest the worker's, shared by all lanes.
+#[derive(Clone)]
 pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) worker_id: String,
     pub(crate) store: Store,
     /// The tools this worker serves, and the specs it publishes for them.
-    pub(crate) served: Served,
-    pub(crate) held: Held,
+    pub(crate) served: Arc<Served>,
+    pub(crate) held: Arc<Held>,
+    /// This lane's share of `--concurrency`.
     pub(crate) slots: Arc<Semaphore>,
+    /// The queue shards this lane reads (every shard when the worker has one lane).
+    pub(crate) shards: Vec<u8>,
     /// Fired on SIGTERM: claim nothing more.
     pub(crate) stop_claiming: CancellationToken,
     /// Fired when the drain grace period is over: release what is still running.
     pub(crate) drain_over: CancellationToken,
     pub(crate) executions: TaskTracker,
     /// Set once Redis has proved usable and the consumer groups exist: readiness waits for it.
-    pub(crate) redis_usable: std::sync::atomic::AtomicBool,
+    pub(crate) redis_usable: Arc<std::sync::atomic::AtomicBool>,
     /// Writes the ends of tasks that finish together in one script call.
     pub(crate) finisher: Finisher,
 }
 
-/// Runs until `shutdown` resolves, then drains.
-pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>) {
+/// Runs until `shutdown` resolves, then drains. `shared` is the first lane's, `lanes` the
+/// others' (none unless `--runtime per-core`).
+pub(crate) async fn run(shared: Arc<Shared>, mut lanes: Lanes, shutdown: impl Future<Output = ()>) {
     let mut shutdown = std::pin::pin!(shutdown);
     // A worker that never reaches Redis still stops when asked.
     tokio::select! {
         () = wait_for_redis(&shared) => {}
         () = &mut shutdown => {
             tracing::info!("worker stopped before redis was usable");
+            shared.stop_claiming.cancel();
+            lanes.join().await;
             return;
         }
     }
+    lanes.go();
     if let Err(err) = publish(&shared).await {
         tracing::warn!(error = %err, "could not publish tools; retrying in the background");
     }
@@ -67,18 +78,20 @@ pub(crate) async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>)
         tokio::spawn(reaper::run(shared.clone())),
     ];
     let dispatcher = tokio::spawn(dispatcher::run(shared.clone()));
-    tracing::info!(worker_id = %shared.worker_id, pool = %shared.config.pool, tools = ?shared.served.current().tools.keys().collect::<Vec<_>>(), "worker running");
+    tracing::info!(worker_id = %shared.worker_id, pool = %shared.config.pool, lanes = lanes.len() + 1, tools = ?shared.served.current().tools.keys().collect::<Vec<_>>(), "worker running");
 
     shutdown.await;
     tracing::info!(running = shared.held.len(), "draining: no more claims");
     shared.stop_claiming.cancel();
     let _ = dispatcher.await;
+    lanes.readers_stopped().await;
     shared.executions.close();
     if tokio::time::timeout(shared.config.drain_grace, shared.executions.wait()).await.is_err() {
         tracing::warn!(running = shared.held.len(), "drain grace over: releasing leases");
         shared.drain_over.cancel();
         shared.executions.wait().await;
     }
+    lanes.join().await;
     for task in tasks {
         task.abort();
     }
