@@ -52,7 +52,7 @@ pub async fn run(
     limits.max_connections = limits.max_connections.div_ceil(listeners.len() + 1);
     let cores = listeners
         .enumerate()
-        .map(|(index, listener)| spawn_core(index + 1, state.on_own_redis()?, listener, limits))
+        .map(|(index, listener)| spawn_core(index + 1, &state, listener, limits))
         .collect::<std::io::Result<Vec<_>>>()?;
     // Readiness stays off until Redis is usable; meanwhile each failed attempt says why.
     let usable = state.redis_usable.clone();
@@ -112,11 +112,17 @@ pub async fn run(
 /// shutdown ends the listen streams (the moment the first runtime stops accepting too).
 fn spawn_core(
     index: usize,
-    state: AppState,
+    state: &AppState,
     listener: std::net::TcpListener,
     limits: config::ConnectionLimits,
 ) -> std::io::Result<std::thread::JoinHandle<std::io::Result<()>>> {
     let runtime = state.config.runtime.core_runtime()?;
+    // The core's Redis connection is opened in its runtime: a connection's tasks (a Cluster
+    // client's driver) run on the runtime that opened it.
+    let state = {
+        let _core = runtime.enter();
+        state.on_own_redis()?
+    };
     std::thread::Builder::new().name(format!("taskgate-core-{index}")).spawn(move || {
         runtime.block_on(async move {
             let stopped = state.shutdown.clone();

@@ -126,9 +126,13 @@ async fn start(
         return Err(StartError::Collision(collisions));
     }
     let metrics_listener = match config.metrics_listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::MetricsListen { addr, source })?,
-        ),
+        Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => Some(listener),
+            Err(source) => {
+                upstreams_stop.cancel();
+                return Err(StartError::MetricsListen { addr, source });
+            }
+        },
         None => None,
     };
     let mut shares = runtime::shares(&config).into_iter();
@@ -147,7 +151,13 @@ async fn start(
         executions: TaskTracker::new(),
         redis_usable: Arc::default(),
     });
-    let lanes = runtime::Lanes::start(&shared, shares.collect()).map_err(StartError::Runtime)?;
+    let lanes = match runtime::Lanes::start(&shared, shares.collect()) {
+        Ok(lanes) => lanes,
+        Err(err) => {
+            upstreams_stop.cancel();
+            return Err(StartError::Runtime(err));
+        }
+    };
     if let Some(listener) = metrics_listener {
         tracing::info!(listen = ?listener.local_addr().ok(), "serving /metrics, /healthz and /readyz");
         tokio::spawn(probes::serve(shared.clone(), listener));

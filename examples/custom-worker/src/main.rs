@@ -10,15 +10,18 @@ mod count_words;
 
 use taskgate_worker::{Config, Worker};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let config = Config::from_env().unwrap_or_else(|errors| {
         for error in &errors {
             eprintln!("error: {error}");
         }
         std::process::exit(2)
     });
-    let _telemetry = taskgate_shared::telemetry::init(config.log_format, "custom-worker");
-    Worker::new(config).tool(count_words::CountWords).run(taskgate_worker::shutdown_signal()).await?;
-    Ok(())
+    // The runtime `--runtime` asks for (with `per-core`, the first lane's; the worker starts the
+    // others' itself).
+    config.runtime.main_runtime()?.block_on(async {
+        let _telemetry = taskgate_shared::telemetry::init(config.log_format, "custom-worker");
+        Worker::new(config).tool(count_words::CountWords).run(taskgate_worker::shutdown_signal()).await?;
+        Ok(())
+    })
 }

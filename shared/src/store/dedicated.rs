@@ -26,7 +26,7 @@ use redis::AsyncConnectionConfig;
 use super::sentinel;
 use super::wire::{ShardSubscription, Target, cluster_config};
 use super::{Conn, Keys, StoreError};
-use crate::telemetry::metrics::POOLS;
+use crate::telemetry::metrics::{POOLS, PoolMetrics};
 
 /// The longest a blocking read may block: a blocking connection's response timeout is this
 /// plus the command timeout, so a read on a silently dead socket fails within both.
@@ -36,11 +36,13 @@ pub const MAX_BLOCK: Duration = Duration::from_millis(1_000);
 pub(super) struct Dedicated<M: Manager> {
     pool: Pool<M>,
     name: &'static str,
+    /// Tells this pool's figures from another of its name's (`PoolMetrics::instance`).
+    instance: usize,
 }
 
 impl<M: Manager> Clone for Dedicated<M> {
     fn clone(&self) -> Self {
-        Self { pool: self.pool.clone(), name: self.name }
+        Self { pool: self.pool.clone(), name: self.name, instance: self.instance }
     }
 }
 
@@ -56,7 +58,7 @@ impl<M: Manager<Error = StoreError>> Dedicated<M> {
             .recycle_timeout(Some(timeout))
             .build()
             .expect("a runtime is given with the timeouts");
-        let pool = Self { pool, name };
+        let pool = Self { pool, name, instance: PoolMetrics::instance() };
         pool.report();
         pool
     }
@@ -69,7 +71,7 @@ impl<M: Manager<Error = StoreError>> Dedicated<M> {
 
     /// A handle that does not keep the pool alive.
     pub(super) fn weak(&self) -> WeakDedicated<M> {
-        WeakDedicated { pool: self.pool.weak(), name: self.name }
+        WeakDedicated { pool: self.pool.weak(), name: self.name, instance: self.instance }
     }
 
     /// A connection of this pool, waiting for one to be handed back when all are lent.
@@ -81,7 +83,7 @@ impl<M: Manager<Error = StoreError>> Dedicated<M> {
         POOLS.checkout(self.name, start.elapsed(), waits);
         self.report();
         match got {
-            Ok(object) => Ok(Held { object: Some(object), name: self.name }),
+            Ok(object) => Ok(Held { object: Some(object), name: self.name, instance: self.instance }),
             Err(err) => {
                 let (kind, err) = match err {
                     PoolError::Backend(err) => ("open", err),
@@ -100,7 +102,7 @@ impl<M: Manager<Error = StoreError>> Dedicated<M> {
     }
 
     fn report(&self) {
-        report(self.name, &self.pool);
+        report(self.name, self.instance, &self.pool);
     }
 }
 
@@ -108,6 +110,7 @@ impl<M: Manager<Error = StoreError>> Dedicated<M> {
 pub(super) struct WeakDedicated<M: Manager> {
     pool: WeakPool<M>,
     name: &'static str,
+    instance: usize,
 }
 
 impl<M: Manager> WeakDedicated<M> {
@@ -115,20 +118,21 @@ impl<M: Manager> WeakDedicated<M> {
     pub(super) fn close_idle(&self) {
         if let Some(pool) = self.pool.upgrade() {
             pool.retain(|_, _| false);
-            report(self.name, &pool);
+            report(self.name, self.instance, &pool);
         }
     }
 }
 
-fn report<M: Manager>(name: &str, pool: &Pool<M>) {
+fn report<M: Manager>(name: &'static str, instance: usize, pool: &Pool<M>) {
     let status = pool.status();
-    POOLS.status(name, status.max_size, status.size, status.available);
+    POOLS.status(name, instance, status.max_size, status.size, status.available);
 }
 
 /// A connection lent by a pool. Dropping it hands it back; [`Held::discard`] closes it.
 pub struct Held<M: Manager> {
     object: Option<Object<M>>,
     name: &'static str,
+    instance: usize,
 }
 
 impl<M: Manager> Held<M> {
@@ -146,7 +150,7 @@ impl<M: Manager> Held<M> {
             drop(object);
         }
         if let Some(pool) = pool {
-            report(self.name, &pool);
+            report(self.name, self.instance, &pool);
         }
     }
 }

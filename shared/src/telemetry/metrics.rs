@@ -136,8 +136,12 @@ impl RedisMetrics {
     }
 }
 
-/// The pools of dedicated Redis connections (blocking reads, subscriptions), by pool.
+/// The pools of dedicated Redis connections (blocking reads, subscriptions), by pool. A process
+/// may hold several pools of one name (one per runtime, `--runtime per-core`): the gauges are
+/// their sums.
 pub struct PoolMetrics {
+    /// The last status of each pool instance: (max, in use, idle).
+    instances: std::sync::Mutex<std::collections::HashMap<(&'static str, usize), [usize; 3]>>,
     max: IntGaugeVec,
     connections: IntGaugeVec,
     checkout_seconds: HistogramVec,
@@ -146,6 +150,7 @@ pub struct PoolMetrics {
 }
 
 pub static POOLS: LazyLock<PoolMetrics> = LazyLock::new(|| PoolMetrics {
+    instances: std::sync::Mutex::default(),
     max: gauge_vec("taskgate_redis_pool_max_connections", "The most connections a pool may hold.", &["pool"]),
     connections: gauge_vec(
         "taskgate_redis_pool_connections",
@@ -172,10 +177,25 @@ pub static POOLS: LazyLock<PoolMetrics> = LazyLock::new(|| PoolMetrics {
 });
 
 impl PoolMetrics {
-    pub fn status(&self, pool: &str, max: usize, size: usize, idle: usize) {
+    /// A number that tells this pool instance's status from other pools of its name.
+    pub fn instance() -> usize {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn status(&self, pool: &'static str, instance: usize, max: usize, size: usize, idle: usize) {
+        let [max, in_use, idle] = {
+            // Nothing panics under this lock; a poisoned one still holds sound figures.
+            let mut instances = self.instances.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            instances.insert((pool, instance), [max, size.saturating_sub(idle), idle]);
+            instances
+                .iter()
+                .filter(|((name, _), _)| *name == pool)
+                .fold([0; 3], |sum, (_, one)| [sum[0] + one[0], sum[1] + one[1], sum[2] + one[2]])
+        };
         let gauge = |value: usize| i64::try_from(value).unwrap_or(i64::MAX);
         self.max.with_label_values(&[pool]).set(gauge(max));
-        self.connections.with_label_values(&[pool, "in_use"]).set(gauge(size.saturating_sub(idle)));
+        self.connections.with_label_values(&[pool, "in_use"]).set(gauge(in_use));
         self.connections.with_label_values(&[pool, "idle"]).set(gauge(idle));
     }
 

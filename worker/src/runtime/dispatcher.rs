@@ -49,16 +49,28 @@ pub(super) async fn run(shared: Arc<Shared>) {
     let claiming = Arc::new(Claiming::default());
     if !shared.store.one_slot_per_command() {
         shared.store.reserve_blocking(1);
-        return read(shared, claiming, shards, Reader { greedy: true, block: BLOCK }).await;
+        return supervise(shared, claiming, shards, Reader { greedy: true, block: BLOCK }).await;
     }
     let reader = Reader { greedy: false, block: CLUSTER_BLOCK };
     shared.store.reserve_blocking(shards.len());
     let readers: Vec<_> = shards
         .into_iter()
-        .map(|shard| tokio::spawn(read(shared.clone(), claiming.clone(), vec![shard], reader)))
+        .map(|shard| tokio::spawn(supervise(shared.clone(), claiming.clone(), vec![shard], reader)))
         .collect();
     for reader in readers {
         let _ = reader.await;
+    }
+}
+
+/// Runs a reader until the worker drains, and again should it panic (a bug): a reader that
+/// stopped would leave its shards' tasks queued while the worker looked healthy. The runs it
+/// started are tasks of their own and go on; the new reader first claims what the old one left
+/// pending under this consumer.
+async fn supervise(shared: Arc<Shared>, claiming: Arc<Claiming>, shards: Vec<u8>, reader: Reader) {
+    let mut backoff = Backoff::redis();
+    while let Err(err) = tokio::spawn(read(shared.clone(), claiming.clone(), shards.clone(), reader)).await {
+        tracing::error!(error = %err, ?shards, "a delivery reader panicked; starting it again");
+        backoff.wait().await;
     }
 }
 

@@ -53,43 +53,57 @@ impl Lanes {
     /// Starts a thread with a single-threaded runtime for each share; each lane waits for
     /// [`Lanes::go`] (or the drain) before it reads.
     pub(crate) fn start(first: &Shared, shares: Vec<Share>) -> io::Result<Self> {
-        let go = CancellationToken::new();
-        let mut lanes = Self { go: go.clone(), stopped: Vec::new(), threads: Vec::new() };
+        let mut lanes = Self { go: CancellationToken::new(), stopped: Vec::new(), threads: Vec::new() };
         for (index, share) in shares.into_iter().enumerate() {
-            let runtime = first.config.runtime.core_runtime()?;
-            let redis = &first.config.redis;
-            // Opened lazily, on the lane's runtime: a connection's reader runs where it opened.
-            let store =
-                Store::connect_lazy(&redis.endpoint, &redis.namespace, redis.timeout).map_err(io::Error::other)?;
-            let template = first.clone();
-            let go = go.clone();
-            let (stopped, stopped_rx) = oneshot::channel();
-            let thread = std::thread::Builder::new().name(format!("taskgate-lane-{}", index + 1)).spawn(move || {
-                runtime.block_on(async move {
-                    let lane = Arc::new(Shared {
-                        finisher: Finisher::start(store.clone(), template.worker_id.clone()),
-                        store,
-                        slots: Arc::new(Semaphore::new(share.slots)),
-                        shards: share.shards,
-                        ..template
-                    });
-                    tokio::select! {
-                        () = go.cancelled() => {}
-                        () = lane.stop_claiming.cancelled() => {
-                            let _ = stopped.send(());
-                            return;
-                        }
-                    }
-                    dispatcher::run(lane.clone()).await;
-                    let _ = stopped.send(());
-                    // The runs this lane started live on its runtime: it turns until they end.
-                    lane.executions.wait().await;
-                })
-            })?;
-            lanes.stopped.push(stopped_rx);
-            lanes.threads.push(thread);
+            if let Err(err) = lanes.spawn(first, index + 1, share) {
+                // The lanes started so far wait for `go` or the drain: the drain it is.
+                first.stop_claiming.cancel();
+                for thread in lanes.threads.drain(..) {
+                    let _ = thread.join();
+                }
+                return Err(err);
+            }
         }
         Ok(lanes)
+    }
+
+    fn spawn(&mut self, first: &Shared, index: usize, share: Share) -> io::Result<()> {
+        let runtime = first.config.runtime.core_runtime()?;
+        let redis = &first.config.redis;
+        let store = {
+            // Opened in the lane's runtime: a connection's tasks (a Cluster client's driver, a
+            // standalone connection's reader once it connects) run on the runtime that opened it.
+            let _lane = runtime.enter();
+            Store::connect_lazy(&redis.endpoint, &redis.namespace, redis.timeout).map_err(io::Error::other)?
+        };
+        let template = first.clone();
+        let go = self.go.clone();
+        let (stopped, stopped_rx) = oneshot::channel();
+        let thread = std::thread::Builder::new().name(format!("taskgate-lane-{index}")).spawn(move || {
+            runtime.block_on(async move {
+                let lane = Arc::new(Shared {
+                    finisher: Finisher::start(store.clone(), template.worker_id.clone()),
+                    store,
+                    slots: Arc::new(Semaphore::new(share.slots)),
+                    shards: share.shards,
+                    ..template
+                });
+                tokio::select! {
+                    () = go.cancelled() => {}
+                    () = lane.stop_claiming.cancelled() => {
+                        let _ = stopped.send(());
+                        return;
+                    }
+                }
+                dispatcher::run(lane.clone()).await;
+                let _ = stopped.send(());
+                // The runs this lane started live on its runtime: it turns until they end.
+                lane.executions.wait().await;
+            })
+        })?;
+        self.stopped.push(stopped_rx);
+        self.threads.push(thread);
+        Ok(())
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -135,7 +149,10 @@ mod tests {
     #[test]
     fn lanes_share_the_shards_and_slots_and_never_outnumber_them() {
         let per_core = ["--runtime", "per-core", "--runtime-threads"];
-        assert_eq!(split(&["--queue-shards", "4", "--concurrency", "16"]), vec![(vec![0, 1, 2, 3], 16)]);
+        assert_eq!(
+            split(&["--runtime", "work-stealing", "--queue-shards", "4", "--concurrency", "16"]),
+            vec![(vec![0, 1, 2, 3], 16)]
+        );
         assert_eq!(
             split(&[&per_core[..], &["3", "--queue-shards", "5", "--concurrency", "16"]].concat()),
             vec![(vec![0, 3], 6), (vec![1, 4], 5), (vec![2], 5)]

@@ -67,7 +67,6 @@ pub(crate) async fn run(shared: Arc<Shared>, mut lanes: Lanes, shutdown: impl Fu
             return;
         }
     }
-    lanes.go();
     if let Err(err) = publish(&shared).await {
         tracing::warn!(error = %err, "could not publish tools; retrying in the background");
     }
@@ -78,6 +77,8 @@ pub(crate) async fn run(shared: Arc<Shared>, mut lanes: Lanes, shutdown: impl Fu
         tokio::spawn(reaper::run(shared.clone())),
     ];
     let dispatcher = tokio::spawn(dispatcher::run(shared.clone()));
+    // The other lanes claim once the first does, with renewals and cancel signals running.
+    lanes.go();
     tracing::info!(worker_id = %shared.worker_id, pool = %shared.config.pool, lanes = lanes.len() + 1, tools = ?shared.served.current().tools.keys().collect::<Vec<_>>(), "worker running");
 
     shutdown.await;
