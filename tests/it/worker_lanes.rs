@@ -91,3 +91,28 @@ async fn a_draining_per_core_worker_lets_every_lane_finish() {
         assert_eq!(taskgate_tests::result_token(r.result()), fence, "task {id} finished by the claim it had");
     }
 }
+
+/// Each lane has its own pool of blocking connections; `/metrics` shows the worker's, the
+/// lanes' pools summed: with one reader per shard (`--redis-single-slot`), four shards over two
+/// lanes make four blocking connections, as on one lane.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_gauges_sum_every_lane_s_pool() {
+    let mut stack = Stack::builder().workers(0).env("TASKGATE_QUEUE_SHARDS", "4").spawn().await;
+    let listen = format!("127.0.0.1:{}", taskgate_tests::free_port());
+    let per_core = ["--runtime", "per-core", "--runtime-threads", "2", "--redis-single-slot"];
+    stack.add_worker(&[&per_core[..], &["--metrics-listen", &listen]].concat()).await;
+    let metrics = format!("http://{listen}/metrics");
+    eventually(PATIENCE, "four blocking readers over the two lanes' pools", || async {
+        let scrape = taskgate_tests::Scrape::of(&metrics).await;
+        let gauge = |name: &str, labels: &[(&str, &str)]| scrape.present(name, labels);
+        let max = gauge("taskgate_redis_pool_max_connections", &[("pool", "blocking")]);
+        let in_use = gauge("taskgate_redis_pool_connections", &[("pool", "blocking"), ("state", "in_use")]);
+        (max == 4.0 && in_use == 4.0).then_some(())
+    })
+    .await;
+    let client = stack.client(0);
+    let ids = tasks_on_every_lane(&client, "sleep", json!({"ms": 0}), 2).await;
+    for id in &ids {
+        client.wait_for_status(id, "completed", PATIENCE).await;
+    }
+}
