@@ -67,7 +67,10 @@ impl Worker {
         self
     }
 
-    /// Runs until `shutdown` resolves, then drains.
+    /// Runs until `shutdown` resolves, then drains. Runs on the caller's runtime, which is the
+    /// first lane's under `--runtime per-core` (the others get threads of their own): build it
+    /// with `config.runtime.main_runtime()`, as `taskgate-worker` does, for the runtime the
+    /// flags ask for.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
         start(self.config, self.tools, shutdown).await
     }
