@@ -21,6 +21,7 @@ taskgate_tests::on_topologies!(
     a_cancelled_task_leaves_the_ready_set_and_an_old_entry_claims_its_own_task,
     a_finish_batch_fences_each_end_on_its_own,
     a_finish_batch_spans_shards_where_one_call_may,
+    a_claim_batch_spans_shards_where_one_call_may,
 );
 
 const SHARD: u8 = 5;
@@ -324,5 +325,48 @@ async fn a_finish_batch_spans_shards_where_one_call_may(topology: Topology) {
     for (i, (outbox, before)) in outboxes.iter().enumerate() {
         let appended = u64::from(i != 1);
         assert_eq!(count(&store, "XLEN", outbox).await, before + appended, "shard {}'s outbox", shards[i]);
+    }
+}
+
+/// One read delivers from several shards: on a Redis that is not a Cluster one call claims for
+/// them all, each shard's deliveries taking its own fair front; the same batch sent again
+/// answers the same claims (a receipt per shard), another worker's takes nothing. A Cluster's
+/// script keeps to one slot: there the store refuses such a batch, and claims nothing.
+async fn a_claim_batch_spans_shards_where_one_call_may(topology: Topology) {
+    let stack = topology.builder().workers(0).gateways(0).spawn().await;
+    let store = stack.store();
+    let a1 = queue_on(&store, "a", SHARD, None).await;
+    let _a2 = queue_on(&store, "a", SHARD, None).await;
+    let b1 = queue_on(&store, "b", SHARD, None).await;
+    let c1 = queue_on(&store, "c", 9, None).await;
+    let d1 = queue_on(&store, "d", 200, None).await;
+    let d2 = queue_on(&store, "d", 200, None).await;
+    let (five, nine, last) = (
+        deliveries_on(&store, "w-1", SHARD).await,
+        deliveries_on(&store, "w-1", 9).await,
+        deliveries_on(&store, "w-1", 200).await,
+    );
+    // Shards interleaved, as one read over every shard brings them; two of shard 5's three.
+    let batch = vec![five[0].clone(), nine[0].clone(), last[0].clone(), five[1].clone(), last[1].clone()];
+    let claims = store.claim_batch(&batch, DEFAULT_POOL, "w-1", LEASE).await;
+    if matches!(topology, Topology::Cluster) {
+        assert!(claims.is_err(), "a Cluster's batch keeps to one shard: {claims:?}");
+        assert_eq!(count(&store, "ZCARD", &store.keys().queue(SHARD, DEFAULT_POOL).ready).await, 3, "nothing taken");
+        return;
+    }
+    let claims = claims.unwrap();
+    let mut taken: Vec<String> = claims.iter().map(|c| c.task_id.as_str().to_owned()).collect();
+    taken.sort();
+    let mut front: Vec<String> = [&a1, &b1, &c1, &d1, &d2].iter().map(|id| id.as_str().to_owned()).collect();
+    front.sort();
+    assert_eq!(taken, front, "each shard's fair front: a's first and b's on shard {SHARD}, then 9's and 200's");
+    let again = store.claim_batch(&batch, DEFAULT_POOL, "w-1", LEASE).await.unwrap();
+    assert_eq!(ids(&again), ids(&claims), "a replay answers the same claims");
+    let other = store.claim_batch(&batch, DEFAULT_POOL, "w-2", LEASE).await.unwrap();
+    assert!(other.is_empty(), "another worker's batch of spent entries took {:?}", ids(&other));
+    for (shard, left) in [(SHARD, 1), (9, 0), (200, 0)] {
+        let queue = store.keys().queue(shard, DEFAULT_POOL);
+        assert_eq!(count(&store, "ZCARD", &queue.ready).await, left, "queued on shard {shard}");
+        assert_eq!(count(&store, "XLEN", &queue.stream).await, left, "entries left on shard {shard}");
     }
 }

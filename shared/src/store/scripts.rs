@@ -167,7 +167,7 @@ macro_rules! scripts {
 scripts! {
     create_task => CREATE_TASK: 11;
     claim_task => CLAIM_TASK: 10;
-    claim_batch => CLAIM_BATCH: 5;
+    claim_batch => CLAIM_BATCH: 0 + shards;
     extend_lease => EXTEND_LEASE: 2;
     set_status => SET_STATUS: 1;
     request_input => REQUEST_INPUT: 6;

@@ -1,8 +1,9 @@
 //! Reads deliveries from this worker's pool's shard streams (never another pool's: a task is
 //! only ever queued on its own pool's stream), as many as there are free slots, and claims them:
-//! the deliveries one read brought from a shard in one batch (`Store::claim_batch`), which takes
-//! the front of the shard's fair ready set, one task per delivery. One round trip per read and
-//! shard, whatever the concurrency, and no two claims of this worker race for the same task.
+//! the deliveries one read brought in one batch (`Store::claim_batch`), which takes the front of
+//! each shard's fair ready set, one task per delivery. One round trip per read (per read and
+//! shard where a command keeps to one slot, on a Cluster), whatever the concurrency, and no two
+//! claims of this worker race for the same task.
 //!
 //! A reader holds the slots it reads for while it blocks, so it never takes work this worker
 //! cannot start at once. On a standalone Redis one reader blocks on every shard stream with one
@@ -213,44 +214,54 @@ async fn read(shared: Arc<Shared>, claiming: Arc<Claiming>, shards: Vec<u8>, rea
 /// Starts claiming the deliveries, a permit held for each. A read over several shards may
 /// deliver more than there were free slots (up to one per shard more): the surplus is ours now
 /// (pending under this consumer) and waits for slots rather than for the stale-delivery
-/// takeover. The deliveries of one shard are claimed together, in one batch (`claim_batch`).
-/// `false` when the worker drains meanwhile.
+/// takeover. What the permits at hand cover is claimed at once, together (`claim_batch`; on a
+/// Cluster, each shard's alone), and the rest as slots free: a claim never waits for slots
+/// beyond its own. `false` when the worker drains meanwhile.
 async fn start_all(
     shared: &Arc<Shared>,
     claiming: &Arc<Claiming>,
     deliveries: Vec<Delivery>,
     permits: &mut Vec<OwnedSemaphorePermit>,
 ) -> bool {
-    for batch in by_shard(deliveries) {
-        let mut held = Vec::with_capacity(batch.len());
-        for _ in &batch {
-            let permit = match permits.pop() {
-                Some(permit) => permit,
-                None => tokio::select! {
-                    permit = shared.slots.clone().acquire_owned() => match permit {
-                        Ok(permit) => permit,
-                        Err(_) => return false,
-                    },
-                    () = shared.stop_claiming.cancelled() => return false,
+    let mut waiting = deliveries;
+    while !waiting.is_empty() {
+        if permits.is_empty() {
+            let permit = tokio::select! {
+                permit = shared.slots.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => return false,
                 },
+                () = shared.stop_claiming.cancelled() => return false,
             };
-            held.push(permit);
+            permits.push(permit);
+        }
+        while permits.len() < waiting.len() {
+            match shared.slots.clone().try_acquire_owned() {
+                Ok(permit) => permits.push(permit),
+                Err(_) => break,
+            }
         }
         if shared.stop_claiming.is_cancelled() {
             return false;
         }
-        spawn_claims(shared, claiming, batch, held);
+        let rest = waiting.split_off(permits.len().min(waiting.len()));
+        for batch in batches(std::mem::replace(&mut waiting, rest), shared.store.one_slot_per_command()) {
+            let held = permits.split_off(permits.len() - batch.len());
+            spawn_claims(shared, claiming, batch, held);
+        }
     }
     true
 }
 
-/// The deliveries grouped by shard (in the order each shard was first met, each shard's in
-/// stream order), in batches of at most [`MAX_BATCH`].
-fn by_shard(deliveries: Vec<Delivery>) -> Vec<Vec<Delivery>> {
+/// The deliveries in batches of at most [`MAX_BATCH`], in the order read: each batch of one
+/// shard when `by_shard` (a Cluster's script keeps to one slot; there, in the order each shard
+/// was first met), otherwise mixing shards, so that one read is one claim call.
+fn batches(deliveries: Vec<Delivery>, by_shard: bool) -> Vec<Vec<Delivery>> {
     let mut batches: Vec<Vec<Delivery>> = Vec::new();
     for delivery in deliveries {
         let shard = delivery.task_id.shard();
-        match batches.iter_mut().find(|b| b.len() < MAX_BATCH && b[0].task_id.shard() == shard) {
+        let fits = |b: &&mut Vec<Delivery>| b.len() < MAX_BATCH && (!by_shard || b[0].task_id.shard() == shard);
+        match batches.iter_mut().find(fits) {
             Some(batch) => batch.push(delivery),
             None => batches.push(vec![delivery]),
         }
@@ -281,7 +292,7 @@ async fn take_stale(
                 for delivery in &stale {
                     tracing::info!(task_id = %delivery.task_id, "taking over an unclaimed delivery");
                 }
-                for batch in by_shard(stale) {
+                for batch in batches(stale, true) {
                     let held = permits.split_off(permits.len() - batch.len());
                     spawn_claims(shared, claiming, batch, held);
                 }

@@ -62,12 +62,15 @@ impl Store {
         Ok(None)
     }
 
-    /// Claims, for deliveries of one shard read from `pool`'s stream (at most [`MAX_BATCH`]), the
-    /// tasks at the front of the pool's fair ready set there, one per delivery, in fair order,
-    /// in one round trip (`claim_batch`): every entry acked and deleted, each claim fenced and
-    /// leased for `lease`. Fewer claims than deliveries when fewer tasks are queued (or some
-    /// were cancelled while queued). Sent again after an unknown outcome with the same
-    /// deliveries, it answers the claims its first run made (a receipt, kept for a lease).
+    /// Claims, for deliveries read from `pool`'s streams (at most [`MAX_BATCH`]), the tasks at
+    /// the front of the pool's fair ready set on each delivery's shard, one per delivery, in fair
+    /// order, in one round trip (`claim_batch`): every entry acked and deleted, each claim fenced
+    /// and leased for `lease`. The deliveries may be of several shards, except where a command
+    /// must keep to one slot ([`Store::one_slot_per_command`]); each shard's take their own
+    /// front, as if sent alone. Fewer claims than deliveries when fewer tasks are queued (or
+    /// some were cancelled while queued). Sent again after an unknown outcome with the same
+    /// deliveries, it answers the claims its first run made (a receipt per shard, kept for a
+    /// lease).
     pub async fn claim_batch(
         &self,
         deliveries: &[Delivery],
@@ -75,37 +78,46 @@ impl Store {
         worker: &str,
         lease: Duration,
     ) -> Result<Vec<Claim>, StoreError> {
-        let Some(first) = deliveries.first() else { return Ok(Vec::new()) };
-        let shard = first.task_id.shard();
-        if deliveries.len() > MAX_BATCH || deliveries.iter().any(|d| d.task_id.shard() != shard) {
+        if deliveries.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The shards in the order they first appear, each with its deliveries in stream order.
+        let mut shards: Vec<(u8, Vec<&Delivery>)> = Vec::new();
+        for delivery in deliveries {
+            let shard = delivery.task_id.shard();
+            match shards.iter_mut().find(|(s, _)| *s == shard) {
+                Some((_, group)) => group.push(delivery),
+                None => shards.push((shard, vec![delivery])),
+            }
+        }
+        if deliveries.len() > MAX_BATCH || (shards.len() > 1 && self.one_slot_per_command()) {
             return Err(StoreError::UnexpectedReply(format!(
-                "a batch claim takes at most {MAX_BATCH} deliveries of one shard"
+                "a batch claim takes at most {MAX_BATCH} deliveries, of one shard where a command keeps to one slot"
             )));
         }
-        let queue = self.keys().queue(shard, pool);
-        let receipt = self.keys().claim_receipt(&queue, worker, &first.entry_id);
-        let layout = self.keys().task_layout(shard);
-        let entries: Vec<(String, String)> =
-            deliveries.iter().map(|d| (d.entry_id.clone(), d.task_id.as_str().to_owned())).collect();
-        let keys = claim_batch::Keys {
-            stream: &queue.stream,
-            leases: &self.keys().shard(shard).leases,
-            ready: &queue.ready,
-            fair: &queue.fair,
-            receipt: &receipt,
-        };
+        let mut keys = Vec::with_capacity(5 * shards.len());
+        let mut groups = Vec::with_capacity(shards.len() + deliveries.len());
+        for (shard, group) in &shards {
+            let queue = self.keys().queue(*shard, pool);
+            let receipt = self.keys().claim_receipt(&queue, worker, &group[0].entry_id);
+            keys.extend([queue.stream, self.keys().shard(*shard).leases, queue.ready, queue.fair, receipt]);
+            groups.push((self.keys().task_layout(*shard).prefix, group.len().to_string()));
+            groups.extend(group.iter().map(|d| (d.entry_id.clone(), d.task_id.as_str().to_owned())));
+        }
+        // One layout's suffixes serve every shard: only the prefix carries the shard.
+        let layout = self.keys().task_layout(shards[0].0);
         let args = claim_batch::Args {
             worker,
             lease_ms: millis(lease),
             group: WORKER_GROUP,
-            prefix: &layout.prefix,
             answers: layout.answers,
             steps: layout.steps,
             args: layout.args,
             timeline: layout.timeline,
             rel: layout.rel,
-            entries: &entries,
+            groups: &groups,
         };
+        let keys = claim_batch::Keys { shards: &keys };
         let claims = claim_batch::call(&mut self.conn(), keys, args).await?;
         for claim in &claims {
             claimed(claim.queued_for);
