@@ -254,19 +254,10 @@ async fn start_all(
 }
 
 /// The deliveries in batches of at most [`MAX_BATCH`], in the order read: each batch of one
-/// shard when `by_shard` (a Cluster's script keeps to one slot; there, in the order each shard
-/// was first met), otherwise mixing shards, so that one read is one claim call.
+/// shard when `by_shard` (a Cluster's script keeps to one slot), otherwise mixing shards, so
+/// that one read is one claim call.
 fn batches(deliveries: Vec<Delivery>, by_shard: bool) -> Vec<Vec<Delivery>> {
-    let mut batches: Vec<Vec<Delivery>> = Vec::new();
-    for delivery in deliveries {
-        let shard = delivery.task_id.shard();
-        let fits = |b: &&mut Vec<Delivery>| b.len() < MAX_BATCH && (!by_shard || b[0].task_id.shard() == shard);
-        match batches.iter_mut().find(fits) {
-            Some(batch) => batch.push(delivery),
-            None => batches.push(vec![delivery]),
-        }
-    }
-    batches
+    super::batching::batches(deliveries, by_shard, MAX_BATCH, 0, |d| (d.task_id.shard(), 0))
 }
 
 /// Takes over deliveries idle for longer than a lease on these shards, one per held permit,

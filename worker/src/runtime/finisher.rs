@@ -72,23 +72,10 @@ async fn run(store: Store, worker: Arc<str>, mut requests: mpsc::UnboundedReceiv
     }
 }
 
-/// Ends in batches, in arrival order, each within [`MOST`] ends and [`MOST_BYTES`] of payload
-/// (an end larger than that alone), and each of one shard when `by_shard` (a Cluster's script
-/// keeps to one slot); otherwise a batch mixes shards. `key` gives an end's shard and bytes.
+/// Ends in batches ([`super::batching::batches`]), each within [`MOST`] ends and [`MOST_BYTES`]
+/// of payload. `key` gives an end's shard and bytes.
 fn batches<T>(ends: Vec<T>, by_shard: bool, key: impl Fn(&T) -> (u8, usize)) -> Vec<Vec<T>> {
-    let mut out: Vec<(Vec<T>, u8, usize)> = Vec::new();
-    for end in ends {
-        let (shard, bytes) = key(&end);
-        let shard = if by_shard { shard } else { 0 };
-        match out.iter_mut().find(|(batch, s, held)| *s == shard && batch.len() < MOST && *held + bytes <= MOST_BYTES) {
-            Some((batch, _, held)) => {
-                batch.push(end);
-                *held += bytes;
-            }
-            None => out.push((vec![end], shard, bytes)),
-        }
-    }
-    out.into_iter().map(|(batch, _, _)| batch).collect()
+    super::batching::batches(ends, by_shard, MOST, MOST_BYTES, key)
 }
 
 async fn send(store: &Store, worker: &str, batch: Vec<Request>) {

@@ -1,6 +1,7 @@
 //! The worker's runtime: claim deliveries, run tools, renew leases, watch cancel signals,
 //! reclaim expired leases, and drain on shutdown.
 
+mod batching;
 mod dispatcher;
 mod execution;
 mod finisher;
